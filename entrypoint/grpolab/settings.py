@@ -1,0 +1,122 @@
+"""The lab's settings: one dataclass whose defaults are the lesson's.
+
+Precedence, lowest first: the lesson's defaults below, the track's [tracks.T.lab] row in
+images/tracks.toml, a config file (--config, TOML or JSON), then command-line flags.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from .tracks import Track
+
+ROLLOUT_PATHS = ("inprocess", "vllm-colocate", "vllm-server", "llamacpp")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class LabSettings:
+    # Which machine, model and data.
+    track: str = "c"
+    model: str = "Qwen/Qwen3-1.7B"  # a Hugging Face id, a local path, or "tiny" (the built-in model)
+    dataset: str = "arithmetic"  # the built-in generator, or a Hugging Face dataset id (openai/gsm8k)
+    train_size: int = 1000  # training prompts drawn from the dataset
+    heldout_size: int = 200  # held-out problems for pass@1, never seen in training
+    seed: int = 0
+    dtype: str = "auto"  # auto: bf16 on CUDA/ROCm, float32 on MPS and CPU
+
+    # The adapter: rank-16 LoRA on every linear layer.
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: str = "all-linear"  # comma-separated names, or all-linear
+
+    # GRPO, with TRL's defaults where the lesson does not say otherwise.
+    num_generations: int = 8  # rollouts per prompt (G)
+    max_prompt_length: int = 256
+    max_completion_length: int = 512
+    max_steps: int = 200
+    per_device_train_batch_size: int = 8  # completions per step; must be a multiple of num_generations
+    learning_rate: float = 1e-5
+    beta: float = 0.0  # 0: no reference model is loaded and no kl is logged
+    temperature: float = 1.0
+    logging_steps: int = 1
+    reward_weights: dict[str, float] = field(default_factory=lambda: {"numeric_reward": 1.0, "format_reward": 0.25})
+
+    # Where completions come from.
+    rollout: str = "inprocess"
+    vllm_gpu_memory_utilization: float = 0.3  # colocate only; TRL's default
+    vllm_server_url: str = "http://localhost:8000"
+    llamacpp_refresh_every: int = 0  # 0: never refresh the sampler (stale); K: re-export every K steps
+
+    # Evaluation.
+    eval_max_new_tokens: int = 0  # 0: same as max_completion_length
+
+    def validate(self) -> None:
+        """Raise ValueError with an actionable sentence for settings that cannot run."""
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations is {self.num_generations}: GRPO compares completions within a group, so it needs at least 2")
+        if self.per_device_train_batch_size % self.num_generations:
+            raise ValueError(
+                f"per_device_train_batch_size {self.per_device_train_batch_size} is not a multiple of num_generations "
+                f"{self.num_generations}: TRL needs whole groups per batch; try {self.num_generations * max(1, self.per_device_train_batch_size // self.num_generations)}"
+            )
+        if self.rollout not in ROLLOUT_PATHS:
+            raise ValueError(f"unknown rollout path {self.rollout!r}: choose one of {', '.join(ROLLOUT_PATHS)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
+        if not 0 < self.vllm_gpu_memory_utilization < 1:
+            raise ValueError("vllm_gpu_memory_utilization must be between 0 and 1")
+        for name in self.reward_weights:
+            from .rewards import REWARD_FUNCS
+
+            if name not in REWARD_FUNCS:
+                raise ValueError(f"unknown reward {name!r}: the rewards are {', '.join(REWARD_FUNCS)}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """Every setting, one per line, for the top of each run."""
+        width = max(len(f.name) for f in fields(self))
+        return "\n".join(f"  {f.name:<{width}}  {getattr(self, f.name)!r}" for f in fields(self))
+
+
+SETTING_NAMES = {f.name for f in fields(LabSettings)}
+
+
+def read_config_file(path: Path) -> dict:
+    text = Path(path).read_bytes()
+    data = tomllib.loads(text.decode()) if str(path).endswith(".toml") else json.loads(text)
+    unknown = set(data) - SETTING_NAMES
+    if unknown:
+        raise ValueError(f"{path}: unknown settings {', '.join(sorted(unknown))}; known: {', '.join(sorted(SETTING_NAMES))}")
+    return data
+
+
+def resolve_settings(track: Track, config_file: Path | None = None, overrides: dict | None = None, smoke: bool = False) -> LabSettings:
+    """Lesson defaults < track row < config file < overrides (None values in overrides are ignored)."""
+    values: dict = {"track": track.name, "rollout": track.rollout}
+    row = dict(track.lab)
+    smoke_model = row.pop("smoke_model", None)
+    values.update(row)
+    if smoke and smoke_model:
+        values["model"] = smoke_model
+    if config_file:
+        values.update(read_config_file(config_file))
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    unknown = set(values) - SETTING_NAMES
+    if unknown:
+        raise ValueError(f"unknown settings {', '.join(sorted(unknown))}")
+    settings = LabSettings(**values)
+    if smoke:
+        # The lesson's first run on a new machine: ten prompts, four rollouts, ten steps.
+        settings.train_size, settings.num_generations, settings.max_steps = 10, 4, 10
+        settings.per_device_train_batch_size = 8
+        settings.logging_steps = 1
+        settings.heldout_size = 0
+    settings.validate()
+    return settings
