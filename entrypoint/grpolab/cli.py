@@ -1,0 +1,156 @@
+"""Command line: grpolab {smoke,lab,estimate,doctor,tiny-model}. Every setting of the lab is a flag."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+from .errors import EXIT_STATUS, LayerFailure
+from .settings import LabSettings
+
+EXIT_CODES_HELP = "exit status: " + ", ".join(f"{code} {layer}" for layer, code in EXIT_STATUS.items()) + ", 0 passed"
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """`numeric_reward=1,format_reward=0.25` or a JSON object."""
+    text = text.strip()
+    if text.startswith("{"):
+        return {str(k): float(v) for k, v in json.loads(text).items()}
+    weights = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, weight = part.rpartition("=")
+        if not name:
+            raise argparse.ArgumentTypeError(f"reward weight {part!r} is not NAME=WEIGHT")
+        weights[name] = float(weight)
+    return weights
+
+
+def add_settings_flags(parser: argparse.ArgumentParser, skip=("track",)) -> None:
+    group = parser.add_argument_group("lab settings (defaults: the lesson's, then the track's row in images/tracks.toml)")
+    for f in fields(LabSettings):
+        if f.name in skip:
+            continue
+        default = f.default if f.default is not MISSING else f.default_factory()
+        kind = {int: int, float: float, str: str}.get(type(default), str)
+        converter = parse_weights if f.name == "reward_weights" else kind
+        group.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=converter, default=None, metavar=f.name.upper().split("_")[-1], help=f"lesson default: {default!r}")
+
+
+def settings_from(args, smoke=False):
+    from .settings import resolve_settings
+    from .tracks import get_track
+
+    track = get_track(args.track)
+    overrides = {f.name: getattr(args, f.name, None) for f in fields(LabSettings) if f.name != "track"}
+    return track, resolve_settings(track, config_file=getattr(args, "config", None), overrides=overrides, smoke=smoke)
+
+
+def cmd_smoke(args) -> int:
+    from .fingerprint import environment_fingerprint, fingerprint_drift
+    from .runlog import last_passing_smoke
+    from .smoke import run_smoke
+
+    track, settings = settings_from(args, smoke=True)
+    last = last_passing_smoke()
+    if last is None:
+        print("no smoke test has passed here before")
+    else:
+        changes = fingerprint_drift(last.get("fingerprint", {}), environment_fingerprint())
+        print(f"since the last passing smoke test ({last.get('finished_at')}): " + ("; ".join(changes) if changes else "nothing changed"))
+    run_smoke(settings, track, expect_device=args.expect_device)
+    print("smoke test passed: every layer answered")
+    return 0
+
+
+def cmd_lab(args) -> int:
+    from .lab import run_lab
+
+    track, settings = settings_from(args)
+    run_lab(settings, track, smoke=args.smoke)
+    return 0
+
+
+def cmd_estimate(args) -> int:
+    from .estimate import estimate_memory
+
+    track, settings = settings_from(args)
+    estimate = estimate_memory(args.model_for_estimate or settings.model, settings, device_total_gb=args.device_memory_gb)
+    print(json.dumps(estimate.as_dict(), indent=2) if args.json else estimate.render())
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from .doctor import doctor_report, render_report
+
+    report = doctor_report()
+    print(json.dumps(report, indent=2, default=str) if args.json else render_report(report))
+    return 0
+
+
+def cmd_tiny_model(args) -> int:
+    from .tiny_model import build_tiny_model, ensure_tiny_model
+
+    path = build_tiny_model(Path(args.out)) if args.out else ensure_tiny_model()
+    print(f"tiny model ready: {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .tracks import current_track_name, load_tracks
+
+    tracks = load_tracks()
+    track_help = "the track (default: $GRPOLAB_TRACK, else c): " + "; ".join(f"{name}: {t.description}" for name, t in tracks.items())
+    parser = argparse.ArgumentParser(
+        prog="grpolab",
+        description="The GRPO lab and its smoke test. Run `smoke` first on a new machine and after any driver or wheel change.",
+        epilog=EXIT_CODES_HELP,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name, func, help_text, settings=True):
+        command = sub.add_parser(name, help=help_text, description=help_text, epilog=EXIT_CODES_HELP)
+        command.set_defaults(func=func)
+        command.add_argument("--track", default=current_track_name(), help=track_help)
+        if settings:
+            command.add_argument("--config", type=Path, help="a TOML or JSON file of lab settings (flags win over it)")
+            add_settings_flags(command)
+        return command
+
+    smoke = add("smoke", cmd_smoke, "The lesson's first run on a new machine: smallest model, 10 prompts, 4 rollouts, 10 steps; one line per layer, stops at the first failure.")
+    smoke.add_argument("--expect-device", choices=["cpu", "cuda", "mps"], help="override the device the track expects")
+    lab = add("lab", cmd_lab, "The GRPO lab: held-out pass@1 before, GRPO with LoRA, pass@1 after; a run-log line and a reward plot in runs/.")
+    lab.add_argument("--smoke", choices=["auto", "always", "never"], default="auto", help="run the smoke test first: auto (when none passed or the environment drifted since), always, never")
+    estimate = add("estimate", cmd_estimate, "Predict the lesson's five memory terms for a run, before starting it.")
+    estimate.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    estimate.add_argument("--device-memory-gb", type=float, help="total accelerator (or unified) memory; default: this machine's")
+    estimate.set_defaults(model_for_estimate=None)
+    doctor = add("doctor", cmd_doctor, "A read-only report of every layer, without training.", settings=False)
+    doctor.add_argument("--json", action="store_true")
+    tiny = add("tiny-model", cmd_tiny_model, "Build the built-in tiny model (offline, deterministic, about a minute on 2 cores).", settings=False)
+    tiny.add_argument("--out", help="build into this folder instead of the cache")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except LayerFailure as failure:
+        print(f"\nFAILED {failure}", file=sys.stderr)
+        return failure.exit_status
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_STATUS["interrupted"]
+    except ValueError as error:
+        print(f"\nFAILED [input] {error}", file=sys.stderr)
+        return EXIT_STATUS["input"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Failures the user acts on: each names the layer that broke, what happened, and what to do.
+
+The exit status of `grpolab smoke` and `grpolab lab` says which layer failed (documented in README.md).
+"""
+
+from __future__ import annotations
+
+# The lesson's layers, in the order a first run meets them, with their exit statuses.
+EXIT_STATUS = {
+    "input": 2,  # settings, track, model or dataset that cannot be used as given
+    "device": 10,  # accelerator and driver, PyTorch build
+    "adapter": 11,  # LoRA matched nothing
+    "rewards": 12,  # reward functions missing, failing, or their dataset columns absent
+    "first_step": 13,  # trainer: group collapse on the first logged step, or training crashed
+    "rollout": 14,  # rollout engine refused or failed
+    "runlog": 15,  # the run log could not be written
+    "out_of_memory": 16,
+    "interrupted": 130,
+}
+
+
+class LayerFailure(Exception):
+    """A layer failed. `str()` is the whole message a user sees."""
+
+    def __init__(self, layer: str, what: str, action: str = ""):
+        if layer not in EXIT_STATUS:
+            raise ValueError(f"unknown layer {layer!r}")
+        self.layer, self.what, self.action = layer, what, action
+        super().__init__(f"[{layer}] {what}" + (f"\n  what to do: {action}" if action else ""))
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_STATUS[self.layer]

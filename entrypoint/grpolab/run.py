@@ -1,0 +1,82 @@
+"""One run (smoke or lab) from start to its run-log line, whatever happens in between."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+
+from .errors import LayerFailure
+from .runlog import append_run, new_run_id
+from .settings import LabSettings
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    return type(error).__name__ == "OutOfMemoryError" or "out of memory" in str(error).lower()
+
+
+@contextmanager
+def recorded_run(kind: str, settings: LabSettings, log_path=None, say=print):
+    """Yields the record to fill in; appends it to the run log on success, failure, crash or Ctrl-C.
+
+    A LayerFailure keeps its layer; an out-of-memory error becomes the out_of_memory layer, logged with
+    the prediction; Ctrl-C is logged as interrupted. The exception still propagates to the caller.
+    """
+    started = time.time()
+    record: dict = {
+        "run_id": new_run_id(),
+        "kind": kind,
+        "track": settings.track,
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "status": "running",
+        "failed_layer": None,
+        "error": None,
+        "settings": settings.as_dict(),
+        "model": settings.model,
+    }
+    outcome: BaseException | None = None
+    try:
+        yield record
+        record["status"] = "passed"
+    except LayerFailure as failure:
+        outcome = failure
+        record.update(status="failed", failed_layer=failure.layer, error=str(failure))
+    except KeyboardInterrupt as interrupt:
+        outcome = interrupt
+        record.update(status="interrupted", failed_layer="interrupted", error="interrupted by the user (Ctrl-C)")
+    except BaseException as error:  # noqa: BLE001 - logged, then re-raised
+        if is_out_of_memory(error):
+            predicted = record.get("peak_memory_gb_predicted")
+            outcome = LayerFailure(
+                "out_of_memory",
+                f"out of memory ({str(error).splitlines()[0][:200]}); the estimate before the run was "
+                f"{predicted if predicted is not None else 'unknown'} GB",
+                "run `grpolab estimate` with these settings; lower num_generations or max_completion_length, keep beta 0, "
+                "or lower vllm_gpu_memory_utilization",
+            )
+            outcome.__cause__ = error
+            record.update(status="failed", failed_layer="out_of_memory", error=str(outcome))
+        else:
+            outcome = error
+            record.update(status="crashed", failed_layer=None, error=f"{type(error).__name__}: {error}")
+    finally:
+        record["wall_clock_s"] = round(time.time() - started, 3)
+        record["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        if "fingerprint" not in record:
+            from .fingerprint import environment_fingerprint
+
+            record["fingerprint"] = environment_fingerprint()
+        try:
+            path = append_run(record, log_path)
+            say(f"run log: {record['status']} -> {path} ({record['run_id']})")
+        except OSError as error:
+            failure = LayerFailure(
+                "runlog", f"could not write the run log: {error}",
+                "make runs/ (or GRPOLAB_RUNS_DIR) writable by this user; in a container, check the runs volume's owner",
+            )
+            if outcome is None:
+                outcome = failure
+            else:
+                say(str(failure))
+    if outcome is not None:
+        raise outcome

@@ -1,0 +1,242 @@
+"""Load the model, wrap it in a LoRA adapter and run TRL's GRPOTrainer: shared by the smoke test and the lab.
+
+This module is where TRL is used; the host side never imports it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import LayerFailure
+from .settings import LabSettings
+
+
+@dataclass
+class StepRecord:
+    step: int
+    reward: float
+    reward_std: float
+    frac_reward_zero_std: float
+    seconds: float  # wall clock of this optimiser step
+    generation_seconds: float
+    reward_seconds: float
+    metrics: dict = field(default_factory=dict)
+
+    @property
+    def update_seconds(self) -> float:
+        return max(0.0, self.seconds - self.generation_seconds - self.reward_seconds)
+
+
+def torch_dtype(settings: LabSettings, device_type: str):
+    import torch
+
+    name = settings.dtype
+    if name == "auto":
+        # bf16 where the accelerator has it (CUDA and ROCm); float32 on MPS (the lesson's Track M) and CPU.
+        name = "bfloat16" if device_type == "cuda" else "float32"
+    return getattr(torch, name)
+
+
+def load_tokenizer(model_path: str):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except Exception as error:  # noqa: BLE001 - every loader failure means the same thing to the user
+        raise model_not_loadable(model_path, error) from error
+    if tokenizer.chat_template is None:
+        raise LayerFailure("input", f"model {model_path} has no chat template", "use a chat model (the lesson: the smallest model with a chat template)")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(model_path: str, dtype):
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    except Exception as error:  # noqa: BLE001
+        raise model_not_loadable(model_path, error) from error
+
+
+def model_not_loadable(model_path: str, error: Exception) -> LayerFailure:
+    where = "a local folder" if Path(model_path).exists() else "neither a local folder nor in the Hugging Face cache, and could not be downloaded"
+    return LayerFailure(
+        "input",
+        f"model {model_path!r} could not be loaded: it is {where} ({type(error).__name__}: {str(error).splitlines()[0][:300]})",
+        "check the id or path; offline, download it first where the Hub is reachable (huggingface-cli download) "
+        "or use --model tiny, the built-in model",
+    )
+
+
+def add_adapter(model, settings: LabSettings):
+    """Wrap the model in a LoRA adapter; returns (peft_model, trainable_parameters, total_parameters)."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = settings.lora_target_modules
+    target_modules = targets if targets == "all-linear" else [name.strip() for name in targets.split(",") if name.strip()]
+    config = LoraConfig(
+        r=settings.lora_rank,
+        lora_alpha=settings.lora_alpha,
+        lora_dropout=settings.lora_dropout,
+        target_modules=target_modules,
+        task_type="CAUSAL_LM",
+    )
+    try:
+        peft_model = get_peft_model(model, config)
+    except ValueError as error:
+        if "not found in the base model" not in str(error) and "matched" not in str(error):
+            raise
+        peft_model = None
+    trainable, total = (peft_model.get_nb_trainable_parameters() if peft_model is not None else (0, sum(p.numel() for p in model.parameters())))
+    if trainable == 0:
+        names = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if type(module).__name__ == "Linear"})
+        raise LayerFailure(
+            "adapter",
+            f"0 trainable parameters: lora_target_modules={targets!r} matched no module of this model "
+            f"(a name mismatch, not a memory problem). Its linear layers are named: {', '.join(names)}",
+            "set --lora-target-modules to some of those names, or all-linear",
+        )
+    return peft_model, trainable, total
+
+
+def guarded_reward(name: str, func, weight: float):
+    """Wrap a reward so that a failure names the function and the row, and its time is counted."""
+
+    @functools.wraps(func)
+    def reward(completions, **kwargs):
+        started = time.perf_counter()
+        try:
+            values = func(completions, **kwargs)
+        except Exception as error:  # noqa: BLE001 - re-raised with the layer and the row
+            row = _failing_row(func, completions, kwargs)
+            raise LayerFailure(
+                "rewards", f"reward function {name} raised {type(error).__name__}: {error} (batch row {row})",
+                f"fix {name}; rewards must return one float per completion and never raise",
+            ) from error
+        finally:
+            reward.seconds += time.perf_counter() - started
+        if len(values) != len(completions):
+            raise LayerFailure("rewards", f"reward function {name} returned {len(values)} values for {len(completions)} completions", "return one float per completion")
+        return values
+
+    reward.seconds = 0.0
+    reward.__name__ = name
+    return reward
+
+
+def _failing_row(func, completions, kwargs) -> str:
+    for index in range(len(completions)):
+        row_kwargs = {key: value[index : index + 1] if isinstance(value, list) and len(value) == len(completions) else value for key, value in kwargs.items()}
+        try:
+            func(completions[index : index + 1], **row_kwargs)
+        except Exception:  # noqa: BLE001
+            shown = {key: value[0] for key, value in row_kwargs.items() if isinstance(value, list) and value and key != "prompts"}
+            return f"{index}: completion {completions[index]!r}, columns {shown}"
+    return "unknown"
+
+
+def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, reward_funcs, device_type: str, output_dir: Path, rollout: dict, callbacks=()):
+    """Build the GRPOTrainer. `rollout` holds GRPOConfig keyword arguments and an optional rollout_func."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    rollout = dict(rollout)
+    rollout_func = rollout.pop("rollout_func", None)
+    dtype = torch_dtype(settings, device_type)
+    import torch
+
+    args = GRPOConfig(
+        output_dir=str(output_dir),
+        max_steps=settings.max_steps,
+        per_device_train_batch_size=settings.per_device_train_batch_size,
+        num_generations=settings.num_generations,
+        max_completion_length=settings.max_completion_length,
+        learning_rate=settings.learning_rate,
+        beta=settings.beta,
+        temperature=settings.temperature,
+        reward_weights=[settings.reward_weights[func.__name__] for func in reward_funcs],
+        logging_steps=settings.logging_steps,
+        seed=settings.seed,
+        use_cpu=device_type == "cpu",
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        # Checkpointing trades compute for memory: worth it on an accelerator, only slower on a CPU.
+        gradient_checkpointing=device_type != "cpu",
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        **rollout,
+    )
+
+    class TimedGRPOTrainer(GRPOTrainer):
+        """Counts the seconds spent producing completions, so each step splits into generation, reward, update."""
+
+        generation_seconds = 0.0
+
+        def _generate(self, prompts):
+            started = time.perf_counter()
+            try:
+                return super()._generate(prompts)
+            finally:
+                self.generation_seconds += time.perf_counter() - started
+
+    trainer = TimedGRPOTrainer(
+        model=peft_model,
+        reward_funcs=list(reward_funcs),
+        args=args,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+        rollout_func=rollout_func,
+    )
+    return trainer
+
+
+def step_recorder(reward_funcs, on_record=None, stop_on=None):
+    """A TrainerCallback that turns TRL's logs into StepRecords (and can stop training on a verdict)."""
+    from transformers import TrainerCallback
+
+    class Recorder(TrainerCallback):
+        def __init__(self):
+            self.records: list[StepRecord] = []
+            self.trainer = None
+            self._step_started = None
+            self._seconds = self._generation = self._reward = 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self._step_started = time.perf_counter()
+            self._generation_before = self.trainer.generation_seconds if self.trainer else 0.0
+            self._reward_before = sum(func.seconds for func in reward_funcs)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self._seconds += time.perf_counter() - self._step_started
+            self._generation += (self.trainer.generation_seconds if self.trainer else 0.0) - self._generation_before
+            self._reward += sum(func.seconds for func in reward_funcs) - self._reward_before
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "reward" not in logs:
+                return
+            steps = max(1, args.logging_steps)
+            record = StepRecord(
+                step=state.global_step,
+                reward=float(logs["reward"]),
+                reward_std=float(logs.get("reward_std", math.nan)),
+                frac_reward_zero_std=float(logs.get("frac_reward_zero_std", math.nan)),
+                seconds=self._seconds / steps,
+                generation_seconds=self._generation / steps,
+                reward_seconds=self._reward / steps,
+                metrics={key: float(value) for key, value in logs.items() if isinstance(value, (int, float))},
+            )
+            self._seconds = self._generation = self._reward = 0.0
+            self.records.append(record)
+            if on_record:
+                on_record(record, state)
+            if stop_on and stop_on(record):
+                control.should_training_stop = True
+
+    return Recorder()
