@@ -1,7 +1,41 @@
-"""Shared test set-up: the package under entrypoint/ is imported from the working tree."""
+"""Shared test set-up: the package under entrypoint/ is imported from the working tree, and the built-in
+tiny model is built once (into .cache/tests, ignored by git) and shared by every test that trains."""
 
+import os
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "entrypoint"))
+sys.path.insert(0, str(REPO / "tests"))  # rewards_for_tests, imported by name like a user's own rewards
+
+TEST_CACHE = REPO / ".cache" / "tests"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path() -> Path:
+    """The tiny model, built once per cache (about a minute the first time)."""
+    os.environ["GRPOLAB_CACHE_DIR"] = str(TEST_CACHE)
+    from grpolab.tiny_model import ensure_tiny_model
+
+    return Path(ensure_tiny_model(progress=lambda *_: None))
+
+
+@pytest.fixture
+def tiny_model_env(tiny_model_path) -> dict:
+    """Environment for a `python -m grpolab` subprocess that finds the tiny model already built."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "entrypoint"), str(REPO / "tests")]),
+        "GRPOLAB_CACHE_DIR": str(TEST_CACHE),
+        "GRPOLAB_TRACK": "c",
+    }
+
+
+@pytest.fixture
+def runs_dir(tmp_path, monkeypatch) -> Path:
+    """A fresh runs/ folder for the run log of one test."""
+    monkeypatch.setenv("GRPOLAB_RUNS_DIR", str(tmp_path / "runs"))
+    return tmp_path / "runs"

@@ -1,0 +1,427 @@
+"""The lesson's memory arithmetic, done before a run: five terms, the operating system's share, and what is left.
+
+    estimate_memory("Qwen/Qwen3-1.7B", settings, device_total_gb=16).render()
+
+All figures are decimal gigabytes (1 GB = 1e9 bytes), as in the lesson. The estimate is arithmetic, not a
+measurement: the lab logs `measured_peak_memory_gb()` next to it so the two can be compared.
+
+The terms, in the lesson's order:
+  1. Policy weights: parameters x bytes per parameter (BF16: 2).
+  2. Reference model: the same again, only when beta > 0 (at beta 0 TRL does not load it).
+  3. Adapter, gradients and Adam states: 16 bytes per trainable LoRA parameter (fp32 weight, gradient and
+     two Adam moments). LoRA on a linear layer in->out at rank r adds r*(in+out) parameters.
+  4. The rollout engine:
+       inprocess      key-value cache of the generation batch: sequences x (prompt + completion) tokens x
+                      bytes per token (2 x layers x kv_heads x head_dim x dtype bytes; Qwen3-1.7B: 112 KiB).
+       vllm-colocate  vllm_gpu_memory_utilization x device memory, whatever the model (TRL's 0.3 default).
+       vllm-server    nothing on this device: the server runs on another card.
+       llamacpp       llama-server's copy of the weights plus its own key-value cache.
+  5. Logits and activations of the update: completions x completion tokens x vocab x dtype bytes of logits,
+     plus an allowance for the rest of the activations (ACTIVATION_ALLOWANCE_GB, fitted to the lesson).
+Then the share reserved for the operating system (OS_RESERVED_FRACTION, at least OS_RESERVED_MIN_GB), and Free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .settings import LabSettings
+
+GB = 1e9
+ADAPTER_BYTES_PER_PARAM = 16  # fp32 weight 4 + fp32 gradient 4 + Adam's two fp32 moments 8 (the course's Part 11)
+
+# The rest of the activations beyond the logits. The lesson gives no formula, only two tables: 2 GB in all for
+# Qwen3-1.7B and 4 GB for Qwen3-4B, both with 8 completions of 512 tokens, so the allowance is ~0.76 GB and
+# ~2.76 GB. No term linear in the model's shape fits both (a 4B model has 1.6x the hidden x layers of a 1.7B
+# one, yet 3.6x the allowance), so the allowance grows with the policy's size to the power 1.5, and linearly
+# with the tokens of one update, calibrated at the lesson's 8 x (256 + 512) tokens:
+#     allowance = ACTIVATION_ALLOWANCE_GB x (params / 1e9) ** 1.5 x update_tokens / 6144
+# Refit it against measured peaks (the run log has both) when real numbers arrive.
+ACTIVATION_ALLOWANCE_GB = 0.34
+ACTIVATION_ALLOWANCE_EXPONENT = 1.5
+ACTIVATION_ALLOWANCE_TOKENS = 8 * (256 + 512)
+
+# The lesson reserves 2 GB on a 16 GB machine and 4 GB on a 128 GB one: 1/32 of the total, never under 2 GB.
+OS_RESERVED_FRACTION = 1 / 32
+OS_RESERVED_MIN_GB = 2.0
+
+# The course's Qwen3 models. Shapes are the values of each model's published config.json on the Hugging Face
+# Hub (hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
+# vocab_size, tie_word_embeddings, torch_dtype bfloat16). num_parameters is the count on each model card
+# ("Number of Parameters: 1.7B"), which is what the course model reference's BF16 figure doubles
+# (1.7B -> 3.4 GB, 4.0B -> 8 GB); the count summed from the shapes is a little higher (1.72B, 4.02B).
+QWEN3_MODELS: dict[str, dict] = {
+    "Qwen/Qwen3-0.6B": {  # huggingface.co/Qwen/Qwen3-0.6B: config.json; card: 0.6B parameters
+        "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936, "tie_word_embeddings": True,
+        "num_parameters": 0.6e9,
+    },
+    "Qwen/Qwen3-1.7B": {  # huggingface.co/Qwen/Qwen3-1.7B: config.json; card: 1.7B parameters
+        "hidden_size": 2048, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 128, "intermediate_size": 6144, "vocab_size": 151936, "tie_word_embeddings": True,
+        "num_parameters": 1.7e9,
+    },
+    "Qwen/Qwen3-4B": {  # huggingface.co/Qwen/Qwen3-4B: config.json; card: 4.0B parameters
+        "hidden_size": 2560, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "intermediate_size": 9728, "vocab_size": 151936, "tie_word_embeddings": True,
+        "num_parameters": 4.0e9,
+    },
+    "Qwen/Qwen3-8B": {  # huggingface.co/Qwen/Qwen3-8B: config.json; card: 8.2B parameters
+        "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936, "tie_word_embeddings": False,
+        "num_parameters": 8.2e9,
+    },
+}
+
+LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_LABEL = {"float32": "FP32", "bfloat16": "BF16", "float16": "FP16"}
+
+
+class UnknownModel(ValueError):
+    pass
+
+
+@dataclass
+class ModelShape:
+    """What the arithmetic needs to know about a decoder-only transformer."""
+
+    name: str
+    source: str  # "built-in table", or the config.json it was read from
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    num_parameters: float
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each linear layer PEFT's all-linear targets in one decoder layer."""
+        h, q, kv, i = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim, self.intermediate_size
+        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * dtype_bytes
+
+
+def parameters_from_shape(config: dict) -> int:
+    """Parameters of a dense Qwen3/Llama-style decoder, summed from its config (tied embeddings counted once)."""
+    h, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads", heads)
+    head_dim = config.get("head_dim") or h // heads
+    inter = config["intermediate_size"]
+    attention = h * heads * head_dim + 2 * h * kv_heads * head_dim + heads * head_dim * h
+    mlp = 3 * h * inter
+    norms = 2 * h + 2 * head_dim  # input and post-attention norms, Qwen3's q_norm and k_norm
+    embeddings = vocab * h * (1 if config.get("tie_word_embeddings", False) else 2)
+    return embeddings + layers * (attention + mlp + norms) + h
+
+
+def _shape_from_config(name: str, source: str, config: dict) -> ModelShape:
+    config = config.get("text_config", config)  # multimodal configs nest the language model
+    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size") if k not in config]
+    if missing:
+        raise UnknownModel(f"{source}: config has no {', '.join(missing)}; the estimate needs a dense decoder-only model's config.json")
+    heads = config["num_attention_heads"]
+    return ModelShape(
+        name=name,
+        source=source,
+        hidden_size=config["hidden_size"],
+        num_hidden_layers=config["num_hidden_layers"],
+        num_attention_heads=heads,
+        num_key_value_heads=config.get("num_key_value_heads") or heads,
+        head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+        intermediate_size=config["intermediate_size"],
+        vocab_size=config["vocab_size"],
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        num_parameters=float(config.get("num_parameters") or parameters_from_shape(config)),
+    )
+
+
+def _hf_cached_config(model_id: str) -> Path | None:
+    """config.json of a model already in the Hugging Face cache (no download)."""
+    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
+    snapshots = hub / ("models--" + model_id.replace("/", "--")) / "snapshots"
+    found = sorted(snapshots.glob("*/config.json")) if snapshots.is_dir() else []
+    return found[-1] if found else None
+
+
+def model_shape(model: str | dict) -> ModelShape:
+    """The shape of `model`: a config dict, a local directory or config.json, the built-in tiny model, a
+    course Qwen3 id from the built-in table, or a model already in the Hugging Face cache."""
+    if isinstance(model, dict):
+        return _shape_from_config(str(model.get("_name_or_path", "config")), "config given", model)
+    name = str(model)
+    path = Path(name).expanduser()
+    if name == "tiny":
+        from .paths import cache_dir
+
+        path = cache_dir() / "models" / "tiny-qwen3"
+        if not (path / "config.json").is_file():
+            raise UnknownModel(f"the tiny model is not built yet ({path}): run `grpolab tiny-model` first, then estimate again")
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        return _shape_from_config(name, str(path), json.loads(path.read_text()))
+    if name in QWEN3_MODELS:
+        return _shape_from_config(name, "built-in table", QWEN3_MODELS[name])
+    cached = _hf_cached_config(name)
+    if cached:
+        return _shape_from_config(name, str(cached), json.loads(cached.read_text()))
+    known = ", ".join(QWEN3_MODELS)
+    raise UnknownModel(
+        f"unknown model {name!r}: it is not a local path with a config.json, not in the Hugging Face cache, and not one of "
+        f"the built-in models ({known}). Pass a local model directory, or download the model first."
+    )
+
+
+def lora_trainable_parameters(shape: ModelShape, rank: int, target_modules: str) -> int:
+    """LoRA parameters: r*(in+out) for each targeted linear layer of every decoder layer."""
+    linears = shape.linear_shapes()
+    if target_modules.strip() == "all-linear":
+        names = list(linears)
+    else:
+        names = []
+        for raw in target_modules.split(","):
+            key = raw.strip()
+            key = key if key in linears else f"{key}_proj"
+            if key not in linears:
+                raise ValueError(f"unknown LoRA target module {raw.strip()!r}: use all-linear or some of {', '.join(linears)}")
+            names.append(key)
+    per_layer = sum(rank * (linears[n][0] + linears[n][1]) for n in dict.fromkeys(names))
+    return per_layer * shape.num_hidden_layers
+
+
+def os_reserved_default_gb(total_gb: float) -> float:
+    return max(OS_RESERVED_MIN_GB, total_gb * OS_RESERVED_FRACTION)
+
+
+def device_total_memory_gb() -> tuple[float, str]:
+    """This machine's accelerator memory (or host RAM without one), in GB, and where the number came from."""
+    from .fingerprint import torch_build_of, torch_version_info
+
+    if torch_build_of(torch_version_info()) not in ("cuda", "hip", "mps"):
+        return host_memory_gb(), "host RAM"  # a CPU-only torch (or none): no need to pay for importing it
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.mem_get_info()[1] / GB, f"torch.cuda.mem_get_info ({torch.cuda.get_device_name(0)})"
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.mps.recommended_max_memory() / GB, "torch.mps.recommended_max_memory"
+    except ImportError:
+        pass
+    return host_memory_gb(), "host RAM"
+
+
+def host_memory_gb() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024 / GB
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GB
+
+
+def _weights_dtype(settings: LabSettings) -> str:
+    """"auto" means bf16 on CUDA/ROCm and float32 on MPS and CPU (see settings.py), decided by the track."""
+    if settings.dtype != "auto":
+        return settings.dtype
+    try:
+        from .tracks import get_track
+
+        device = get_track(settings.track).expected_device
+    except Exception:  # an unknown track or no table: the lesson's BF16
+        return "bfloat16"
+    return "bfloat16" if device == "cuda" else "float32"
+
+
+@dataclass
+class MemoryEstimate:
+    model: str
+    model_source: str
+    dtype: str
+    device_total_gb: float
+    device_total_source: str
+    os_reserved_gb: float
+    terms: list[tuple[str, float, str]]  # (name, GB, how it was computed), in the lesson's order
+    total_gb: float
+    free_gb: float
+    inputs: dict = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        return self.free_gb >= 0
+
+    @property
+    def peak_gb(self) -> float:
+        """What the run itself should hold at its peak: the five terms, without the OS reservation."""
+        return sum(gb for _, gb, _ in self.terms)
+
+    def term(self, prefix: str) -> float | None:
+        """The GB of the first term whose name starts with `prefix` (None when absent)."""
+        return next((gb for name, gb, _ in self.terms if name.startswith(prefix)), None)
+
+    def as_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "model_source": self.model_source,
+            "dtype": self.dtype,
+            "terms": [{"name": n, "gb": round(gb, 3), "note": note} for n, gb, note in self.terms],
+            "os_reserved_gb": round(self.os_reserved_gb, 3),
+            "free_gb": round(self.free_gb, 3),
+            "peak_gb": round(self.peak_gb, 3),
+            "total_gb": round(self.total_gb, 3),
+            "device_total_source": self.device_total_source,
+            "fits": self.fits,
+            "inputs": self.inputs,
+        }
+
+    def render(self) -> str:
+        rows = [(n, gb) for n, gb, _ in self.terms]
+        rows += [("Reserved for the operating system", self.os_reserved_gb), ("Free", self.free_gb), ("Total", self.total_gb)]
+        width = max(len(n) for n, _ in rows)
+        lines = [f"GRPO memory estimate: {self.model} ({self.dtype}) on {self.total_gb:.1f} GB ({self.device_total_source})", ""]
+        for n, gb in rows:
+            if n == "Free":
+                lines.append(f"  {'':<{width}}  {'-' * 9}")
+            lines.append(f"  {n:<{width}}  {gb:6.1f} GB")
+        lines.append("")
+        lines += [f"  {n}: {note}" for n, _, note in self.terms]
+        lines.append("")
+        if self.fits:
+            lines.append("Estimate from arithmetic, not a measurement: compare it with the measured peak the lab logs.")
+        else:
+            lines.append(
+                f"Does not fit: {-self.free_gb:.1f} GB short. Set beta to 0 (drops the reference model), lower "
+                "vllm_gpu_memory_utilization, fewer or shorter completions, or a smaller model."
+            )
+        return "\n".join(lines)
+
+
+def estimate_memory(
+    model: str | dict | None,
+    settings: LabSettings,
+    device_total_gb: float | None = None,
+    os_reserved_gb: float | None = None,
+) -> MemoryEstimate:
+    """The lesson's five terms for `model` (None: settings.model) under `settings` on a device of
+    `device_total_gb` GB (this machine's, measured, when None)."""
+    shape = model_shape(settings.model if model is None else model)
+    dtype = _weights_dtype(settings)
+    dbytes = DTYPE_BYTES[dtype]
+    label = DTYPE_LABEL[dtype]
+    if device_total_gb is None:
+        device_total_gb, total_source = device_total_memory_gb()
+    else:
+        total_source = "given"
+    if os_reserved_gb is None:
+        os_reserved_gb = os_reserved_default_gb(device_total_gb)
+
+    params = shape.num_parameters
+    weights_gb = params * dbytes / GB
+    # One update sees per_device_train_batch_size completions; TRL also generates that many per step
+    # (steps_per_generation 1). At the lesson's settings both equal num_generations (8).
+    completions = settings.per_device_train_batch_size
+    seq_tokens = settings.max_prompt_length + settings.max_completion_length
+    terms: list[tuple[str, float, str]] = []
+
+    terms.append((f"Policy weights, {label}", weights_gb, f"{params / 1e9:.2f}B parameters x {dbytes} bytes ({shape.source})"))
+    if settings.beta > 0:
+        terms.append((f"Reference model, {label}", weights_gb, f"beta {settings.beta:g} > 0 loads a frozen copy; beta 0 drops this term"))
+
+    lora = lora_trainable_parameters(shape, settings.lora_rank, settings.lora_target_modules)
+    terms.append((
+        "Adapter, gradients and Adam states",
+        lora * ADAPTER_BYTES_PER_PARAM / GB,
+        f"{lora / 1e6:.1f}M LoRA parameters (rank {settings.lora_rank}, {settings.lora_target_modules}) x {ADAPTER_BYTES_PER_PARAM} bytes",
+    ))
+
+    kv_per_token = shape.kv_bytes_per_token(dbytes)
+    kv_gb = completions * seq_tokens * kv_per_token / GB
+    kv_note = f"{completions} sequences x {seq_tokens} tokens x {kv_per_token / 1024:g} KiB per token"
+    if settings.rollout == "vllm-colocate":
+        u = settings.vllm_gpu_memory_utilization
+        terms.append((f"vLLM allocation at a {u:g} memory fraction", u * device_total_gb, f"vllm_gpu_memory_utilization {u:g} x {device_total_gb:g} GB, whatever the model"))
+    elif settings.rollout == "vllm-server":
+        terms.append(("vLLM server (on another device)", 0.0, "server mode runs vLLM on a second card; on one shared device count its gpu_memory_utilization too"))
+    elif settings.rollout == "llamacpp":
+        terms.append(("llama-server weights and key-value cache", weights_gb + kv_gb, f"a {label} GGUF copy of the policy plus {kv_note}"))
+    else:
+        terms.append((f"Rollout key-value cache, {completions} sequences", kv_gb, kv_note))
+
+    logits_gb = completions * settings.max_completion_length * shape.vocab_size * dbytes / GB
+    update_tokens = completions * seq_tokens
+    allowance_gb = ACTIVATION_ALLOWANCE_GB * (params / 1e9) ** ACTIVATION_ALLOWANCE_EXPONENT * update_tokens / ACTIVATION_ALLOWANCE_TOKENS
+    terms.append((
+        "Logits and activations for the update",
+        logits_gb + allowance_gb,
+        f"{completions} x {settings.max_completion_length} x {shape.vocab_size} vocab x {dbytes} bytes = {logits_gb:.2f} GB of logits, "
+        f"plus {allowance_gb:.2f} GB allowance for the other activations",
+    ))
+
+    used = sum(gb for _, gb, _ in terms)
+    inputs = {
+        "model": shape.name,
+        "num_parameters": params,
+        "dtype": dtype,
+        "beta": settings.beta,
+        "lora_rank": settings.lora_rank,
+        "lora_target_modules": settings.lora_target_modules,
+        "num_generations": settings.num_generations,
+        "per_device_train_batch_size": completions,
+        "max_prompt_length": settings.max_prompt_length,
+        "max_completion_length": settings.max_completion_length,
+        "rollout": settings.rollout,
+        "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+        "device_total_gb": device_total_gb,
+        "os_reserved_gb": os_reserved_gb,
+    }
+    return MemoryEstimate(
+        model=shape.name,
+        model_source=shape.source,
+        dtype=dtype,
+        device_total_gb=device_total_gb,
+        device_total_source=total_source,
+        os_reserved_gb=os_reserved_gb,
+        terms=terms,
+        total_gb=device_total_gb,
+        free_gb=device_total_gb - used - os_reserved_gb,
+        inputs=inputs,
+    )
+
+
+def measured_peak_memory() -> dict:
+    """The peak memory this process has used, in GB, and what measured it.
+
+    CUDA/ROCm: torch.cuda.max_memory_allocated (tensors only, not the allocator's cache or vLLM's pool).
+    MPS: torch.mps.driver_allocated_memory (what the driver holds now; MPS keeps no peak).
+    Otherwise: the process's peak resident set size (ru_maxrss: KiB on Linux, bytes on macOS).
+    """
+    torch = sys.modules.get("torch")  # nothing reached an accelerator through torch unless torch is loaded
+    if torch is not None:
+        try:
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                return {"gb": torch.cuda.max_memory_allocated() / GB, "source": "torch.cuda.max_memory_allocated"}
+            if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+                return {"gb": torch.mps.driver_allocated_memory() / GB, "source": "torch.mps.driver_allocated_memory"}
+        except Exception:
+            pass
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_bytes = rss if sys.platform == "darwin" else rss * 1024
+    return {"gb": rss_bytes / GB, "source": "peak resident set size (ru_maxrss)"}
+
+
+def measured_peak_memory_gb() -> float:
+    return measured_peak_memory()["gb"]

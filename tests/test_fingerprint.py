@@ -1,0 +1,99 @@
+"""The environment fingerprint on this machine (no GPU, no nvidia-smi) and the drift lines between two."""
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from grpolab.fingerprint import PACKAGES, driver_version, environment_fingerprint, fingerprint_drift, torch_version_info
+
+ENTRYPOINT = str(Path(__file__).resolve().parents[1] / "entrypoint")
+
+
+def installed(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def test_fingerprint_on_this_machine(monkeypatch):
+    monkeypatch.setenv("GRPOLAB_LOCK_SHA256", "ab" * 32)
+    monkeypatch.setenv("GRPOLAB_TRACK", "c")
+    fp = environment_fingerprint()
+    json.dumps(fp)  # goes into the run log as is
+    assert fp["python"].startswith(f"{sys.version_info.major}.{sys.version_info.minor}")
+    assert set(fp["packages"]) == set(PACKAGES)
+    for name in PACKAGES:
+        assert fp["packages"][name] == installed(name)
+    assert fp["torch_version"] == installed("torch")
+    assert fp["lock_sha256"] == "ab" * 32 and fp["track"] == "c"
+    if fp["torch_build"] == "cpu":
+        assert fp["device_type"] == "cpu" and fp["torch_cuda"] is None
+
+
+def test_torch_build_read_without_importing_torch():
+    """On a CPU-only torch the fingerprint never imports torch (that alone takes seconds)."""
+    code = "import sys, json; from grpolab.fingerprint import environment_fingerprint as f; fp = f(); print(json.dumps([fp['torch_build'], 'torch' in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ENTRYPOINT})
+    build, imported = json.loads(out.stdout)
+    if build == "cpu":
+        assert not imported
+    info = torch_version_info()
+    if info is not None:
+        assert info["__version__"] == installed("torch")
+
+
+def test_no_nvidia_smi_no_crash(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    fp = environment_fingerprint()
+    if not Path("/sys/module/amdgpu/version").exists():
+        assert fp["driver"] is None
+
+
+def test_driver_from_nvidia_smi(monkeypatch, tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 580.95.05\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert driver_version() == ("580.95.05", "nvidia-smi")
+
+
+def fp(**changes):
+    base = {
+        "python": "3.12.3", "torch_version": "2.13.0", "torch_build": "cuda", "torch_cuda": "13.0", "torch_hip": None, "driver": "580.1",
+        "device_arch": "sm_121", "lock_sha256": "a" * 64, "device_name": "NVIDIA GB10",
+        "packages": {"torch": "2.13.0", "trl": "1.16.0", "vllm": None},
+    }
+    pkgs = changes.pop("packages", {})
+    return {**base, **changes, "packages": {**base["packages"], **pkgs}}
+
+
+def test_drift_lines():
+    assert fingerprint_drift(fp(), fp()) == []
+    lines = fingerprint_drift(fp(), fp(torch_version="2.14.1", driver="590.2", packages={"torch": "2.14.1", "vllm": "0.30.0"}))
+    assert lines == ["torch 2.13.0 -> 2.14.1", "driver 580.1 -> 590.2", "vllm absent -> 0.30.0"]
+    # An older record without torch_version still reports torch, from its package list.
+    old = fp()
+    del old["torch_version"]
+    assert fingerprint_drift(old, fp(torch_version="2.14.1", packages={"torch": "2.14.1"})) == ["torch 2.13.0 -> 2.14.1"]
+    assert fingerprint_drift(fp(), fp(torch_build="hip", torch_cuda=None)) == ["torch build cuda -> hip", "torch CUDA 13.0 -> absent"]
+    assert fingerprint_drift(fp(), fp(lock_sha256="b" * 64)) == ["lock sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb"]
+
+
+def test_drift_ignores_what_does_not_matter_and_what_was_never_recorded():
+    assert fingerprint_drift(fp(), fp(device_name="another name", platform="x")) == []
+    old = fp()
+    del old["driver"]
+    assert fingerprint_drift(old, fp(driver="590.2")) == []
+    assert fingerprint_drift(None, fp()) == []
+
+
+def test_drift_against_this_machine():
+    now = environment_fingerprint()
+    assert fingerprint_drift(now, environment_fingerprint()) == []
+    old = json.loads(json.dumps(now))
+    old["packages"]["trl"] = "1.15.0"
+    assert fingerprint_drift(old, now) == [f"trl 1.15.0 -> {now['packages']['trl'] or 'absent'}"]

@@ -1,0 +1,55 @@
+"""A short lab run on the CPU with the tiny model, for real, and the smoke-before-lab drift check."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from grpolab.lab import smoke_needed
+from grpolab.runlog import append_run, read_runs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_short_lab_run_logs_everything_and_plots(tiny_model_env, tmp_path):
+    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "grpolab", "lab", "--track", "c", "--max-steps", "6", "--logging-steps", "2", "--heldout-size", "40", "--train-size", "200"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    out = result.stdout
+    # No smoke test had passed in this runs/ folder: the lab ran one first.
+    assert "running the smoke test first: no smoke test has passed" in out
+    assert "max_steps" in out and "reward_weights" in out  # settings printed in full
+    smoke_run, lab_run = read_runs(tmp_path / "runlog.jsonl")
+    assert smoke_run["kind"] == "smoke" and smoke_run["status"] == "passed"
+    assert lab_run["kind"] == "lab" and lab_run["status"] == "passed" and lab_run["track"] == "c"
+    assert 0 <= lab_run["pass_at_1_before"] <= 1 and 0 <= lab_run["pass_at_1_after"] <= 1
+    assert [s["step"] for s in lab_run["steps"]] == [2, 4, 6]
+    assert set(lab_run["time_split_s_per_step"]) == {"generation", "reward", "update"}
+    assert lab_run["time_split_s_per_step"]["generation"] > 0
+    assert lab_run["peak_memory_gb_measured"] > 0 and lab_run["peak_memory_gb_predicted"] > 0
+    assert lab_run["rollout"]["path"] == "inprocess" and lab_run["rollout"]["stale"] is False
+    assert lab_run["first_reward"] is not None and lab_run["seconds_per_step"] > 0
+    plot = Path(lab_run["plot"])
+    assert plot.exists() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (Path(lab_run["adapter"]) / "adapter_config.json").exists()
+    assert "summary" in out and "pass@1" in out
+
+
+def test_smoke_needed_follows_the_fingerprint(tmp_path):
+    from grpolab.fingerprint import environment_fingerprint
+
+    log = tmp_path / "runlog.jsonl"
+    assert smoke_needed("auto", log) == ["no smoke test has passed in this environment yet"]
+    assert smoke_needed("never", log) == []
+    current = environment_fingerprint()
+    append_run({"kind": "smoke", "status": "passed", "fingerprint": current}, log)
+    assert smoke_needed("auto", log) == []
+    assert smoke_needed("always", log)
+    changed = json.loads(json.dumps(current))
+    changed["torch_version"] = "0.0.1"
+    append_run({"kind": "smoke", "status": "passed", "fingerprint": changed}, log)
+    reasons = smoke_needed("auto", log)
+    assert reasons and any("torch" in reason for reason in reasons)

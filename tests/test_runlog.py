@@ -1,0 +1,102 @@
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grpolab.errors import LayerFailure
+from grpolab.run import recorded_run
+from grpolab.runlog import append_run, last_passing_smoke, read_runs
+from grpolab.settings import LabSettings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _writer(path, index):
+    for n in range(50):
+        append_run({"writer": index, "n": n, "padding": "x" * 5000}, path)
+
+
+def test_concurrent_writers_never_interleave(tmp_path):
+    path = tmp_path / "runlog.jsonl"
+    processes = [multiprocessing.Process(target=_writer, args=(path, i)) for i in range(4)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join()
+    lines = path.read_text().splitlines()
+    assert len(lines) == 200
+    assert sorted((r["writer"], r["n"]) for r in map(json.loads, lines)) == [(w, n) for w in range(4) for n in range(50)]
+
+
+def test_line_after_a_torn_line_starts_on_its_own(tmp_path):
+    path = tmp_path / "runlog.jsonl"
+    path.write_text('{"kind": "smoke", "status": "pass')  # a writer killed by SIGKILL mid-line
+    append_run({"kind": "smoke", "status": "passed"}, path)
+    assert read_runs(path) == [{"kind": "smoke", "status": "passed"}]
+    assert last_passing_smoke(path) == {"kind": "smoke", "status": "passed"}
+
+
+def test_unserialisable_record_leaves_the_log_untouched(tmp_path):
+    path = tmp_path / "runlog.jsonl"
+    append_run({"n": 1}, path)
+    with pytest.raises(ValueError):
+        append_run({"n": float("nan")}, path)
+    assert path.read_text() == '{"n": 1}\n'
+
+
+def test_recorded_run_logs_failures_with_their_layer(tmp_path):
+    path = tmp_path / "runlog.jsonl"
+    with pytest.raises(LayerFailure):
+        with recorded_run("smoke", LabSettings(), log_path=path, say=lambda *_: None) as record:
+            record["seen"] = True
+            raise LayerFailure("adapter", "matched nothing", "fix it")
+    (run,) = read_runs(path)
+    assert run["status"] == "failed" and run["failed_layer"] == "adapter" and run["seen"]
+    assert run["fingerprint"]["torch_version"]
+
+
+def test_recorded_run_logs_ctrl_c_as_interrupted(tmp_path):
+    path = tmp_path / "runlog.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        with recorded_run("lab", LabSettings(), log_path=path, say=lambda *_: None):
+            raise KeyboardInterrupt
+    (run,) = read_runs(path)
+    assert run["status"] == "interrupted"
+
+
+def test_unwritable_log_is_the_runlog_layer(tmp_path):
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the runs folder should be")
+    with pytest.raises(LayerFailure) as failure:
+        with recorded_run("smoke", LabSettings(), log_path=blocked / "runlog.jsonl", say=lambda *_: None):
+            pass
+    assert failure.value.layer == "runlog"
+
+
+@pytest.mark.slow
+def test_sigint_during_a_lab_run_logs_interrupted(tmp_path, tiny_model_env):
+    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "grpolab", "lab", "--track", "c", "--smoke", "never", "--max-steps", "500"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    output = ""
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        line = process.stdout.readline()
+        output += line
+        if "step " in line and "/500" in line:  # training is under way
+            break
+    process.send_signal(signal.SIGINT)
+    rest, _ = process.communicate(timeout=120)
+    output += rest
+    assert process.returncode == 130, output
+    runs = read_runs(tmp_path / "runlog.jsonl")
+    assert [r["status"] for r in runs] == ["interrupted"], output
+    assert all(line.endswith("}") for line in (tmp_path / "runlog.jsonl").read_text().splitlines())
