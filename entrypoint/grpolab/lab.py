@@ -78,7 +78,7 @@ def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=N
         train, heldout = load_lab_datasets(settings.dataset, settings.train_size, settings.heldout_size, settings.seed)
         reward_funcs, rewards_line = check_rewards(settings, train.column_names)
 
-        model_path = resolve_model_name(settings.model, progress=say)
+        model_path = resolve_model_name(settings.model)
         record["model_path"] = model_path
         estimate = estimate_memory(model_path, settings)
         record["peak_memory_gb_predicted"] = round(estimate.peak_gb, 3)

@@ -224,7 +224,7 @@ def run_smoke(settings: LabSettings, track: Track, expect_device: str | None = N
         train, _ = load_lab_datasets(settings.dataset, settings.train_size, 0, settings.seed)
         reward_funcs, rewards_line = check_rewards(settings, train.column_names)
 
-        model_path = resolve_model_name(settings.model, progress=say)
+        model_path = resolve_model_name(settings.model)
         record["model_path"] = model_path
         tokenizer = load_tokenizer(model_path)
         model = load_model(model_path, torch_dtype(settings, device_type))

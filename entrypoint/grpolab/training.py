@@ -194,6 +194,10 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
         callbacks=list(callbacks),
         rollout_func=rollout_func,
     )
+    from transformers import PrinterCallback
+
+    # Our step recorder prints one readable line per logged step; the raw log dicts would bury it.
+    trainer.remove_callback(PrinterCallback)
     return trainer
 
 
