@@ -1,0 +1,20 @@
+"""Host-side tooling: locks, images, Compose and venvs for the tracks in images/tracks.toml.
+
+Everything here runs on the user's machine (or CI), never inside an image; it knows Docker and uv, not TRL.
+`tasks.py` at the repository root is a table of contents over these modules.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The track table's reader lives with the lab (grpolab.tracks) so both sides read the same rows.
+if str(REPO / "entrypoint") not in sys.path:
+    sys.path.insert(0, str(REPO / "entrypoint"))
+
+
+class HostError(Exception):
+    """A problem the user can act on: the message says what failed and what to do next."""

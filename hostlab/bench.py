@@ -1,0 +1,97 @@
+"""`invoke bench`: wall-clock timings written as JSON under bench/ (a benchmark, not a timed test)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import REPO
+from . import engine
+from .console import say
+
+BENCH_DIR = REPO / "bench"
+
+
+def _write(kind: str, record: dict) -> Path:
+    BENCH_DIR.mkdir(exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    record = {"kind": kind, "when": stamp, "host": {"machine": platform.machine(), "cpus": _cpus()}, **record}
+    path = BENCH_DIR / f"{kind}-{stamp}.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    say(json.dumps(record, indent=2))
+    say(f"wrote {path.relative_to(REPO)}")
+    return path
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
+
+
+def _timed(cmd: list[str], **kw) -> dict:
+    say("$ " + " ".join(cmd))
+    t = time.monotonic()
+    status = subprocess.run(cmd, cwd=REPO, **kw).returncode
+    return {"command": " ".join(cmd), "seconds": round(time.monotonic() - t, 1), "exit_status": status}
+
+
+def lab_bench() -> Path:
+    """Smoke test and default lab on track c, wall clock including container (or interpreter) start-up."""
+    env_file = REPO / ".env"
+    in_container = engine.image_or_none("grpolab:c") is not None and env_file.exists() and \
+        "LAB_TRACK=c" in env_file.read_text()
+    if in_container:
+        runs = {"smoke": _timed(["docker", "compose", "run", "--rm", "-T", "smoke"]),
+                "lab": _timed(["docker", "compose", "run", "--rm", "-T", "lab", "lab", "--smoke", "never"])}
+    else:
+        from .labrun import lab_command, lab_env
+        from grpolab.tracks import get_track
+
+        env = lab_env(get_track("c"))
+        runs = {"smoke": _timed(lab_command("smoke", "c", {}, []), env=env),
+                "lab": _timed(lab_command("lab", "c", {}, ["--smoke", "never"]), env=env)}
+    return _write("lab", {"track": "c", "where": "container (docker compose run)" if in_container else "host python",
+                          "runs": runs})
+
+
+def _subset(into: Path) -> Path:
+    for name in ("entrypoint", "images", "lockfiles", "compose"):
+        shutil.copytree(REPO / name, into / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy2(REPO / "pyproject.toml", into / "pyproject.toml")
+    return into
+
+
+def build_bench() -> Path:
+    """Cold build of track c on the stand-in base (no image, no build cache), a rebuild after an
+    entrypoint/-only change, and the image's size beside the size of the installed packages."""
+    from .base import build_standin, host_arch
+    from .build import build
+
+    standin = build_standin(host_arch())
+    tag = "grpolab-bench:c"
+    client = engine.client()
+    if engine.image_or_none(tag):
+        client.images.remove(tag, force=True)
+    say("pruning the BuildKit cache (uv's download cache included) for a cold build")
+    subprocess.run(["docker", "builder", "prune", "--all", "--force"], check=True, capture_output=True)
+    with tempfile.TemporaryDirectory(prefix="grpolab-bench-") as tmp:
+        repo = _subset(Path(tmp))
+        cold = build("c", base=standin, repo=repo, tag=tag, write_env=False)
+        init = repo / "entrypoint" / "grpolab" / "__init__.py"
+        init.write_text(init.read_text() + f"\n# bench: entrypoint-only change {time.time()}\n")
+        warm = build("c", base=standin, repo=repo, tag=tag, write_env=False)
+    status, out = engine.run_in(tag, ["sh", "-c", "du -sb /opt/venv | cut -f1"])
+    packages = int(out.strip().splitlines()[-1]) if status == 0 else None
+    record = {"track": "c", "base": standin,
+              "cold_build_seconds": round(cold.seconds, 1), "rebuild_after_entrypoint_change_seconds": round(warm.seconds, 1),
+              "image_bytes": warm.size_bytes, "installed_packages_bytes": packages,
+              "targets": {"cold_build_seconds": 120, "rebuild_seconds": 15}}
+    client.images.remove(tag, force=True)
+    return _write("build", record)

