@@ -77,6 +77,9 @@ def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=N
 
         train, heldout = load_lab_datasets(settings.dataset, settings.train_size, settings.heldout_size, settings.seed)
         reward_funcs, rewards_line = check_rewards(settings, train.column_names)
+        heldout_rows = list(heldout)
+        if not heldout_rows:
+            raise LayerFailure("input", "heldout_size is 0: the lab measures pass@1 on held-out problems before and after", "set --heldout-size to 50 or more")
 
         model_path = resolve_model_name(settings.model)
         record["model_path"] = model_path
@@ -89,7 +92,6 @@ def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=N
         if device_type != "cpu":
             model.to(device_type)
         eval_tokens = settings.eval_max_new_tokens or settings.max_completion_length
-        heldout_rows = list(heldout)
         say(f"held-out pass@1 before training ({len(heldout_rows)} problems, greedy)...")
         record["pass_at_1_before"] = before = pass_at_1(model, tokenizer, heldout_rows, eval_tokens)
         say(f"  pass@1 before: {before:.3f}")

@@ -48,16 +48,17 @@ def arch_covered(arch: str, arch_list: list[str]) -> str | None:
     if not match:
         return None
     major, minor = int(match[1]), int(match[2])
+    usable = []  # (prefer native cubins over PTX, newest first)
     for entry in arch_list:
         found = re.fullmatch(r"(sm|compute)_(\d+)(\d)[a-z]?", entry)
         if not found:
             continue
         kind, entry_major, entry_minor = found[1], int(found[2]), int(found[3])
         if kind == "sm" and entry_major == major and entry_minor <= minor:
-            return entry
-        if kind == "compute" and (entry_major, entry_minor) <= (major, minor):
-            return entry
-    return None
+            usable.append(((1, entry_major, entry_minor), entry))
+        elif kind == "compute" and (entry_major, entry_minor) <= (major, minor):
+            usable.append(((0, entry_major, entry_minor), entry))
+    return max(usable)[1] if usable else None
 
 
 def check_device(track: Track, expect_device: str | None = None) -> tuple[str, str]:
