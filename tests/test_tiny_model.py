@@ -25,12 +25,6 @@ def tokenizer():
     return build_tokenizer([f"user\n{r['prompt'][0]['content']}\nassistant\n{r['answer']}\n" for r in rows])
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
-    """One real build (about a minute on two free cores); later tests reload it."""
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-qwen3", seed=0, progress=lambda line: None)
-
-
 def test_tokenizer_round_trips(tokenizer):
     for text in ["What is 40 plus 52?", "<answer>92</answer>", "Sam has 12 apples. ünïcödé ✓ 😀\n\tend", ""]:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -65,12 +59,13 @@ def test_pre_tokenizer_is_qwen2s(tokenizer):
     assert byte_level == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
 
 
-@pytest.mark.slow
-def test_build_reloads_with_auto_classes_and_answers(tiny_model_dir):
+def test_build_reloads_with_auto_classes_and_answers(tiny_model_path):
+    """The cached build (conftest's tiny_model_path: built once per cache through ensure_tiny_model)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpolab.evaluate import pass_at_1
 
+    tiny_model_dir = tiny_model_path
     assert (tiny_model_dir / "model.safetensors").is_file()
     facts = json.loads((tiny_model_dir / BUILD_FACTS_FILE).read_text())
     assert facts["seed"] == 0 and facts["steps"] > 0

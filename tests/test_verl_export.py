@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from grpolab import export_verl, rewards
 from grpolab.export_verl import MAPPING, NOT_MAPPED, ExportRefused, check_covered, export_bundle
 from grpolab.settings import LabSettings
@@ -88,7 +87,6 @@ def test_every_refusal_is_listed_at_once(tmp_path):
 
 def test_dataset_without_answer_column_is_refused(tmp_path, monkeypatch):
     import datasets
-
     from grpolab import data
 
     def no_answers(name, train_size, heldout_size, seed=0):
@@ -242,14 +240,14 @@ def test_tiny_model_travels_in_the_bundle(tiny_model_path, tmp_path):
 def verl_python() -> Path:
     """.venvs/verl-check's Python, made (or found up to date) by images/verl-check.sh."""
     venv = Path(os.environ.get("GRPOLAB_VERL_VENV", REPO / ".venvs" / "verl-check"))
-    done = subprocess.run(["bash", str(REPO / "images" / "verl-check.sh")], capture_output=True, text=True)
+    done = subprocess.run(["bash", str(REPO / "images" / "verl-check.sh")], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         pytest.skip(f"the verl check environment could not be created (images/verl-check.sh): {(done.stderr or done.stdout)[-800:]}")
     return venv / "bin" / "python"
 
 
 def run_check(verl_python: Path, bundle: Path, *args: str) -> tuple[int, dict, str]:
-    done = subprocess.run([str(verl_python), str(bundle / "check.py"), *args], capture_output=True, text=True, timeout=900,
+    done = subprocess.run([str(verl_python), str(bundle / "check.py"), *args], capture_output=True, text=True, timeout=900, check=False,
                           env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"})
     lines = done.stdout.strip().splitlines()
     report = json.loads(lines[-1]) if lines else {}
@@ -263,7 +261,8 @@ def test_bundle_passes_verl_own_checks(verl_python, tiny_model_path, tmp_path):
     status, report, stderr = run_check(verl_python, bundle, "--samples", "3")
     assert status == 0 and report["passed"], f"{report.get('error')}\n{stderr}"
     assert report["verl"] == export_verl.VERL_VERSION
-    assert report["validate"] == {"reference_model": False, "critic": False}  # beta 0: no reference model
+    # beta 0: no reference model; verl's model config reads the tiny model that travels in the bundle
+    assert report["validate"] == {"reference_model": False, "critic": False, "model_architectures": ["Qwen3ForCausalLM"]}
     assert report["rows"] == {"train": settings.train_size, "heldout": settings.heldout_size}  # no prompt dropped
     assert report["first_prompt"].startswith("<|im_start|>user\nWhat is ")  # the tiny model's chat template
     assert report["reward_function"] == f"{bundle}/reward.py:compute_score"
@@ -288,3 +287,17 @@ def test_a_misspelt_key_fails_to_compose(verl_python, hub_bundle):
     status, report, _ = run_check(verl_python, hub_bundle, "--override", "actor_rollout_ref.rollout.nn=8")
     assert status == 3 and report["failed"] == "compose"
     assert "actor_rollout_ref.rollout.nn" in report["error"]
+
+
+def test_export_command_line_refuses_and_writes(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "entrypoint")}
+    refused = subprocess.run([sys.executable, "-m", "grpolab", "export", "--engine", "openrlhf", "--out", str(tmp_path / "x")], env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "the supported engines are verl" in refused.stderr
+    assert not (tmp_path / "x").exists()
+    made = subprocess.run([sys.executable, "-m", "grpolab", "export", "--nodes", "2", "--gpus-per-node", "4", "--out", str(tmp_path / "b")], env=env, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    overrides = (tmp_path / "b" / "overrides.txt").read_text()
+    assert "trainer.nnodes=2" in overrides and "trainer.n_gpus_per_node=4" in overrides

@@ -99,6 +99,16 @@ def cmd_tiny_model(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from .export_verl import export_bundle
+
+    _, settings = settings_from(args)
+    out = args.out or f"runs/export-{args.engine}"
+    path = export_bundle(settings, out, engine=args.engine, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
+    print(f"{args.engine} bundle for {args.nodes} node(s) x {args.gpus_per_node} GPU(s): {path}\n  see {path}/README.md; launch with {path}/ray.sh head, then {path}/ray.sh submit")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .tracks import current_track_name, load_tracks
 
@@ -130,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     estimate.set_defaults(model_for_estimate=None)
     doctor = add("doctor", cmd_doctor, "A read-only report of every layer, without training.", settings=False)
     doctor.add_argument("--json", action="store_true")
+    export = add("export", cmd_export, "Write a self-contained bundle that runs this lab on a cluster engine (verl on Ray): data, reward module, launch commands, README.")
+    export.add_argument("--engine", default="verl", help="the distributed engine (supported: verl)")
+    export.add_argument("--nodes", type=int, default=1, help="machines in the Ray cluster")
+    export.add_argument("--gpus-per-node", type=int, default=1, help="GPUs on each machine")
+    export.add_argument("--out", help="an empty or new folder (default: runs/export-ENGINE)")
+    export.set_defaults(track="cluster")
     tiny = add("tiny-model", cmd_tiny_model, "Build the built-in tiny model (offline, deterministic, about a minute on 2 cores).", settings=False)
     tiny.add_argument("--out", help="build into this folder instead of the cache")
     return parser

@@ -7,7 +7,8 @@
     run.sh            the launch command (one machine, or the entrypoint `ray job submit` runs)
     ray.sh            start a Ray head, join workers, submit the job
     reward.py         our reward code, inlined, behind verl's `compute_score`
-    check.py          checks the bundle offline against the installed verl (no GPU needed)
+    check.py          checks the bundle offline against the installed verl (no GPU needed;
+                      a copy of grpolab/verl_bundle_check.py)
     data/train.parquet, data/heldout.parquet   the lab's problems in verl's format
     model/            the built-in tiny model, when the lab uses it
     settings.json     the lab settings the bundle was made from
@@ -29,9 +30,10 @@ import json
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .settings import LabSettings
 

@@ -6,7 +6,8 @@ The export copies this file into every bundle as check.py. Run it with the Pytho
 
 It does what verl's own launch does before any GPU is touched, with verl's own code:
   1. compose overrides.txt onto verl's installed ppo_trainer.yaml with Hydra (a misspelt key fails here);
-  2. run verl's config validation (verl.utils.config.validate_config, as main_ppo does);
+  2. run verl's config validation (verl.utils.config.validate_config, as main_ppo does), and, for a model
+     on local disk, build verl's model config from it (its config.json and tokenizer, not the weights);
   3. read data/*.parquet through verl's dataset class (create_rl_dataset -> RLHFDataset) with the model's
      tokenizer, dropping over-long prompts as the run would;
   4. load reward.py through verl's reward loader (load_reward_manager) and score a few completions of
@@ -70,9 +71,19 @@ def validate(config) -> dict:
             for part in section.split("."):
                 node = node[part]
             omega_conf_to_dataclass(node)
+        # A model on local disk (the tiny model travels in the bundle): verl's own model config reads its
+        # config and tokenizer (not the weights), as every worker does first.
+        model_config = None
+        if Path(os.path.expanduser(str(config.actor_rollout_ref.model.path))).is_dir():
+            from verl.workers.config import HFModelConfig
+
+            model_config = omega_conf_to_dataclass(config.actor_rollout_ref.model, dataclass_type=HFModelConfig)
     except Exception as error:
         raise CheckFailed(4, "validate", f"{type(error).__name__}: {error}") from error
-    return {"reference_model": bool(use_ref), "critic": bool(use_critic)}
+    report = {"reference_model": bool(use_ref), "critic": bool(use_critic)}
+    if model_config is not None:
+        report["model_architectures"] = list(model_config.architectures)
+    return report
 
 
 def load_tokenizer(config, tokenizer_dir: str | None):
