@@ -5,8 +5,7 @@ from contextlib import contextmanager
 
 from invoke import Exit, task
 
-from hostlab import HostError
-from grpolab.tracks import UnknownTrack
+from hostlab import HostError, UnknownTrack
 
 
 @contextmanager
@@ -19,11 +18,15 @@ def user_errors():
 
 
 # ------------------------------------------------------------------------------------------ locks
-@task(help={"track": "one track (default: every track whose lock can be made here)",
-            "check": "verify offline that each lock is current and obeys the rules; change nothing",
-            "vllm": "pin this vLLM (refused outside the range TRL declares)",
-            "instructions": "write lockfiles/<track>.README (inputs + command) for a lock made elsewhere",
-            "prove": "install each lock for its own platform into a throwaway folder (downloads GBs)"})
+@task(
+    help={
+        "track": "one track (default: every track whose lock can be made here)",
+        "check": "verify offline that each lock is current and obeys the rules; change nothing",
+        "vllm": "pin this vLLM (refused outside the range TRL declares)",
+        "instructions": "write lockfiles/<track>.README (inputs + command) for a lock made elsewhere",
+        "prove": "install each lock for its own platform into a throwaway folder (downloads GBs)",
+    }
+)
 def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False):
     """Make lockfiles/<track>.txt with uv (hashed), or --check them."""
     from hostlab import lockcli
@@ -50,11 +53,15 @@ def base(c, arch=None, force=False):
         build_standin(arch, force)
 
 
-@task(help={"track": "the track to build (default: detected from this host)",
-            "base": "build FROM this image instead of the pinned base (e.g. grpolab-base:trixie-amd64)",
-            "ca_bundle": "extra CA bundle for TLS-intercepting proxies (default: $SSL_CERT_FILE etc.)",
-            "skip_host_check": "build even though this host can't run the track (e.g. for another machine)",
-            "no_record": "don't record the image in .env (keep `docker compose` on the image it runs now)"})
+@task(
+    help={
+        "track": "the track to build (default: detected from this host)",
+        "base": "build FROM this image instead of the pinned base (e.g. grpolab-base:trixie-amd64)",
+        "ca_bundle": "extra CA bundle for TLS-intercepting proxies (default: $SSL_CERT_FILE etc.)",
+        "skip_host_check": "build even though this host can't run the track (e.g. for another machine)",
+        "no_record": "don't record the image in .env (keep `docker compose` on the image it runs now)",
+    }
+)
 def build(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False):
     """Build the track's image and record it in .env for `docker compose run lab`."""
     from hostlab.build import build as build_image
@@ -72,10 +79,26 @@ def venv(c, track="c"):
         make_venv(track)
 
 
+@task(help={"track": "the track (default: detected from this host)"})
+def up(c, track=None):
+    """The main job: build the track's image (stand-in base when no registry), then the smoke test and the lab."""
+    from hostlab.up import up as run_up
+
+    with user_errors():
+        status = run_up(track)
+    if status:
+        raise Exit(code=status)
+
+
 # ----------------------------------------------------------------------------- the lab, on the host
-LAB_HELP = {"track": "track (default: $GRPOLAB_TRACK, else c)", "model": "model id or path (or `tiny`)",
-            "rollout": "inprocess, vllm-colocate, vllm-server, llamacpp", "max_steps": "training steps",
-            "config": "TOML/JSON file of lab settings", "args": "more arguments for python -m grpolab, quoted"}
+LAB_HELP = {
+    "track": "track (default: $GRPOLAB_TRACK, else c)",
+    "model": "model id or path (or `tiny`)",
+    "rollout": "inprocess, vllm-colocate, vllm-server, llamacpp",
+    "max_steps": "training steps",
+    "config": "TOML/JSON file of lab settings",
+    "args": "more arguments for python -m grpolab, quoted",
+}
 
 
 def _lab(command, track, args, **options):

@@ -16,5 +16,8 @@ if str(REPO / "entrypoint") not in sys.path:
     sys.path.insert(0, str(REPO / "entrypoint"))
 
 
+from grpolab.tracks import UnknownTrack  # noqa: E402, F401  (re-exported: tasks report it like a HostError)
+
+
 class HostError(Exception):
     """A problem the user can act on: the message says what failed and what to do next."""

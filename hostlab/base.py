@@ -52,9 +52,11 @@ def build_standin(arch: str | None = None, force: bool = False) -> str:
         raise HostError("debootstrap is not installed: `apt-get install -y debootstrap` (Debian/Ubuntu hosts only)")
     foreign = arch != host_arch()
     if foreign and not Path(f"/proc/sys/fs/binfmt_misc/qemu-{_qemu_arch(arch)}").exists():
-        raise HostError(f"making an {arch} base on this {host_arch()} host needs QEMU user emulation: "
-                        "`apt-get install -y qemu-user-static binfmt-support` (then the qemu-"
-                        f"{_qemu_arch(arch)} binfmt entry is enabled)")
+        raise HostError(
+            f"making an {arch} base on this {host_arch()} host needs QEMU user emulation: "
+            "`apt-get install -y qemu-user-static binfmt-support` (then the qemu-"
+            f"{_qemu_arch(arch)} binfmt entry is enabled)"
+        )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"grpolab-base-{arch}-") as tmp:
         root = Path(tmp) / "rootfs"
@@ -85,18 +87,29 @@ def load_rootfs(root: Path, name: str, arch: str, workdir: Path) -> None:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     config = {
-        "architecture": arch, "os": "linux", **({"variant": "v8"} if arch == "arm64" else {}),
+        "architecture": arch,
+        "os": "linux",
+        **({"variant": "v8"} if arch == "arm64" else {}),
         "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "config": {"Cmd": ["/bin/bash"], "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-                   "Labels": {"io.grpolab.stand-in": f"{SUITE}-{arch}"}},
+        "config": {
+            "Cmd": ["/bin/bash"],
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "Labels": {"io.grpolab.stand-in": f"{SUITE}-{arch}"},
+        },
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{digest.hexdigest()}"]},
-        "history": [{"created_by": f"debootstrap --variant=minbase --include={','.join(PACKAGES)} {SUITE} (grpolab stand-in)"}],
+        "history": [
+            {"created_by": f"debootstrap --variant=minbase --include={','.join(PACKAGES)} {SUITE} (grpolab stand-in)"}
+        ],
     }
     archive = workdir / "image.tar"
     with tarfile.open(archive, "w") as tar:
-        for member, data in (("config.json", json.dumps(config).encode()),
-                             ("manifest.json", json.dumps([{"Config": "config.json", "RepoTags": [name],
-                                                            "Layers": ["layer.tar"]}]).encode())):
+        for member, data in (
+            ("config.json", json.dumps(config).encode()),
+            (
+                "manifest.json",
+                json.dumps([{"Config": "config.json", "RepoTags": [name], "Layers": ["layer.tar"]}]).encode(),
+            ),
+        ):
             info = tarfile.TarInfo(member)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))

@@ -11,8 +11,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import REPO
-from . import engine
+from . import REPO, engine
 from .console import say
 
 BENCH_DIR = REPO / "bench"
@@ -45,20 +44,28 @@ def _timed(cmd: list[str], **kw) -> dict:
 def lab_bench() -> Path:
     """Smoke test and default lab on track c, wall clock including container (or interpreter) start-up."""
     env_file = REPO / ".env"
-    in_container = engine.image_or_none("grpolab:c") is not None and env_file.exists() and \
-        "LAB_TRACK=c" in env_file.read_text()
+    in_container = (
+        engine.image_or_none("grpolab:c") is not None and env_file.exists() and "LAB_TRACK=c" in env_file.read_text()
+    )
     if in_container:
-        runs = {"smoke": _timed(["docker", "compose", "run", "--rm", "-T", "smoke"]),
-                "lab": _timed(["docker", "compose", "run", "--rm", "-T", "lab", "lab", "--smoke", "never"])}
+        runs = {
+            "smoke": _timed(["docker", "compose", "run", "--rm", "-T", "smoke"]),
+            "lab": _timed(["docker", "compose", "run", "--rm", "-T", "lab", "lab", "--smoke", "never"]),
+        }
     else:
-        from .labrun import lab_command, lab_env
         from grpolab.tracks import get_track
 
+        from .labrun import lab_command, lab_env
+
         env = lab_env(get_track("c"))
-        runs = {"smoke": _timed(lab_command("smoke", "c", {}, []), env=env),
-                "lab": _timed(lab_command("lab", "c", {}, ["--smoke", "never"]), env=env)}
-    return _write("lab", {"track": "c", "where": "container (docker compose run)" if in_container else "host python",
-                          "runs": runs})
+        runs = {
+            "smoke": _timed(lab_command("smoke", "c", {}, []), env=env),
+            "lab": _timed(lab_command("lab", "c", {}, ["--smoke", "never"]), env=env),
+        }
+    return _write(
+        "lab",
+        {"track": "c", "where": "container (docker compose run)" if in_container else "host python", "runs": runs},
+    )
 
 
 def _subset(into: Path) -> Path:
@@ -89,9 +96,14 @@ def build_bench() -> Path:
         warm = build("c", base=standin, repo=repo, tag=tag, write_env=False)
     status, out = engine.run_in(tag, ["sh", "-c", "du -sb /opt/venv | cut -f1"])
     packages = int(out.strip().splitlines()[-1]) if status == 0 else None
-    record = {"track": "c", "base": standin,
-              "cold_build_seconds": round(cold.seconds, 1), "rebuild_after_entrypoint_change_seconds": round(warm.seconds, 1),
-              "image_bytes": warm.size_bytes, "installed_packages_bytes": packages,
-              "targets": {"cold_build_seconds": 120, "rebuild_seconds": 15}}
+    record = {
+        "track": "c",
+        "base": standin,
+        "cold_build_seconds": round(cold.seconds, 1),
+        "rebuild_after_entrypoint_change_seconds": round(warm.seconds, 1),
+        "image_bytes": warm.size_bytes,
+        "installed_packages_bytes": packages,
+        "targets": {"cold_build_seconds": 120, "rebuild_seconds": 15},
+    }
     client.images.remove(tag, force=True)
     return _write("build", record)

@@ -13,13 +13,12 @@ from pathlib import Path
 
 from grpolab.tracks import Track, get_track
 
-from . import REPO, HostError
-from . import engine
+from . import REPO, HostError, engine
 from .base import standin_name
 from .compose import compose_env, write_env_file
 from .console import say, stream, warn
 from .detect import HostFacts, detect_track, host_problems
-from .locks import LOCK_DIR, check_lock, lock_path, lock_sha256
+from .locks import check_lock, lock_path, lock_sha256
 
 CA_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 
@@ -36,9 +35,11 @@ class BuildResult:
     labels: dict = field(default_factory=dict)
 
     def summary(self) -> str:
-        return (f"built {self.image} (track {self.track}) in {self.seconds:.0f} s: {self.size_bytes / 1e9:.2f} GB, "
-                f"lock sha256 {self.lock_sha256[:16]}..., base {self.base}"
-                + (f" @ {self.base_digest}" if self.base_digest else ""))
+        return (
+            f"built {self.image} (track {self.track}) in {self.seconds:.0f} s: {self.size_bytes / 1e9:.2f} GB, "
+            f"lock sha256 {self.lock_sha256[:16]}..., base {self.base}"
+            + (f" @ {self.base_digest}" if self.base_digest else "")
+        )
 
 
 def image_name(track: Track) -> str:
@@ -81,8 +82,10 @@ def choose_base(track: Track, override: str | None) -> tuple[str, str]:
         return override, _digest_of(override, image)
     pinned = track.base_image
     if "@sha256:" not in pinned:
-        warn(f"track {track.name}'s base image {pinned} is not pinned by digest in images/tracks.toml: builds "
-             "may differ from one day to the next")
+        warn(
+            f"track {track.name}'s base image {pinned} is not pinned by digest in images/tracks.toml: builds "
+            "may differ from one day to the next"
+        )
     image = engine.image_or_none(pinned)
     if image is None:
         say(f"pulling {pinned} ...")
@@ -93,9 +96,11 @@ def choose_base(track: Track, override: str | None) -> tuple[str, str]:
             standin = standin_name(arch)
             hint = f"`invoke base{'' if arch == 'amd64' else ' --arch ' + arch}`"
             if engine.image_or_none(standin) is None:
-                raise HostError(f"cannot pull the base image {pinned} ({reason}). Where no registry is reachable, "
-                                f"build the stand-in base with {hint}, then `invoke build --track {track.name} "
-                                f"--base {standin}`")
+                raise HostError(
+                    f"cannot pull the base image {pinned} ({reason}). Where no registry is reachable, "
+                    f"build the stand-in base with {hint}, then `invoke build --track {track.name} "
+                    f"--base {standin}`"
+                )
             warn(f"cannot pull {pinned} ({reason}); building on the stand-in base {standin} instead (made by {hint})")
             return standin, _digest_of(standin, engine.image_or_none(standin))
     return pinned, _digest_of(pinned, image)
@@ -111,9 +116,11 @@ def _digest_of(name: str, image) -> str:
 def check_base_python(base: str, track: Track) -> None:
     status, out = engine.run_in(base, ["sh", "-c", f"command -v python{track.python}"], track.platform)
     if status != 0:
-        raise HostError(f"base image {base} has no python{track.python}, which track {track.name} needs "
-                        f"({out.strip() or 'not found'}): use a base that ships it (python:{track.python}-slim-trixie), "
-                        "or the stand-in from `invoke base`")
+        raise HostError(
+            f"base image {base} has no python{track.python}, which track {track.name} needs "
+            f"({out.strip() or 'not found'}): use a base that ships it (python:{track.python}-slim-trixie), "
+            "or the stand-in from `invoke base`"
+        )
 
 
 def track_env_file(track: Track) -> str:
@@ -134,8 +141,9 @@ def stage_context(track: Track, repo: Path, into: Path) -> Path:
 
 
 def git_revision(repo: Path) -> str:
-    out = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=40"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=40"], capture_output=True, text=True
+    )
     return out.stdout.strip() or "unknown"
 
 
@@ -144,16 +152,25 @@ def explain_failure(tail: list[str], track: Track) -> str:
     m = re.search(r"[Hh]ash mismatch for `?([A-Za-z0-9._-]+)(?:==([^\s`]+))?", text)
     if m:
         pkg = m.group(1) + (f"=={m.group(2)}" if m.group(2) else "")
-        return (f"the build failed: {pkg}'s file does not match any hash in lockfiles/{track.name}.txt (the lock was "
-                f"tampered with, or the index serves a different file). Re-make it: `invoke lock --track {track.name}`")
+        return (
+            f"the build failed: {pkg}'s file does not match any hash in lockfiles/{track.name}.txt (the lock was "
+            f"tampered with, or the index serves a different file). Re-make it: `invoke lock --track {track.name}`"
+        )
     errors = [line for line in tail if "ERROR" in line or "error:" in line]
     detail = "\n".join(errors[-6:]) or "\n".join(tail[-10:])
     return f"the image build for track {track.name} failed:\n{detail}"
 
 
-def build(track_name: str | None = None, base: str | None = None, ca_bundle: str | None = None,
-          repo: Path = REPO, skip_host_check: bool = False, tag: str | None = None,
-          write_env: bool = True, build_args: dict[str, str] | None = None) -> BuildResult:
+def build(
+    track_name: str | None = None,
+    base: str | None = None,
+    ca_bundle: str | None = None,
+    repo: Path = REPO,
+    skip_host_check: bool = False,
+    tag: str | None = None,
+    write_env: bool = True,
+    build_args: dict[str, str] | None = None,
+) -> BuildResult:
     started = time.monotonic()
     track = resolve_track(track_name)
     if not track.is_container:
@@ -169,8 +186,9 @@ def build(track_name: str | None = None, base: str | None = None, ca_bundle: str
     if not skip_host_check:
         problems = host_problems(track, engine_runtimes=engine.runtimes())
         if problems:
-            raise HostError("\n".join(problems) + "\n(to build the image anyway, e.g. for another machine: "
-                            "--skip-host-check)")
+            raise HostError(
+                "\n".join(problems) + "\n(to build the image anyway, e.g. for another machine: --skip-host-check)"
+            )
     base_image, base_digest = choose_base(track, base)
     check_base_python(base_image, track)
     ca = ca_bundle_path(ca_bundle)
@@ -178,9 +196,16 @@ def build(track_name: str | None = None, base: str | None = None, ca_bundle: str
     sha = lock_sha256(lock)
     image = tag or image_name(track)
     cli = engine.build_cli()
-    args = {"TRACK": track.name, "PYTHON_VERSION": track.python, "BASE_IMAGE": base_image, "BASE_DIGEST": base_digest,
-            "LOCK_SHA256": sha, "GIT_REVISION": git_revision(repo), "TRACK_ENV": track_env_file(track),
-            **(build_args or {})}
+    args = {
+        "TRACK": track.name,
+        "PYTHON_VERSION": track.python,
+        "BASE_IMAGE": base_image,
+        "BASE_DIGEST": base_digest,
+        "LOCK_SHA256": sha,
+        "GIT_REVISION": git_revision(repo),
+        "TRACK_ENV": track_env_file(track),
+        **(build_args or {}),
+    }
     cmd = list(cli.argv) + ["--file", str(repo / "images" / "Dockerfile"), "--tag", image, "--platform", track.platform]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
@@ -193,9 +218,16 @@ def build(track_name: str | None = None, base: str | None = None, ca_bundle: str
     if status != 0:
         raise HostError(explain_failure(tail, track))
     built = engine.image_or_none(image)
-    result = BuildResult(image=image, track=track.name, size_bytes=int(built.attrs.get("Size", 0)), lock_sha256=sha,
-                         seconds=time.monotonic() - started, base=base_image, base_digest=base_digest,
-                         labels=dict(built.labels))
+    result = BuildResult(
+        image=image,
+        track=track.name,
+        size_bytes=int(built.attrs.get("Size", 0)),
+        lock_sha256=sha,
+        seconds=time.monotonic() - started,
+        base=base_image,
+        base_digest=base_digest,
+        labels=dict(built.labels),
+    )
     if write_env:
         env_path = write_env_file(compose_env(track, image, ca, repo), repo / ".env")
         (repo / "runs").mkdir(exist_ok=True)  # made by us, so owned by the host user, before Docker would

@@ -24,6 +24,7 @@ def _step(name: str, timings: dict):
             timings[name] = round(time.monotonic() - self.t, 1)
             if exc[0] is None:
                 say(f"=== {name}: ok in {timings[name]} s")
+
     return _Timer()
 
 
@@ -47,8 +48,10 @@ def compose_run_lab(track: str = "c") -> dict:
         raise HostError(f"`docker compose run lab` exited 0 but wrote no line to {log}")
     last = runs[-1]
     if last.get("status") != "passed" or last.get("track") != track:
-        raise HostError(f"the run-log line of that run says status {last.get('status')!r}, track {last.get('track')!r} "
-                        f"(expected passed, {track}): {last}")
+        raise HostError(
+            f"the run-log line of that run says status {last.get('status')!r}, track {last.get('track')!r} "
+            f"(expected passed, {track}): {last}"
+        )
     say(f"run log: {len(runs)} new line(s), last: kind {last.get('kind')}, status passed, track {track}")
     return last
 

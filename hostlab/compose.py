@@ -29,11 +29,17 @@ def compose_files(track: Track, ca_bundle: Path | None = None, repo: Path = REPO
     return files
 
 
-def compose_env(track: Track, image: str, ca_bundle: Path | None = None, repo: Path = REPO,
-                uid_gid: tuple[int, int] | None = None) -> dict[str, str]:
+def compose_env(
+    track: Track, image: str, ca_bundle: Path | None = None, repo: Path = REPO, uid_gid: tuple[int, int] | None = None
+) -> dict[str, str]:
     uid, gid = uid_gid or host_user_ids()
-    env = {"COMPOSE_FILE": ":".join(compose_files(track, ca_bundle, repo)), "LAB_IMAGE": image,
-           "LAB_TRACK": track.name, "LAB_UID": str(uid), "LAB_GID": str(gid)}
+    env = {
+        "COMPOSE_FILE": ":".join(compose_files(track, ca_bundle, repo)),
+        "LAB_IMAGE": image,
+        "LAB_TRACK": track.name,
+        "LAB_UID": str(uid),
+        "LAB_GID": str(gid),
+    }
     if track.device_access == "rocm":
         env.update(device_gids())
     if ca_bundle:

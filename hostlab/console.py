@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
@@ -18,28 +17,33 @@ def warn(message: str) -> None:
     print(f"WARNING: {message}", file=sys.stderr, flush=True)
 
 
-def run(cmd: list[str], *, env: dict | None = None, cwd: Path | None = None, check: bool = True,
-        capture: bool = False) -> subprocess.CompletedProcess:
+def run(
+    cmd: list[str], *, env: dict | None = None, cwd: Path | None = None, check: bool = True, capture: bool = False
+) -> subprocess.CompletedProcess:
     """Run a command, echoing it first; `capture` returns its output instead of showing it."""
     say("$ " + shlex.join(str(c) for c in cmd))
-    return subprocess.run([str(c) for c in cmd], env=env, cwd=cwd, check=check, text=True,
-                          capture_output=capture)
+    return subprocess.run([str(c) for c in cmd], env=env, cwd=cwd, check=check, text=True, capture_output=capture)
 
 
-def stream(cmd: list[str], *, env: dict | None = None, cwd: Path | None = None,
-           keep_lines: int = 400) -> tuple[int, list[str]]:
+def stream(
+    cmd: list[str], *, env: dict | None = None, cwd: Path | None = None, keep_lines: int = 400
+) -> tuple[int, list[str]]:
     """Run a command showing its output live; return its exit status and its last `keep_lines` lines."""
     say("$ " + shlex.join(str(c) for c in cmd))
     tail: deque[str] = deque(maxlen=keep_lines)
-    proc = subprocess.Popen([str(c) for c in cmd], env=env, cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+    proc = subprocess.Popen(
+        [str(c) for c in cmd],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
         tail.append(line.rstrip("\n"))
     return proc.wait(), list(tail)
-
-
-def env_with(**extra: str) -> dict[str, str]:
-    return {**os.environ, **extra}

@@ -30,12 +30,14 @@ def client():
         raise HostError(
             f"the Docker engine is not reachable at {where} ({_short(err)}). Start it (`sudo systemctl start docker`, "
             "or `dockerd &` where there is no systemd; Docker Desktop on macOS/Windows), check DOCKER_HOST, "
-            "and that your user may use it (`docker info`).") from None
+            "and that your user may use it (`docker info`)."
+        ) from None
 
 
 def _short(err: Exception) -> str:
-    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    return text[:200]
+    text = getattr(err, "explanation", None) or str(err)
+    text = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return text[:300]
 
 
 def runtimes() -> set[str]:
@@ -97,7 +99,8 @@ def run_in(image: str, command: list[str], platform: str | None = None) -> tuple
 @dataclass(frozen=True)
 class BuildCli:
     """How to run a BuildKit build with the docker CLI found on this machine."""
-    argv: tuple[str, ...]   # e.g. ("docker", "buildx", "build") or ("/usr/bin/docker", "build")
+
+    argv: tuple[str, ...]  # e.g. ("docker", "buildx", "build") or ("/usr/bin/docker", "build")
     env: tuple[tuple[str, str], ...]
 
 
@@ -119,5 +122,7 @@ def build_cli() -> BuildCli:
         m = re.match(r"(\d+)\.", out.stdout.strip())
         if m and int(m.group(1)) < 23:
             return BuildCli((path, "build"), (("DOCKER_BUILDKIT", "1"),))
-    raise HostError(f"the docker CLI ({', '.join(candidates)}) has no buildx plugin, which BuildKit builds need: "
-                    "install docker-buildx (Docker's docker-buildx-plugin package, or Debian's docker-buildx)")
+    raise HostError(
+        f"the docker CLI ({', '.join(candidates)}) has no buildx plugin, which BuildKit builds need: "
+        "install docker-buildx (Docker's docker-buildx-plugin package, or Debian's docker-buildx)"
+    )

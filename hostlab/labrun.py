@@ -12,7 +12,7 @@ from pathlib import Path
 from grpolab.tracks import Track, current_track_name, get_track
 
 from . import REPO, HostError
-from .console import run, say
+from .console import say
 from .locks import check_lock, lock_path, lock_sha256, platform_env
 
 VENVS = REPO / ".venvs"
@@ -27,6 +27,26 @@ def venv_python(track: Track) -> Path:
     return venv_dir(track) / "bin" / "python"
 
 
+def find_python(version: str) -> str:
+    """An interpreter for `version`: what uv finds (or downloads), else pyenv's or Homebrew's installs."""
+    proc = subprocess.run(
+        ["uv", "python", "find", version],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+    )
+    if proc.returncode == 0 and proc.stdout.strip():
+        return proc.stdout.strip()
+    for pattern in (f".pyenv/versions/{version}*/bin/python{version}",):
+        found = sorted(Path.home().glob(pattern), reverse=True)
+        if found:
+            return str(found[0])
+    for path in (f"/opt/homebrew/bin/python{version}", f"/usr/local/bin/python{version}", f"/usr/bin/python{version}"):
+        if Path(path).exists():
+            return path
+    return version  # let uv try to download it (needs GitHub); its error is then shown
+
+
 def make_venv(track_name: str) -> Path:
     """A native virtual environment from the track's lock, with uv (hash-checked)."""
     track = get_track(track_name)
@@ -36,23 +56,40 @@ def make_venv(track_name: str) -> Path:
         raise HostError("\n".join(blocking))
     started = time.monotonic()
     path = venv_dir(track)
-    env = {**os.environ, **platform_env(track), "UV_PYTHON_DOWNLOADS": os.environ.get("UV_PYTHON_DOWNLOADS", "automatic")}
-    run(["uv", "venv", "--python", track.python, "--allow-existing", str(path)], env=env)
-    proc = subprocess.run(["uv", "pip", "sync", "--python", str(venv_python(track)), "--require-hashes",
-                           str(lock_path(track))], env=env)
+    env = {
+        **os.environ,
+        **platform_env(track),
+        "UV_PYTHON_DOWNLOADS": os.environ.get("UV_PYTHON_DOWNLOADS", "automatic"),
+    }
+    made = subprocess.run(["uv", "venv", "--python", find_python(track.python), "--allow-existing", str(path)], env=env)
+    if made.returncode != 0:
+        raise HostError(
+            f"track {track.name} needs Python {track.python} and none was found or downloadable: install it "
+            f"(`uv python install {track.python}`, `brew install python@{track.python}`, pyenv), then retry"
+        )
+    proc = subprocess.run(
+        ["uv", "pip", "sync", "--python", str(venv_python(track)), "--require-hashes", str(lock_path(track))], env=env
+    )
     if proc.returncode != 0:
-        raise HostError(f"installing lockfiles/{track.name}.txt into {path} failed (see above). On a platform other "
-                        f"than {track.uv_platform} the lock's wheels don't fit: pick the track for this machine.")
+        raise HostError(
+            f"installing lockfiles/{track.name}.txt into {path} failed (see above). On a platform other "
+            f"than {track.uv_platform} the lock's wheels don't fit: pick the track for this machine."
+        )
     (path / VENV_RECORD).write_text(json.dumps({"track": track.name, "lock_sha256": lock_sha256(lock_path(track))}))
-    say(f"venv for track {track.name} ready at {path.relative_to(REPO)} in {time.monotonic() - started:.0f} s; "
-        f"`invoke smoke --track {track.name}` uses it")
+    say(
+        f"venv for track {track.name} ready at {path.relative_to(REPO)} in {time.monotonic() - started:.0f} s; "
+        f"`invoke smoke --track {track.name}` uses it"
+    )
     return path
 
 
 def lab_env(track: Track) -> dict[str, str]:
     """What an image would set, for a host run: the track, its lock's hash, its runtime env, the code path."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "entrypoint"), os.environ.get("PYTHONPATH")])),
-           "GRPOLAB_TRACK": track.name}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "entrypoint"), os.environ.get("PYTHONPATH")])),
+        "GRPOLAB_TRACK": track.name,
+    }
     record = venv_dir(track) / VENV_RECORD
     if record.exists():
         env["GRPOLAB_LOCK_SHA256"] = json.loads(record.read_text())["lock_sha256"]
@@ -72,7 +109,9 @@ def lab_command(command: str, track_name: str | None, options: dict[str, object]
     return argv + extra
 
 
-def run_lab(command: str, track_name: str | None = None, options: dict | None = None, extra: list[str] | None = None) -> int:
+def run_lab(
+    command: str, track_name: str | None = None, options: dict | None = None, extra: list[str] | None = None
+) -> int:
     track = get_track(track_name or current_track_name())
     argv = lab_command(command, track.name, options or {}, extra or [])
     say("$ " + " ".join(argv))

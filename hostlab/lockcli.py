@@ -9,8 +9,18 @@ from grpolab.tracks import get_track, load_tracks
 
 from . import HostError
 from .console import say
-from .locks import (LOCK_DIR, check_lock, check_uv_lock, instructions as instructions_text, instructions_path,
-                    lock_path, make_lock, make_uv_lock, prove_installable, write_instructions)
+from .locks import (
+    LOCK_DIR,
+    check_lock,
+    check_uv_lock,
+    instructions_path,
+    lock_path,
+    make_lock,
+    make_uv_lock,
+    prove_installable,
+    write_instructions,
+)
+from .locks import instructions as instructions_text
 
 
 def _made_elsewhere(track, lock_dir=LOCK_DIR) -> bool:
@@ -47,8 +57,10 @@ def check(track_name: str | None = None, lock_dir=LOCK_DIR) -> bool:
     for track in tracks:
         if not track_name and _made_elsewhere(track, lock_dir):
             fresh = instructions_path(track, lock_dir).read_text() == instructions_text(track)
-            say(f"{track.name}: no lock yet, made elsewhere (lockfiles/{track.name}.README"
-                + (")" if fresh else " is OUT OF DATE: `invoke lock --track " + track.name + " --instructions`)"))
+            say(
+                f"{track.name}: no lock yet, made elsewhere (lockfiles/{track.name}.README"
+                + (")" if fresh else " is OUT OF DATE: `invoke lock --track " + track.name + " --instructions`)")
+            )
             ok &= fresh
             continue
         report = check_lock(track, lock_dir)
@@ -75,8 +87,10 @@ def prove(track_name: str | None) -> None:
         with tempfile.TemporaryDirectory(prefix=f"grpolab-prove-{track.name}-") as tmp:
             seconds = prove_installable(track, Path(tmp) / "site-packages")
             size = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file())
-            say(f"{track.name}: lockfiles/{track.name}.txt installs for {track.uv_platform} (Python {track.python}) "
-                f"in {seconds:.0f} s, {size / 1e9:.1f} GB")
+            say(
+                f"{track.name}: lockfiles/{track.name}.txt installs for {track.uv_platform} (Python {track.python}) "
+                f"in {seconds:.0f} s, {size / 1e9:.1f} GB"
+            )
             shutil.rmtree(tmp, ignore_errors=True)
 
 

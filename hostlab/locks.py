@@ -24,15 +24,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpolab.tracks import Track
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from grpolab.tracks import Track
-
-from . import REPO, HostError
-from . import pkgindex
+from . import REPO, HostError, pkgindex
 from .console import say
 
 LOCK_DIR = REPO / "lockfiles"
@@ -40,8 +38,22 @@ FORMAT = "grpolab-lock v1"
 # Environment a platform needs for uv to pick the right wheels. torch >= 2.12 ships only
 # macosx_14_0_arm64 wheels: without a deployment target of 14 uv quietly falls back to torch 2.11.
 PLATFORM_ENV = {"aarch64-apple-darwin": {"MACOSX_DEPLOYMENT_TARGET": "14.0"}}
-HEADER_KEYS = ("track", "python-version", "python-platform", "indexes", "environment", "inputs", "pins",
-               "trl", "trl-vllm-extra", "vllm", "vllm-torch", "uv", "command", "body-sha256")
+HEADER_KEYS = (
+    "track",
+    "python-version",
+    "python-platform",
+    "indexes",
+    "environment",
+    "inputs",
+    "pins",
+    "trl",
+    "trl-vllm-extra",
+    "vllm",
+    "vllm-torch",
+    "uv",
+    "command",
+    "body-sha256",
+)
 
 
 def lock_path(track: Track, lock_dir: Path = LOCK_DIR) -> Path:
@@ -90,8 +102,20 @@ def index_urls(track: Track) -> list[str]:
 
 
 def compile_command(track: Track, inputs_file: str, output_file: str) -> list[str]:
-    cmd = ["uv", "pip", "compile", inputs_file, "--python-platform", track.uv_platform,
-           "--python-version", track.python, "--generate-hashes", "--no-header", "--output-file", output_file]
+    cmd = [
+        "uv",
+        "pip",
+        "compile",
+        inputs_file,
+        "--python-platform",
+        track.uv_platform,
+        "--python-version",
+        track.python,
+        "--generate-hashes",
+        "--no-header",
+        "--output-file",
+        output_file,
+    ]
     for url in track.index_urls:  # earlier --index wins; PyPI stays the default index
         cmd += ["--index", url]
     if track.index_urls:  # so that `uv pip sync` of the lock looks in the same places
@@ -109,8 +133,8 @@ def display_command(track: Track) -> str:
 @dataclass
 class Lock:
     header: dict
-    packages: dict[str, str]          # canonical name -> version
-    hashes: dict[str, list[str]]      # canonical name -> sha256 hashes
+    packages: dict[str, str]  # canonical name -> version
+    hashes: dict[str, list[str]]  # canonical name -> sha256 hashes
     body: str
 
     def version(self, name: str) -> str | None:
@@ -155,8 +179,10 @@ def parse_lock(text: str) -> Lock:
 
 def render_lock(track: Track, header: dict, body: str) -> str:
     header = {**header, "body-sha256": hashlib.sha256(body.encode()).hexdigest()}
-    out = [f"# {FORMAT}: lock for track {track.name}, made by `invoke lock --track {track.name}`. Never edit it: "
-           "change the inputs (images/tracks.toml, pyproject.toml's lab extra) and re-run that command.\n"]
+    out = [
+        f"# {FORMAT}: lock for track {track.name}, made by `invoke lock --track {track.name}`. Never edit it: "
+        "change the inputs (images/tracks.toml, pyproject.toml's lab extra) and re-run that command.\n"
+    ]
     out += [f"# {k}: {json.dumps(header[k])}\n" for k in HEADER_KEYS]
     return "".join(out) + body
 
@@ -171,8 +197,13 @@ def _compile(track: Track, requirements: list[str]) -> str:
         infile, outfile = Path(tmp) / "requirements.in", Path(tmp) / "lock.txt"
         infile.write_text("\n".join(requirements) + "\n")
         cmd = compile_command(track, infile.name, str(outfile))  # relative: annotations say `-r requirements.in`
-        say("$ " + " ".join(f"{k}={v}" for k, v in platform_env(track).items()) + " " + shlex.join(cmd)
-            + f"   # inputs: {', '.join(requirements)}")
+        say(
+            "$ "
+            + " ".join(f"{k}={v}" for k, v in platform_env(track).items())
+            + " "
+            + shlex.join(cmd)
+            + f"   # inputs: {', '.join(requirements)}"
+        )
         env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", **platform_env(track)}
         proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -194,8 +225,9 @@ def vllm_range(track: Track, trl_version: str) -> SpecifierSet:
     return req.specifier
 
 
-def make_lock(track: Track, vllm: str | None = None, lock_dir: Path = LOCK_DIR,
-              pyproject: Path = REPO / "pyproject.toml") -> Path:
+def make_lock(
+    track: Track, vllm: str | None = None, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml"
+) -> Path:
     """Resolve and write lockfiles/<track>.txt; return its path."""
     inputs = lock_inputs(track, pyproject)
     if vllm and not uses_vllm(inputs):
@@ -208,9 +240,11 @@ def make_lock(track: Track, vllm: str | None = None, lock_dir: Path = LOCK_DIR,
         allowed = vllm_range(track, facts["trl"])
         if vllm is not None:
             if Version(vllm) not in allowed:
-                raise HostError(f"refusing vllm=={vllm}: trl {facts['trl']} declares vllm{allowed} for its `vllm` "
-                                "extra (its own metadata), and TRL only warns at import time outside that range, "
-                                "so a mismatch would surface mid-run. Pick a version inside the range.")
+                raise HostError(
+                    f"refusing vllm=={vllm}: trl {facts['trl']} declares vllm{allowed} for its `vllm` "
+                    "extra (its own metadata), and TRL only warns at import time outside that range, "
+                    "so a mismatch would surface mid-run. Pick a version inside the range."
+                )
             candidates = [Version(vllm)]
         else:
             candidates = [v for v in pkgindex.wheel_versions("vllm", index_urls(track)) if v in allowed]
@@ -230,20 +264,33 @@ def make_lock(track: Track, vllm: str | None = None, lock_dir: Path = LOCK_DIR,
             raise HostError(f"no vLLM in trl's range {allowed} resolves for track {track.name}:\n" + "\n".join(reasons))
         packages, _ = parse_body(body)
         torch_req = pkgindex.requirement_for(
-            pkgindex.requires_dist("vllm", resolved, index_urls(track), _machine_hint(track)), "torch",
-            pkgindex.marker_env(track.uv_platform, track.python))
+            pkgindex.requires_dist("vllm", resolved, index_urls(track), _machine_hint(track)),
+            "torch",
+            pkgindex.marker_env(track.uv_platform, track.python),
+        )
         torch = packages.get("torch")
         if torch_req is None or torch is None or Version(torch) not in torch_req.specifier:
             raise HostError(f"the lock's torch {torch} does not satisfy vllm {resolved}'s {torch_req}")
         facts.update({"trl-vllm-extra": str(allowed), "vllm": str(resolved), "vllm-torch": str(torch_req.specifier)})
-    header = {"track": track.name, "python-version": track.python, "python-platform": track.uv_platform,
-              "indexes": list(track.index_urls), "environment": platform_env(track), "inputs": inputs,
-              "pins": pins, **facts, "uv": _uv_version(), "command": display_command(track)}
+    header = {
+        "track": track.name,
+        "python-version": track.python,
+        "python-platform": track.uv_platform,
+        "indexes": list(track.index_urls),
+        "environment": platform_env(track),
+        "inputs": inputs,
+        "pins": pins,
+        **facts,
+        "uv": _uv_version(),
+        "command": display_command(track),
+    }
     path = lock_path(track, lock_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_lock(track, header, body))
-    say(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}: {len(packages)} packages, "
-        + ", ".join(f"{p} {packages[p]}" for p in ("trl", "torch", "vllm") if p in packages))
+    say(
+        f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}: {len(packages)} packages, "
+        + ", ".join(f"{p} {packages[p]}" for p in ("trl", "torch", "vllm") if p in packages)
+    )
     return path
 
 
@@ -251,8 +298,8 @@ def make_lock(track: Track, vllm: str | None = None, lock_dir: Path = LOCK_DIR,
 @dataclass
 class LockReport:
     track: str
-    problems: list[str] = field(default_factory=list)   # each a sentence naming what to do
-    hand_edited: bool = False                             # body differs from what `invoke lock` wrote
+    problems: list[str] = field(default_factory=list)  # each a sentence naming what to do
+    hand_edited: bool = False  # body differs from what `invoke lock` wrote
     note: str = ""
 
     @property
@@ -264,9 +311,11 @@ def missing_lock_message(track: Track, lock_dir: Path = LOCK_DIR) -> str:
     msg = f"lockfiles/{track.name}.txt does not exist: run `invoke lock --track {track.name}`"
     if instructions_path(track, lock_dir).exists():
         indexes = ", ".join(track.index_urls) or "its indexes"
-        msg = (f"track {track.name} has no lock yet (lockfiles/{track.name}.txt). It can only be made on a machine "
-               f"that reaches {indexes}: follow lockfiles/{track.name}.README (exact inputs and command), then "
-               f"commit lockfiles/{track.name}.txt.")
+        msg = (
+            f"track {track.name} has no lock yet (lockfiles/{track.name}.txt). It can only be made on a machine "
+            f"that reaches {indexes}: follow lockfiles/{track.name}.README (exact inputs and command), then "
+            f"commit lockfiles/{track.name}.txt."
+        )
     return msg
 
 
@@ -284,17 +333,25 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
         report.problems.append(f"{path.name} is not a lock made by `invoke lock`: {err}; {redo}")
         return report
     h = lock.header
-    expected = {"track": track.name, "python-version": track.python, "python-platform": track.uv_platform,
-                "indexes": list(track.index_urls), "environment": platform_env(track),
-                "inputs": lock_inputs(track, pyproject)}
+    expected = {
+        "track": track.name,
+        "python-version": track.python,
+        "python-platform": track.uv_platform,
+        "indexes": list(track.index_urls),
+        "environment": platform_env(track),
+        "inputs": lock_inputs(track, pyproject),
+    }
     for key, want in expected.items():
         if h[key] != want:
-            report.problems.append(f"{path.name} is stale: it was made for {key} {h[key]!r}, the track now says "
-                                   f"{want!r}; {redo}")
+            report.problems.append(
+                f"{path.name} is stale: it was made for {key} {h[key]!r}, the track now says {want!r}; {redo}"
+            )
     if hashlib.sha256(lock.body.encode()).hexdigest() != h["body-sha256"]:
         report.hand_edited = True
-        report.problems.append(f"{path.name} was changed after `invoke lock` wrote it (its body no longer matches "
-                               f"the sha256 in its header): tampered or hand-edited; {redo}")
+        report.problems.append(
+            f"{path.name} was changed after `invoke lock` wrote it (its body no longer matches "
+            f"the sha256 in its header): tampered or hand-edited; {redo}"
+        )
     unhashed = sorted(n for n, hs in lock.hashes.items() if not hs)
     if unhashed:
         report.problems.append(f"{path.name} has packages without hashes ({', '.join(unhashed)}); {redo}")
@@ -306,15 +363,19 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
             report.problems.append(f"{path.name} has no vllm although the track's inputs ask for it; {redo}")
         else:
             if Version(v) not in SpecifierSet(h["trl-vllm-extra"]):
-                report.problems.append(f"{path.name} pins vllm {v}, outside trl {h['trl']}'s declared "
-                                       f"vllm{h['trl-vllm-extra']}; {redo}")
+                report.problems.append(
+                    f"{path.name} pins vllm {v}, outside trl {h['trl']}'s declared vllm{h['trl-vllm-extra']}; {redo}"
+                )
             if v != h["vllm"]:
                 report.problems.append(f"{path.name} pins vllm {v} but its header says {h['vllm']}; {redo}")
             if not torch or Version(torch) not in SpecifierSet(h["vllm-torch"]):
-                report.problems.append(f"{path.name} pins torch {torch}, not what vllm {v} pins "
-                                       f"(torch{h['vllm-torch']}); {redo}")
-    report.note = ", ".join([f"{p} {lock.version(p)}" for p in ("trl", "torch", "vllm") if lock.version(p)]
-                            + [f"{len(lock.packages)} packages"])
+                report.problems.append(
+                    f"{path.name} pins torch {torch}, not what vllm {v} pins (torch{h['vllm-torch']}); {redo}"
+                )
+    report.note = ", ".join(
+        [f"{p} {lock.version(p)}" for p in ("trl", "torch", "vllm") if lock.version(p)]
+        + [f"{len(lock.packages)} packages"]
+    )
     return report
 
 
@@ -331,14 +392,25 @@ def make_uv_lock(lock_dir: Path = LOCK_DIR) -> Path:
     version = _uv_version().split()[1]
     with tempfile.TemporaryDirectory(prefix="grpolab-lock-") as tmp:
         Path(tmp, "requirements.in").write_text(f"uv=={version}\n")
-        cmd = ["uv", "pip", "compile", "requirements.in", "--universal", "--generate-hashes", "--no-header",
-               "--output-file", "uv.txt"]
+        cmd = [
+            "uv",
+            "pip",
+            "compile",
+            "requirements.in",
+            "--universal",
+            "--generate-hashes",
+            "--no-header",
+            "--output-file",
+            "uv.txt",
+        ]
         say("$ " + shlex.join(cmd))
         subprocess.run(cmd, cwd=tmp, check=True, capture_output=True, text=True)
         body = Path(tmp, "uv.txt").read_text()
     path = uv_lock_path(lock_dir)
-    path.write_text(f"# uv for the image builds (images/Dockerfile installs it with pip --require-hashes).\n"
-                    f"# Made by `invoke lock`: {shlex.join(cmd)} from `uv=={version}`.\n" + body)
+    path.write_text(
+        f"# uv for the image builds (images/Dockerfile installs it with pip --require-hashes).\n"
+        f"# Made by `invoke lock`: {shlex.join(cmd)} from `uv=={version}`.\n" + body
+    )
     return path
 
 
@@ -359,19 +431,22 @@ def check_uv_lock(lock_dir: Path = LOCK_DIR) -> LockReport:
 def instructions(track: Track, pyproject: Path = REPO / "pyproject.toml") -> str:
     """The exact inputs and command for a lock that must be made where the track's indexes are reachable."""
     inputs = lock_inputs(track, pyproject)
-    return (f"# How to make lockfiles/{track.name}.txt\n\n"
-            f"Track {track.name} ({track.description}) takes packages from indexes our machines can't reach:\n"
-            + "".join(f"- {u}\n" for u in track.index_urls)
-            + f"\nOn a machine that reaches them (any OS: uv resolves for {track.uv_platform}, Python "
-            f"{track.python}), from a clone of this repository:\n\n"
-            f"    pip install -e '.[host]'\n    invoke lock --track {track.name}\n    invoke lock --check --track "
-            f"{track.name}\n\nthen commit lockfiles/{track.name}.txt. Until it exists, `invoke build --track "
-            f"{track.name}` refuses.\n\n`invoke lock` resolves these inputs (images/tracks.toml's lock_inputs, then "
-            f"pyproject.toml's lab extra):\n\n" + "".join(f"    {i}\n" for i in inputs)
-            + f"\nwith this command (plus `vllm==V` for the newest V inside TRL's declared range that resolves, "
-            f"read from TRL's metadata):\n\n    {display_command(track)}\n\n"
-            f"This file is generated by `invoke lock --track {track.name} --instructions`; `invoke lock --check` "
-            f"notices when it is out of date.\n")
+    return (
+        f"# How to make lockfiles/{track.name}.txt\n\n"
+        f"Track {track.name} ({track.description}) takes packages from indexes our machines can't reach:\n"
+        + "".join(f"- {u}\n" for u in track.index_urls)
+        + f"\nOn a machine that reaches them (any OS: uv resolves for {track.uv_platform}, Python "
+        f"{track.python}), from a clone of this repository:\n\n"
+        f"    pip install -e '.[host]'\n    invoke lock --track {track.name}\n    invoke lock --check --track "
+        f"{track.name}\n\nthen commit lockfiles/{track.name}.txt. Until it exists, `invoke build --track "
+        f"{track.name}` refuses.\n\n`invoke lock` resolves these inputs (images/tracks.toml's lock_inputs, then "
+        f"pyproject.toml's lab extra):\n\n"
+        + "".join(f"    {i}\n" for i in inputs)
+        + f"\nwith this command (plus `vllm==V` for the newest V inside TRL's declared range that resolves, "
+        f"read from TRL's metadata):\n\n    {display_command(track)}\n\n"
+        f"This file is generated by `invoke lock --track {track.name} --instructions`; `invoke lock --check` "
+        f"notices when it is out of date.\n"
+    )
 
 
 def write_instructions(track: Track, lock_dir: Path = LOCK_DIR) -> Path:
@@ -386,8 +461,21 @@ def prove_installable(track: Track, target: Path, lock_dir: Path = LOCK_DIR) -> 
     host (uv installs for another platform with --target); seconds taken. A missing wheel or hash fails."""
     import time
 
-    cmd = ["uv", "pip", "install", "--target", str(target), "--python-version", track.python,
-           "--python-platform", track.uv_platform, "--require-hashes", "--no-deps", "-r", str(lock_path(track, lock_dir))]
+    cmd = [
+        "uv",
+        "pip",
+        "install",
+        "--target",
+        str(target),
+        "--python-version",
+        track.python,
+        "--python-platform",
+        track.uv_platform,
+        "--require-hashes",
+        "--no-deps",
+        "-r",
+        str(lock_path(track, lock_dir)),
+    ]
     say("$ " + " ".join(f"{k}={v}" for k, v in platform_env(track).items()) + " " + shlex.join(cmd))
     started = time.monotonic()
     proc = subprocess.run(cmd, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never", **platform_env(track)})

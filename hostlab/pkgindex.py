@@ -15,7 +15,6 @@ import zipfile
 from email.parser import Parser
 from urllib.parse import urljoin
 
-from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -38,8 +37,9 @@ def project_files(project: str, index_url: str = PYPI) -> list[tuple[str, str]]:
         kind = resp.headers.get("Content-Type", "")
     if "json" in kind:
         return [(f["filename"], urljoin(page, f["url"])) for f in json.loads(body)["files"] if not f.get("yanked")]
-    return [(href.rsplit("/", 1)[-1].split("#")[0], urljoin(page, href))
-            for href in re.findall(r'href="([^"]+)"', body)]
+    return [
+        (href.rsplit("/", 1)[-1].split("#")[0], urljoin(page, href)) for href in re.findall(r'href="([^"]+)"', body)
+    ]
 
 
 def wheel_versions(project: str, index_urls: list[str]) -> list[Version]:
@@ -69,9 +69,14 @@ class _RangeFile(io.RawIOBase):
         with _open(url, {"Range": "bytes=-1"}) as resp:
             self.size = int(resp.headers["Content-Range"].rsplit("/", 1)[1])
 
-    def seekable(self): return True
-    def readable(self): return True
-    def tell(self): return self.pos
+    def seekable(self):
+        return True
+
+    def readable(self):
+        return True
+
+    def tell(self):
+        return self.pos
 
     def seek(self, offset, whence=io.SEEK_SET):
         self.pos = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence] + offset
@@ -126,12 +131,16 @@ def marker_env(uv_platform: str, python: str, extra: str = "") -> dict[str, str]
     machine = uv_platform.split("-", 1)[0]
     darwin = "apple-darwin" in uv_platform
     return {
-        "implementation_name": "cpython", "platform_python_implementation": "CPython", "os_name": "posix",
-        "sys_platform": "darwin" if darwin else "linux", "platform_system": "Darwin" if darwin else "Linux",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "os_name": "posix",
+        "sys_platform": "darwin" if darwin else "linux",
+        "platform_system": "Darwin" if darwin else "Linux",
         "platform_machine": ("arm64" if darwin and machine == "aarch64" else machine),
-        "python_version": python, "python_full_version": python + ".0", "platform_release": "",
-        "platform_version": "", "implementation_version": python + ".0", "extra": extra,
+        "python_version": python,
+        "python_full_version": python + ".0",
+        "platform_release": "",
+        "platform_version": "",
+        "implementation_version": python + ".0",
+        "extra": extra,
     }
-
-
-__all__ = ["Marker", "PYPI", "marker_env", "requirement_for", "requires_dist", "wheel_versions"]

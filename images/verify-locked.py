@@ -26,8 +26,11 @@ def main(lock_file: str, *watched: str) -> int:
             if m:
                 locked[canonical(m.group(1))] = m.group(2)
     installed = {canonical(d.metadata["Name"]): d.version for d in metadata.distributions()}
-    wrong = [f"{name} {installed.get(name, 'missing')} (lock: {version})"
-             for name, version in sorted(locked.items()) if installed.get(name) != version]
+    wrong = [
+        f"{name} {installed.get(name, 'missing')} (lock: {version})"
+        for name, version in sorted(locked.items())
+        if installed.get(name) != version
+    ]
     for name in watched:
         name = canonical(name)
         if name in locked:

@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
 
 from grpolab.tracks import load_tracks  # noqa: E402
+
 from hostlab import REPO  # noqa: E402
 from hostlab.compose import compose_env, write_env_file  # noqa: E402
 
@@ -20,8 +21,10 @@ SERVICES = {"lab": ["lab", "--smoke", "always"], "smoke": ["smoke"], "doctor": [
 
 
 def have_compose() -> bool:
-    return shutil.which("docker") is not None and subprocess.run(
-        ["docker", "compose", "version"], capture_output=True).returncode == 0
+    return (
+        shutil.which("docker") is not None
+        and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+    )
 
 
 needs_compose = pytest.mark.skipif(not have_compose(), reason="no `docker compose` CLI (Compose v2) on this machine")
@@ -32,8 +35,13 @@ def render(env: dict, tmp_path: Path, shell_env: dict | None = None) -> dict:
     env_file = tmp_path / "env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
     clean = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("COMPOSE_", "LAB_", "HF_TOKEN"))}
-    proc = subprocess.run(["docker", "compose", "--env-file", str(env_file), "config", "--format", "json"],
-                          cwd=REPO, capture_output=True, text=True, env={**clean, **(shell_env or {})})
+    proc = subprocess.run(
+        ["docker", "compose", "--env-file", str(env_file), "config", "--format", "json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**clean, **(shell_env or {})},
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -54,8 +62,10 @@ def test_compose_config_renders_per_track(track, tmp_path, monkeypatch):
         assert mounts["/cache"]["type"] == "volume"
         devices = svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
         if track.device_access == "nvidia":
-            assert devices == [{"driver": "nvidia", "count": -1, "capabilities": [["gpu"]]}] or \
-                devices[0]["driver"] == "nvidia"
+            assert (
+                devices == [{"driver": "nvidia", "count": -1, "capabilities": [["gpu"]]}]
+                or devices[0]["driver"] == "nvidia"
+            )
         else:
             assert not devices
         if track.device_access == "rocm":
@@ -88,9 +98,13 @@ def test_ca_bundle_is_mounted_read_only(tmp_path):
 @needs_compose
 def test_without_a_build_compose_says_what_to_do(tmp_path):
     (tmp_path / "empty").write_text("")
-    proc = subprocess.run(["docker", "compose", "-f", "compose/base.yaml", "--env-file", str(tmp_path / "empty"),
-                           "config"], cwd=REPO, capture_output=True, text=True,
-                          env={k: v for k, v in __import__("os").environ.items() if not k.startswith(("COMPOSE_", "LAB_"))})
+    proc = subprocess.run(
+        ["docker", "compose", "-f", "compose/base.yaml", "--env-file", str(tmp_path / "empty"), "config"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in __import__("os").environ.items() if not k.startswith(("COMPOSE_", "LAB_"))},
+    )
     assert proc.returncode != 0 and "invoke build" in proc.stderr
 
 

@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
 
 from grpolab.tracks import get_track  # noqa: E402
+
 from hostlab import REPO, HostError, engine  # noqa: E402
 from hostlab.base import host_arch, standin_name  # noqa: E402
 from hostlab.build import build, explain_failure, image_name, stage_context, track_env_file  # noqa: E402
@@ -55,8 +56,12 @@ def test_dockerfile_layout():
     deps = text.index("uv pip sync")
     assert deps < text.index("COPY entrypoint/"), "the dependency layer comes before the code"
     assert text.index("ARG GIT_REVISION") > text.index("COPY entrypoint/"), "the revision must not bust the layers"
-    for label in ("io.grpolab.track", "io.grpolab.lock.sha256", "org.opencontainers.image.revision",
-                  "org.opencontainers.image.base.digest"):
+    for label in (
+        "io.grpolab.track",
+        "io.grpolab.lock.sha256",
+        "org.opencontainers.image.revision",
+        "org.opencontainers.image.base.digest",
+    ):
         assert label in text
     assert "--require-hashes" in text and "type=secret,id=ca_bundle" in text
 
@@ -64,8 +69,13 @@ def test_dockerfile_layout():
 def test_build_context_holds_only_what_the_image_uses(tmp_path):
     stage_context(get_track("c"), REPO, tmp_path)
     assert (tmp_path / "lock.txt").read_bytes() == lock_path(get_track("c")).read_bytes()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["entrypoint", "lock.txt", "tracks.toml", "uv.txt",
-                                                          "verify-locked.py"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "entrypoint",
+        "lock.txt",
+        "tracks.toml",
+        "uv.txt",
+        "verify-locked.py",
+    ]
     assert not list(tmp_path.rglob("__pycache__"))
 
 
@@ -74,8 +84,12 @@ def test_entrypoint_script(tmp_path):
     env_file.write_text(track_env_file(get_track("x")) + "\nSPACED='a b'\n")
     env = {**os.environ, "GRPOLAB_TRACK_ENV_FILE": str(env_file), "SPACED": "from the user"}
     env.pop("MIOPEN_FIND_MODE", None)
-    proc = subprocess.run(["sh", str(ENTRYPOINT), "shell", "-c", 'echo "$MIOPEN_FIND_MODE|$SPACED"; exit 7'],
-                          env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        ["sh", str(ENTRYPOINT), "shell", "-c", 'echo "$MIOPEN_FIND_MODE|$SPACED"; exit 7'],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 7  # the command's status is the container's
     assert proc.stdout.strip() == "FAST|from the user"  # the track's env, unless the user set it
 
@@ -177,19 +191,35 @@ def test_built_image_labels_env_and_user():
 @pytest.mark.docker
 @needs_image(image_name(get_track("c")))
 def test_built_image_has_the_locked_versions_and_no_secret():
-    script = ("import json, importlib.metadata as m; "
-              "print(json.dumps({p: m.version(p) for p in ('torch', 'trl', 'transformers', 'peft')}))")
-    proc = subprocess.run(["docker", "run", "--rm", "grpolab:c", "shell", "-c",
-                           f"test ! -s /run/secrets/ca_bundle && python -c \"{script}\""],
-                          capture_output=True, text=True)
+    script = (
+        "import json, importlib.metadata as m; "
+        "print(json.dumps({p: m.version(p) for p in ('torch', 'trl', 'transformers', 'peft')}))"
+    )
+    proc = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "grpolab:c",
+            "shell",
+            "-c",
+            f'test ! -s /run/secrets/ca_bundle && python -c "{script}"',
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     installed = json.loads(proc.stdout.strip().splitlines()[-1])
     lock = parse_lock(lock_path(get_track("c")).read_text())
     if engine.image_or_none("grpolab:c").labels["io.grpolab.lock.sha256"] != lock_sha256(lock_path(get_track("c"))):
         pytest.skip("grpolab:c was built from an older lock")
     assert installed == {p: lock.version(p) for p in installed}
-    history = subprocess.run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", "grpolab:c"],
-                             capture_output=True, text=True, check=True).stdout
+    history = subprocess.run(
+        ["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", "grpolab:c"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "BEGIN CERTIFICATE" not in history and "HF_TOKEN=" not in history
 
 
@@ -198,8 +228,23 @@ def test_built_image_has_the_locked_versions_and_no_secret():
 def test_files_in_mounted_runs_belong_to_the_host_user(tmp_path):
     tmp_path.chmod(0o777)
     uid, gid = 4321, 4321  # what compose's `user: ${LAB_UID}:${LAB_GID}` passes
-    proc = subprocess.run(["docker", "run", "--rm", "--user", f"{uid}:{gid}", "-v", f"{tmp_path}:/work/runs",
-                           "grpolab:c", "shell", "-c", "touch /work/runs/probe && id -u"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--user",
+            f"{uid}:{gid}",
+            "-v",
+            f"{tmp_path}:/work/runs",
+            "grpolab:c",
+            "shell",
+            "-c",
+            "touch /work/runs/probe && id -u",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "probe").stat().st_uid == uid
 
@@ -232,8 +277,9 @@ def test_unpullable_pinned_base(monkeypatch, capsys, standin_present):
     from hostlab import build as build_module
 
     track = get_track("c")
-    monkeypatch.setattr(engine, "image_or_none",
-                        lambda name: _FakeImage() if (standin_present and name == STANDIN) else None)
+    monkeypatch.setattr(
+        engine, "image_or_none", lambda name: _FakeImage() if (standin_present and name == STANDIN) else None
+    )
     monkeypatch.setattr(engine, "pull", lambda name, platform=None: (False, "registry unreachable"))
     if standin_present:
         assert build_module.choose_base(track, None) == (STANDIN, _FakeImage.id)

@@ -19,10 +19,8 @@ from grpolab.rollouts import InProcessLlama, LlamaCppRollout, encode_prompts  # 
 
 
 @pytest.fixture(scope="module")
-def tiny_dir():
-    from grpolab.tiny_model import ensure_tiny_model
-
-    return ensure_tiny_model(progress=lambda *_: None)
+def tiny_dir(tiny_model_path):
+    return tiny_model_path  # conftest builds it once into .cache/tests
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +113,8 @@ def test_samples_and_logprobs_match_the_hf_model(sampler, tokenizer, tiny_dir):
         assert 1 <= len(ids) <= 8 and len(logprobs) == len(ids)
         assert ids[-1] == tokenizer.eos_token_id or len(ids) == 8
         expected = hf_logprobs(model, prompt, ids)
-        assert max(abs(a - b) for a, b in zip(logprobs, expected)) < 1e-3
+        # f32 weights; llama.cpp keeps its KV cache in f16, hence ~1e-3 differences (a wrong model is off by > 0.1)
+        assert max(abs(a - b) for a, b in zip(logprobs, expected)) < 1e-2
     # independent draws (each completion gets its own seed): a group is not 8 copies of one completion
     assert len({tuple(ids) for ids, _ in groups}) > 1 or all(math.exp(sum(lp)) > 0.9 for _, lp in groups)
 
@@ -153,18 +152,19 @@ def test_refresh_exports_the_merged_adapter(tiny_dir, tokenizer, tmp_path):
     assert hasattr(peft_model, "peft_config")  # the trained model is untouched (merged copy)
     prompt = encode_prompts([[{"role": "user", "content": "What is 5 plus 6?"}]], tokenizer)[0]
     ids, logprobs = s.sample(prompt, 6, 1.0, (tokenizer.eos_token_id,))
-    assert max(abs(a - b) for a, b in zip(logprobs, hf_logprobs(peft_model.eval(), prompt, ids))) < 1e-3
+    assert max(abs(a - b) for a, b in zip(logprobs, hf_logprobs(peft_model.eval(), prompt, ids))) < 1e-2
+    base = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+    assert max(abs(a - b) for a, b in zip(logprobs, hf_logprobs(base, prompt, ids))) > 5e-2  # and not the base's
     s.close()
 
 
 def grpo_run(tiny_dir, tokenizer, tmp_path, refresh_every, steps=4):
+    from datasets import Dataset
+    from grpolab.data import arithmetic_splits
+    from grpolab.rewards import format_reward, numeric_reward
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
-
-    from grpolab.data import arithmetic_splits
-    from datasets import Dataset
-    from grpolab.rewards import format_reward, numeric_reward
 
     train = Dataset.from_list(arithmetic_splits()["train"][:32])
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_dir), LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
@@ -204,3 +204,23 @@ def test_grpo_run_with_refresh_stays_within_k(tiny_dir, tokenizer, tmp_path):
     assert [r.trainer_step for r in ledger.refreshes] == [2, 4]
     summary = ledger.summary()
     assert summary["refreshes"] == 2 and summary["refresh_seconds_mean"] > 0
+
+
+def test_configure_rollout_for_the_lab(tiny_dir, tokenizer, tmp_path):
+    """What the lab calls: GRPOTrainer kwargs with the rollout_func, a log dict, and the line it prints."""
+    from types import SimpleNamespace
+
+    from grpolab.rollouts import configure_rollout
+    from grpolab.settings import LabSettings
+    from grpolab.tracks import get_track
+
+    settings = LabSettings(track="c", model=str(tiny_dir), rollout="llamacpp", llamacpp_refresh_every=3, max_completion_length=8, dtype="float32")
+    kwargs, line = configure_rollout(settings, get_track("c"), "cpu", tiny_dir, tokenizer, out_dir=tmp_path / "gguf", progress=lambda *_: None)
+    rollout, log = kwargs.pop("rollout_func"), kwargs.pop("log")
+    assert kwargs == {} and "refreshed every 3 steps" in line
+    assert log["refresh_every"] == 3 and log["sampling"] == {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0}
+    trainer = SimpleNamespace(state=SimpleNamespace(global_step=0), model=None)
+    out = rollout([[{"role": "user", "content": "What is 1 plus 1?"}]] * 4, trainer)
+    assert len(out["completion_ids"]) == 4 and trainer.rollout_ledger.summary()["rollout_batches"] == 1
+    rollout.close()
+    assert not (tmp_path / "gguf").exists()

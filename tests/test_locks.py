@@ -9,10 +9,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
 
+from grpolab.tracks import get_track, load_tracks  # noqa: E402
 from packaging.requirements import Requirement  # noqa: E402
 from packaging.version import Version  # noqa: E402
 
-from grpolab.tracks import get_track, load_tracks  # noqa: E402
 from hostlab import REPO, HostError, locks  # noqa: E402
 from hostlab.lockcli import check  # noqa: E402
 
@@ -29,7 +29,7 @@ def copy_lock(track, tmp_path) -> Path:
 def test_lab_extra_comes_from_pyproject():
     extra = locks.lab_extra()
     assert any(r.startswith("trl") for r in extra) and any(r.startswith("torch") for r in extra)
-    assert locks.lock_inputs(get_track("c"))[-len(extra):] == extra
+    assert locks.lock_inputs(get_track("c"))[-len(extra) :] == extra
 
 
 def test_committed_locks_pass_check():
@@ -59,7 +59,9 @@ def test_instructions_for_a_lock_made_elsewhere_are_current():
     for track in TRACKS.values():
         readme = locks.instructions_path(track)
         if readme.exists():
-            assert readme.read_text() == locks.instructions(track), f"run invoke lock --track {track.name} --instructions"
+            assert readme.read_text() == locks.instructions(track), (
+                f"run invoke lock --track {track.name} --instructions"
+            )
             for url in track.index_urls:
                 assert url in readme.read_text()
 
@@ -79,7 +81,9 @@ def test_missing_lock_made_elsewhere_points_at_its_readme(tmp_path):
 def test_stale_lock_when_the_lab_extra_changes(tmp_path):
     copy_lock(get_track("c"), tmp_path)
     pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text((REPO / "pyproject.toml").read_text().replace('"matplotlib>=3.9",', '"matplotlib>=3.9",\n    "rich>=13",'))
+    pyproject.write_text(
+        (REPO / "pyproject.toml").read_text().replace('"matplotlib>=3.9",', '"matplotlib>=3.9",\n    "rich>=13",')
+    )
     report = locks.check_lock(get_track("c"), lock_dir=tmp_path, pyproject=pyproject)
     assert not report.ok and any("stale" in p and "rich>=13" in p for p in report.problems)
 
@@ -126,10 +130,16 @@ def fake_resolver(monkeypatch):
 
     monkeypatch.setattr(locks, "_compile", compile_)
     monkeypatch.setattr(locks, "_uv_version", lambda: "uv 0.0.0")
-    monkeypatch.setattr(locks.pkgindex, "requires_dist",
-                        lambda project, version, *a: TRL_VLLM if project == "trl" else [Requirement("torch==2.13.0")])
-    monkeypatch.setattr(locks.pkgindex, "wheel_versions",
-                        lambda project, *a: [Version(v) for v in ("0.33.0", "0.31.0", "0.30.0", "0.22.0", "0.21.0")])
+    monkeypatch.setattr(
+        locks.pkgindex,
+        "requires_dist",
+        lambda project, version, *a: TRL_VLLM if project == "trl" else [Requirement("torch==2.13.0")],
+    )
+    monkeypatch.setattr(
+        locks.pkgindex,
+        "wheel_versions",
+        lambda project, *a: [Version(v) for v in ("0.33.0", "0.31.0", "0.30.0", "0.22.0", "0.21.0")],
+    )
     return calls
 
 

@@ -10,7 +10,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
-
 from grpolab import rollouts
 from grpolab.errors import LayerFailure
 from grpolab.rollouts import (
@@ -24,7 +23,6 @@ from grpolab.rollouts import (
 )
 from grpolab.settings import LabSettings
 from grpolab.tracks import get_track
-
 
 # --- the ledger and refresh ----------------------------------------------------------------------------
 
@@ -57,6 +55,9 @@ class FakeSampler:
     def load(self, path):
         self.loaded.append(path)
         self.gguf_path = path
+
+    def close(self):
+        self.closed = True
 
     def sample_batch(self, prompt_ids, max_tokens, temperature, stop_ids=()):
         return [[5, 6, stop_ids[0]] for _ in prompt_ids], [[-0.1, -0.2, -0.3] for _ in prompt_ids]
@@ -116,6 +117,16 @@ def test_refresh_every_k_keeps_the_lag_below_k(no_export, tmp_path, K):
     # one refreshed file on disk at a time
     assert len(list(tmp_path.glob("policy-step*.gguf"))) == 1
     assert ledger.summary()["stale"] is (K > 1)
+
+
+def test_close_removes_the_gguf_copies(no_export, tmp_path):
+    sampler = FakeSampler()
+    rollout = LlamaCppRollout(sampler, FakeTokenizer(), max_completion_length=4, refresh_every=1, export_dir=tmp_path / "gguf")
+    (tmp_path / "gguf").mkdir()
+    run_steps(rollout, 3)
+    assert list((tmp_path / "gguf").glob("*.gguf"))
+    rollout.close()
+    assert sampler.closed and not (tmp_path / "gguf").exists()
 
 
 def test_rollout_sets_the_ledger_on_the_trainer(no_export):
@@ -355,11 +366,25 @@ def test_server_mode_on_one_gpu_suggests_colocate():
     assert "vllm-colocate" in error.value.action
 
 
+@pytest.mark.parametrize("url, local", [
+    ("http://localhost:8000", True), ("http://127.0.0.1:8000", True), ("http://0.0.0.0:8000", True),
+    ("http://vllm:8000", True),  # a Compose service: same machine, same GPUs
+    ("http://gpu-box.lab.example:8000", False), ("http://10.0.0.7:8000", False),
+])
+def test_which_servers_share_this_machine(url, local):
+    assert rollouts.server_is_on_this_machine(url) is local
+
+
+def test_compose_service_on_one_gpu_is_refused():
+    with pytest.raises(LayerFailure, match="second GPU"):
+        choose_rollout(lab("n", rollout="vllm-server", vllm_server_url="http://vllm:8000"), get_track("n"), device_type="cuda", platform="linux", gpu_count=1)
+
+
 def test_server_mode_with_two_gpus_or_a_remote_server():
     two = choose_rollout(lab("n", rollout="vllm-server"), get_track("n"), device_type="cuda", platform="linux", vllm_version="0.30.0", gpu_count=2)
     assert two.grpo_kwargs == {"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": "http://localhost:8000", "vllm_server_timeout": 240.0}
-    remote = choose_rollout(lab("n", rollout="vllm-server", vllm_server_url="http://gpu-box:8000/"), get_track("n"), device_type="cuda", platform="linux", gpu_count=1)
-    assert remote.grpo_kwargs["vllm_server_base_url"] == "http://gpu-box:8000"
+    remote = choose_rollout(lab("n", rollout="vllm-server", vllm_server_url="http://gpu-box.lab.example:8000/"), get_track("n"), device_type="cuda", platform="linux", gpu_count=1)
+    assert remote.grpo_kwargs["vllm_server_base_url"] == "http://gpu-box.lab.example:8000"
 
 
 def test_colocate_on_a_discrete_card_keeps_trls_default_when_it_fits():

@@ -9,10 +9,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
 
-from hostlab import REPO, labrun  # noqa: E402
 from grpolab.tracks import get_track  # noqa: E402
 
-TASKS = ["base", "bench", "build", "doctor", "estimate", "lab", "lock", "smoke", "test", "tiny-model", "venv"]
+from hostlab import REPO, labrun  # noqa: E402
+
+TASKS = ["base", "bench", "build", "doctor", "estimate", "lab", "lock", "smoke", "test", "tiny-model", "up", "venv"]
 
 
 def invoke(*args, env=None):
@@ -32,13 +33,16 @@ def test_lock_check_passes_offline_and_fast():
     assert "c: ok" in proc.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["build", "--track", "q"], "unknown track 'q'"),
-    (["build", "--track", "x"], "lockfiles/x.README"),
-    (["build", "--track", "m"], "invoke venv --track m"),
-    (["lock", "--track", "m", "--vllm", "0.30.0"], "has no vLLM"),
-    (["smoke", "--track", "q"], "unknown track 'q'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["build", "--track", "q"], "unknown track 'q'"),
+        (["build", "--track", "x"], "lockfiles/x.README"),
+        (["build", "--track", "m"], "invoke venv --track m"),
+        (["lock", "--track", "m", "--vllm", "0.30.0"], "has no vLLM"),
+        (["smoke", "--track", "q"], "unknown track 'q'"),
+    ],
+)
 def test_bad_input_is_a_sentence_not_a_traceback(args, message):
     proc = invoke(*args)
     assert proc.returncode == 2
@@ -66,3 +70,17 @@ def test_host_runs_get_the_track_env(monkeypatch, tmp_path):
     env = labrun.lab_env(get_track("m"))
     assert env["GRPOLAB_TRACK"] == "m" and env["PYTORCH_ENABLE_MPS_FALLBACK"] == "1"
     assert env["PYTHONPATH"].split(":")[0] == str(REPO / "entrypoint")
+
+
+def test_up_builds_on_a_stand_in_when_the_base_cannot_be_pulled(monkeypatch):
+    from hostlab import up as up_module
+
+    calls = []
+    monkeypatch.setattr(up_module.engine, "image_or_none", lambda name: None)
+    monkeypatch.setattr(up_module.engine, "pull", lambda name, platform=None: (False, "no registry"))
+    monkeypatch.setattr(up_module, "build_standin", lambda arch: calls.append(("base", arch)) or f"stand-in-{arch}")
+    monkeypatch.setattr(up_module, "build", lambda track, base=None: calls.append(("build", track, base)))
+    monkeypatch.setattr(up_module.subprocess, "run", lambda cmd, cwd=None: calls.append(("run", cmd[-1])) or
+                        type("Done", (), {"returncode": 0})())
+    assert up_module.up("c") == 0
+    assert calls == [("base", "amd64"), ("build", "c", "stand-in-amd64"), ("run", "lab")]

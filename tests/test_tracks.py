@@ -8,6 +8,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
 
 from grpolab.tracks import UnknownTrack, get_track, load_tracks  # noqa: E402
+
 from hostlab import REPO, HostError  # noqa: E402
 from hostlab.detect import HostFacts, detect_track, host_problems  # noqa: E402
 
@@ -43,13 +44,16 @@ def test_unknown_track_names_the_known_ones():
     assert "'q'" in str(err.value) and "c" in str(err.value)
 
 
-@pytest.mark.parametrize("facts, expected", [
-    (HostFacts("linux", "arm64", nvidia_gpu="GPU 0: NVIDIA GB10"), "s"),
-    (HostFacts("linux", "amd64", nvidia_gpu="GPU 0: NVIDIA GeForce RTX 4090"), "n"),
-    (HostFacts("linux", "amd64", kfd=True, dri=True), "x"),
-    (HostFacts("darwin", "arm64"), "m"),
-    (HostFacts("linux", "amd64"), "c"),
-])
+@pytest.mark.parametrize(
+    "facts, expected",
+    [
+        (HostFacts("linux", "arm64", nvidia_gpu="GPU 0: NVIDIA GB10"), "s"),
+        (HostFacts("linux", "amd64", nvidia_gpu="GPU 0: NVIDIA GeForce RTX 4090"), "n"),
+        (HostFacts("linux", "amd64", kfd=True, dri=True), "x"),
+        (HostFacts("darwin", "arm64"), "m"),
+        (HostFacts("linux", "amd64"), "c"),
+    ],
+)
 def test_detection_from_host_facts(facts, expected):
     name, why = detect_track(facts, TRACKS)
     assert name == expected and why

@@ -7,7 +7,8 @@ with the package. `converter_dir()` finds it, in this order:
 1. `GRPOLAB_LLAMACPP_CONVERTER`: a folder holding convert_hf_to_gguf.py, conversion/ and gguf-py/
    (the images set it to the copy they extract at build time);
 2. `cache_dir()/llama.cpp-converter/<version>/`, extracted earlier;
-3. extracted from the sdist in `cache_dir()/sdist/` (kept from the wheel build);
+3. extracted from the sdist in `cache_dir()/sdist/` or `~/.cache/grpolab/sdist/` (kept from the wheel build),
+   its sha256 checked against PyPI's (SDIST_SHA256);
 4. the sdist fetched from PyPI (`pip download`, ~76 MB), then extracted. Nothing else is downloaded.
 
 <version> is the installed llama-cpp-python's version (else LLAMA_CPP_PYTHON_VERSION), so the converter
@@ -39,6 +40,7 @@ from pathlib import Path
 from .errors import LayerFailure
 from .paths import cache_dir
 
+HOME_CACHE = Path.home() / ".cache" / "grpolab"  # cache_dir()'s default
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the sdist our converter comes from when llama-cpp-python is absent
 # sha256 of each sdist we know, as PyPI lists it (checked against PyPI's simple index on 2026-11-29): a fetched or
 # cached sdist with another digest is refused. Other versions are fetched without a pinned digest.
@@ -163,6 +165,9 @@ def converter_dir(version: str | None = None, download: bool = True, progress=pr
     if _is_converter(extracted):
         return extracted
     sdist = sdist_path(version)
+    shared = HOME_CACHE / "sdist" / sdist.name  # the wheel build's copy, when GRPOLAB_CACHE_DIR points elsewhere (tests)
+    if not sdist.is_file() and shared.is_file():
+        sdist = shared
     if not sdist.is_file():
         if not download:
             raise LayerFailure("rollout", f"llama.cpp's GGUF converter is not here: no {extracted} and no {sdist}",
@@ -268,6 +273,10 @@ def convert_model_dir(model_dir: Path, out_path: Path, outtype: str = "f32", pro
     quiet = logging.getLogger("hf-to-gguf")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
+    from transformers.utils import logging as hf_logging
+
+    hf_level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the converter's fixed test text is longer than a small model's context: harmless
     try:
         with _converter_on_path(converter) as (conversion, gguf_module), torch.inference_mode():
             ftype = {"f32": gguf_module.LlamaFileType.ALL_F32, "f16": gguf_module.LlamaFileType.MOSTLY_F16, "bf16": gguf_module.LlamaFileType.MOSTLY_BF16}[outtype]
@@ -278,9 +287,15 @@ def convert_model_dir(model_dir: Path, out_path: Path, outtype: str = "f32", pro
             except NotImplementedError:
                 raise LayerFailure("rollout", f"llama.cpp's converter does not support architecture {architecture}", "use a model llama.cpp supports (Qwen3 does)") from None
             writer = _with_our_pretokenizer(model_class, model_dir)(model_dir, ftype, partial, model_name=model_dir.name)
+            write_tensors = writer.gguf_writer.write_tensors_to_file
+            writer.gguf_writer.write_tensors_to_file = lambda **_: write_tensors(progress=False)  # no progress bar per refresh
             writer.write()
+    except BaseException:
+        partial.unlink(missing_ok=True)  # never leave half a file behind
+        raise
     finally:
         quiet.setLevel(level)
+        hf_logging.set_verbosity(hf_level)
     partial.replace(out_path)
     return out_path
 
@@ -294,7 +309,15 @@ def save_merged(model, out_dir: Path, tokenizer=None) -> Path:
         merged = copy.deepcopy(model).merge_and_unload()
     else:
         merged = model
-    merged.save_pretrained(out_dir, safe_serialization=True)
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # "Writing model shards" at every refresh says nothing
+    try:
+        merged.save_pretrained(out_dir, safe_serialization=True)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     if tokenizer is None:
         from transformers import AutoTokenizer
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import sys
 import time
 import urllib.error
@@ -41,6 +40,7 @@ UNIFIED_MEMORY_HEADROOM_FRACTION = 0.05
 MIN_GPU_MEMORY_UTILIZATION = 0.05
 VLLM_SERVER_WAIT_S = 240.0  # TRL's vllm_server_timeout default
 LLAMA_SERVER_REQUEST_TIMEOUT_S = 120.0
+SMALL_GGUF_BYTES = 100_000_000  # below this one llama.cpp thread is fastest (see default_threads)
 
 
 def refused(what: str, action: str) -> LayerFailure:
@@ -162,6 +162,23 @@ def _log_softmax_at(logits, token: int, temperature: float) -> float:
     return float(scaled[token] - top - math.log(np.exp(scaled - top).sum()))
 
 
+def default_threads(gguf_path) -> int:
+    """GRPOLAB_LLAMACPP_THREADS, else 1 for a small model, else every core.
+
+    llama.cpp's worker threads spin while they wait for each other: on a model as small as the tiny one the
+    matrices are too small to share, and on a busy machine (the trainer, other jobs) spinning threads slow
+    every token down several times over.
+    """
+    configured = os.environ.get("GRPOLAB_LLAMACPP_THREADS")
+    if configured:
+        return max(1, int(configured))
+    try:
+        small = Path(gguf_path).stat().st_size < SMALL_GGUF_BYTES
+    except OSError:
+        small = False
+    return 1 if small else max(1, os.cpu_count() or 1)
+
+
 class InProcessLlama:
     """llama-cpp-python's `Llama` in this process: token ids in, token ids and log-probabilities out.
 
@@ -173,7 +190,8 @@ class InProcessLlama:
     engine = "llama-cpp-python (in-process)"
 
     def __init__(self, gguf_path, n_ctx: int = 1024, n_threads: int | None = None, seed: int = 0):
-        self.n_ctx, self.n_threads, self.seed = n_ctx, n_threads or max(1, os.cpu_count() or 1), seed
+        self.n_ctx, self.seed = n_ctx, seed
+        self.n_threads = n_threads or default_threads(gguf_path)
         self.llm = None
         self.gguf_path = None
         self._draws = 0
@@ -265,7 +283,7 @@ def wait_for_health(base_url: str, timeout_s: float, what: str, interval_s: floa
         waited = time.monotonic() - started
         if waited >= timeout_s:
             raise refused(f"{what} at {base_url} did not answer /health within {timeout_s:g} s (last: {last})",
-                          start_hint or f"start it, check the URL and port, or wait longer")
+                          start_hint or "start it, check the URL and port, or wait longer")
         time.sleep(min(interval_s, max(0.0, timeout_s - waited)))
 
 
@@ -419,6 +437,17 @@ class LlamaCppRollout:
         self.ledger.refreshes.append(refresh)
         return refresh
 
+    def close(self, remove_files: bool = True) -> None:
+        """Free the sampler; by default delete the GGUF copies this rollout wrote (a real model's is GBs)."""
+        self.sampler.close()
+        if remove_files and self.export_dir is not None:
+            for path in self.export_dir.glob("policy-step*.gguf*"):
+                path.unlink(missing_ok=True)
+            try:
+                self.export_dir.rmdir()  # only if nothing else is in it
+            except OSError:
+                pass
+
     def __call__(self, prompts: list, trainer) -> dict:
         trainer_step = int(trainer.state.global_step)
         trainer.rollout_ledger = self.ledger  # where the lab reads it after training
@@ -494,7 +523,6 @@ def colocate_memory_fraction(settings, model, device_total_gb: float, unified_me
     requested = settings.vllm_gpu_memory_utilization
     if estimate is None:
         estimate = estimate_memory(model, replace(settings, rollout="vllm-colocate"), device_total_gb=device_total_gb)
-    engine_terms = [gb for name, gb, _ in estimate.terms if name.startswith("vLLM")]
     others_gb = sum(gb for name, gb, _ in estimate.terms if not name.startswith("vLLM"))
     policy_gb = estimate.terms[0][1]
     kv_gb = estimate_memory(model, replace(settings, rollout="inprocess"), device_total_gb=device_total_gb).term("Rollout key-value cache") or 0.0
@@ -519,6 +547,15 @@ def colocate_memory_fraction(settings, model, device_total_gb: float, unified_me
                        f"leave up to {cap:.2f}" + (" (unified memory: capped there if asked for more)" if unified_memory else ""))
 
 
+def server_is_on_this_machine(url: str) -> bool:
+    """localhost, or a single-label name such as a Compose service ("vllm"): a server sharing this machine's GPUs.
+    A dotted name or an IP address other than loopback is taken to be another machine."""
+    host = (urlparse(url).hostname or "").lower()
+    if host in LOCAL_HOSTS or host.startswith("127."):
+        return True
+    return "." not in host and ":" not in host
+
+
 def choose_rollout(settings, track, *, device_type: str, platform: str = sys.platform, vllm_version: str | None = None,
                    gpu_count: int = 0, device_total_gb: float | None = None, model=None, estimate=None) -> RolloutChoice:
     """The GRPOConfig keyword arguments for settings.rollout on this machine, or LayerFailure with the reason.
@@ -539,12 +576,12 @@ def choose_rollout(settings, track, *, device_type: str, platform: str = sys.pla
         raise refused(f"vLLM needs a CUDA or ROCm GPU and this run is on {device_type}", "use --rollout inprocess (or llamacpp)")
 
     if path == "vllm-server":
-        host = urlparse(settings.vllm_server_url).hostname or ""
-        if host in LOCAL_HOSTS and gpu_count < 2:
+        if server_is_on_this_machine(settings.vllm_server_url) and gpu_count < 2:
             raise refused(
                 f"vLLM server mode on this machine needs a second GPU: the server and the trainer must run on separate CUDA "
                 f"devices, and this machine has {gpu_count}",
-                "use --rollout vllm-colocate (vLLM inside the trainer, sharing the one GPU), or point --vllm-server-url at a server on another machine",
+                "use --rollout vllm-colocate (vLLM inside the trainer, sharing the one GPU), or point --vllm-server-url at a "
+                "server on another machine (by its full name or IP address)",
             )
         version_line = check_vllm_version(vllm_version, "installed here") if vllm_version is not None else "server's vLLM checked on connect"
         kwargs = {"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": settings.vllm_server_url.rstrip("/"),
@@ -619,12 +656,20 @@ def make_llamacpp_rollout(settings, model_path, tokenizer, out_dir, *, n_threads
     out_dir.mkdir(parents=True, exist_ok=True)
     outtype = outtype or ("f32" if settings.dtype == "float32" else "f16")  # float32 models (CPU, MPS) stay exact
     path, seconds = initial_gguf(model_path, out_dir, outtype, progress)
-    n_ctx = settings.max_prompt_length + settings.max_completion_length
+    n_ctx = min(settings.max_prompt_length + settings.max_completion_length, _trained_context(model_path) or 1 << 30)
     sampler = InProcessLlama(path, n_ctx=max(n_ctx, 64), n_threads=n_threads, seed=settings.seed)
     rollout = LlamaCppRollout(sampler, tokenizer, temperature=settings.temperature, max_completion_length=settings.max_completion_length,
                               refresh_every=settings.llamacpp_refresh_every, export_dir=out_dir, outtype=outtype, progress=progress)
     rollout.initial_export_seconds = round(seconds, 3)
     return rollout
+
+
+def _trained_context(model_path) -> int | None:
+    """max_position_embeddings from a local model folder's config.json (llama.cpp warns past it)."""
+    try:
+        return int(json.loads((Path(model_path) / "config.json").read_text())["max_position_embeddings"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def configure_rollout(settings, track, device_type: str, model_path, tokenizer, out_dir=None, progress=print) -> tuple[dict, str]:

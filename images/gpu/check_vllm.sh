@@ -9,7 +9,8 @@
 #   - one GPU or more. With one GPU, server mode *training* is refused by design (the server and the trainer
 #     need separate devices; the refusal itself is checked), and the server path is checked up to generation:
 #     health, version against TRL's range, the weight-transfer engine, and token ids + logprobs in responses.
-#     With two GPUs, a short `lab --rollout vllm-server` run streams weights to a server on GPU 1.
+#     With two GPUs, a short `lab --rollout vllm-server` run (trainer on GPU 0, it sees both) streams weights to a
+#     server on GPU 1.
 #
 # Checks, in order (each prints PASS/FAIL; the script's exit status is the number of failures):
 #   1. vLLM's version is inside TRL's declared range (grpolab doctor's rule).
@@ -62,7 +63,7 @@ else fail "2 smoke --rollout vllm-colocate (exit $?): $(tail -5 "$LOGS/2-smoke-c
 # 3. A vLLM server with the flags TRL needs.
 if [[ "$GPUS" -ge 2 ]]; then SERVER_GPU=1; FRACTION=0.5; else SERVER_GPU=0; FRACTION=0.2; fi
 CUDA_VISIBLE_DEVICES=$SERVER_GPU VLLM_SERVER_DEV_MODE=1 vllm serve "$MODEL" --port "$PORT" --host 127.0.0.1 \
-  --gpu-memory-utilization "$FRACTION" --max-model-len 512 --enforce-eager \
+  --gpu-memory-utilization "$FRACTION" --max-model-len 256 --enforce-eager \
   --weight-transfer-config '{"backend":"nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1 \
   >"$LOGS/vllm-serve.log" 2>&1 &
 SERVER_PID=$!
@@ -91,7 +92,7 @@ then pass "4 TRL's VLLMClient gets token ids and logprobs: $(tail -1 "$LOGS/4-sh
 
 # 5. Server-mode training (two GPUs) or its refusal (one GPU).
 if [[ "$GPUS" -ge 2 ]]; then
-  if CUDA_VISIBLE_DEVICES=0 timeout 240 python3 -m grpolab lab --track n --smoke never --model "$MODEL" --rollout vllm-server \
+  if timeout 240 python3 -m grpolab lab --track n --smoke never --model "$MODEL" --rollout vllm-server \
        --vllm-server-url "$URL" --max-steps 5 --train-size 40 --heldout-size 20 --max-completion-length 16 >"$LOGS/5-lab-server.txt" 2>&1
   then pass "5 lab --rollout vllm-server, 5 steps with weights streamed to the server"
   else fail "5 lab --rollout vllm-server (exit $?): $(tail -5 "$LOGS/5-lab-server.txt")"; fi

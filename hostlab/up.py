@@ -1,0 +1,35 @@
+"""`invoke up`: the main job in one command. Detect (or take) the track, get an image for it (building the
+stand-in base first where the pinned base can't be pulled), then `docker compose run lab`; a venv track gets
+its venv and the lab runs natively."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from . import REPO, engine
+from .base import build_standin, host_arch
+from .build import build, resolve_track
+from .console import say, warn
+from .labrun import make_venv, run_lab
+
+
+def up(track_name: str | None = None) -> int:
+    track = resolve_track(track_name)
+    if not track.is_container:
+        make_venv(track.name)
+        return run_lab("lab", track.name)
+    base = None
+    if engine.image_or_none(track.base_image) is None:
+        say(f"pulling {track.base_image} ...")
+        ok, reason = engine.pull(track.base_image, track.platform)
+        if not ok:
+            arch = track.platform.partition("/")[2]
+            warn(f"cannot pull {track.base_image} ({reason}): building on a stand-in base from Debian's archive")
+            if arch != host_arch():
+                say(f"(an {arch} stand-in on this {host_arch()} host needs QEMU; see images/qemu-arm64-check.sh)")
+            base = build_standin(arch)
+    build(track.name, base=base)
+    cmd = ["docker", "compose", "run", "--rm"] + ([] if sys.stdin.isatty() else ["-T"]) + ["lab"]
+    say("$ " + " ".join(cmd))
+    return subprocess.run(cmd, cwd=REPO).returncode
