@@ -109,6 +109,15 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_export_gguf(args) -> int:
+    from .gguf import export_gguf
+    from .tiny_model import resolve_model_name
+
+    path = export_gguf(resolve_model_name(args.model), Path(args.out), outtype=args.outtype)
+    print(f"GGUF written: {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .tracks import current_track_name, load_tracks
 
@@ -146,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--gpus-per-node", type=int, default=1, help="GPUs on each machine")
     export.add_argument("--out", help="an empty or new folder (default: runs/export-ENGINE)")
     export.set_defaults(track="cluster")
+    gguf = add("export-gguf", cmd_export_gguf, "Convert a model (a saved folder, or tiny) to GGUF for llama.cpp; the lab's llamacpp rollout path does this itself.", settings=False)
+    gguf.add_argument("--model", default="tiny", help="a saved Hugging Face model folder, or tiny")
+    gguf.add_argument("--out", required=True, help="the .gguf file to write")
+    gguf.add_argument("--outtype", choices=["f32", "f16", "bf16"], default="f32")
     tiny = add("tiny-model", cmd_tiny_model, "Build the built-in tiny model (offline, deterministic, about a minute on 2 cores).", settings=False)
     tiny.add_argument("--out", help="build into this folder instead of the cache")
     return parser

@@ -8,7 +8,7 @@ from .errors import LayerFailure
 from .paths import runs_dir
 from .run import recorded_run
 from .settings import LabSettings, resolve_settings
-from .smoke import check_adapter, check_device, check_rewards, check_rollout, group_collapsed, run_smoke, say_layer
+from .smoke import check_adapter, check_device, check_rewards, check_rollout, close_rollout, group_collapsed, run_smoke, say_layer
 from .tracks import Track
 
 SMOKE_MODES = ("auto", "always", "never")
@@ -99,16 +99,19 @@ def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=N
         peft_model, line = check_adapter(model, settings)
         say_layer(say, "adapter", line)
         say_layer(say, "rewards", rewards_line)
-        rollout, rollout_line = check_rollout(settings, track, device_type, model_path, tokenizer)
+        run_dir = runs_dir() / record["run_id"]
+        rollout, rollout_line = check_rollout(settings, track, device_type, model_path, tokenizer, run_dir / "gguf")
         record["rollout"] = {"path": settings.rollout, **rollout.pop("log", {})}
         say_layer(say, "rollout", rollout_line)
 
         recorder = step_recorder(reward_funcs, on_record=progress_printer(settings, say))
-        run_dir = runs_dir() / record["run_id"]
-        trainer = make_trainer(settings, peft_model, tokenizer, train, reward_funcs, device_type, run_dir / "trainer", rollout, [recorder])
-        recorder.trainer = trainer
-        say(f"training {settings.max_steps} steps...")
-        trainer.train()
+        try:
+            trainer = make_trainer(settings, peft_model, tokenizer, train, reward_funcs, device_type, run_dir / "trainer", rollout, [recorder])
+            recorder.trainer = trainer
+            say(f"training {settings.max_steps} steps...")
+            trainer.train()
+        finally:
+            close_rollout(rollout)
         steps = recorder.records
         if steps and group_collapsed(steps[0]):
             say("  warning: the first logged step had no reward spread in any group (group collapse)")
@@ -150,6 +153,8 @@ def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=N
                 f"reward {split['reward']:.3f} ({split['reward'] / total:.0%}), update {split['update']:.3f} ({split['update'] / total:.0%})")
         say(f"  peak memory     {record['peak_memory_gb_measured']:.2f} GB measured, {record['peak_memory_gb_predicted']:.2f} GB predicted")
         say(f"  rollout path    {settings.rollout}{' (stale: max lag ' + str(record['rollout'].get('max_lag_steps')) + ' steps)' if record['rollout'].get('stale') else ''}")
+        if record["rollout"].get("stale"):
+            say("                  stale rollouts: the reward above is the old sampler's; held-out pass@1 is what training did")
         say(f"  plot            {plot}")
         say(f"  adapter         {adapter_dir}")
     return record

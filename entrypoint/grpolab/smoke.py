@@ -192,7 +192,7 @@ def vllm_range_note() -> str:
     return f"vLLM {installed} {verdict} TRL's declared range {trl_vllm_range()}"
 
 
-def check_rollout(settings: LabSettings, track: Track, device_type: str, model_path: str, tokenizer) -> tuple[dict, str]:
+def check_rollout(settings: LabSettings, track: Track, device_type: str, model_path: str, tokenizer, out_dir: Path) -> tuple[dict, str]:
     """Configure the rollout path (refusing what cannot run) and say which engine produces completions.
 
     Returns (GRPOTrainer keyword arguments, possibly with rollout_func and a "log" dict, the line to print).
@@ -201,7 +201,14 @@ def check_rollout(settings: LabSettings, track: Track, device_type: str, model_p
         return {}, f"in-process: the policy's own generate(), always on-policy; {vllm_range_note()}"
     from .rollouts import configure_rollout
 
-    return configure_rollout(settings, track, device_type=device_type, model_path=model_path, tokenizer=tokenizer)
+    return configure_rollout(settings, track, device_type=device_type, model_path=model_path, tokenizer=tokenizer, out_dir=out_dir)
+
+
+def close_rollout(rollout: dict) -> None:
+    """Free a rollout engine the run started (llama.cpp's sampler and its GGUF copies)."""
+    func = rollout.get("rollout_func")
+    if func is not None and hasattr(func, "close"):
+        func.close()
 
 
 # --- the smoke test ------------------------------------------------------------------------------------
@@ -235,16 +242,16 @@ def run_smoke(settings: LabSettings, track: Track, expect_device: str | None = N
         say_layer(say, "rewards", rewards_line)
         passed.append("rewards")
 
-        rollout, rollout_line = check_rollout(settings, track, device_type, model_path, tokenizer)
-        record["rollout"] = {"path": settings.rollout, **rollout.pop("log", {})}
         recorder = step_recorder(reward_funcs, stop_on=group_collapsed)
         with tempfile.TemporaryDirectory() as output_dir:
-            trainer = make_trainer(settings, peft_model, tokenizer, train, reward_funcs, device_type, Path(output_dir), rollout, [recorder])
-            recorder.trainer = trainer
+            rollout, rollout_line = check_rollout(settings, track, device_type, model_path, tokenizer, Path(output_dir) / "gguf")
+            record["rollout"] = {"path": settings.rollout, **rollout.pop("log", {})}
             try:
+                trainer = make_trainer(settings, peft_model, tokenizer, train, reward_funcs, device_type, Path(output_dir), rollout, [recorder])
+                recorder.trainer = trainer
                 trainer.train()
-            except LayerFailure:
-                raise
+            finally:
+                close_rollout(rollout)
         record["first_reward"] = recorder.records[0].reward if recorder.records else None
         line = check_first_step(recorder.records)
         say_layer(say, "first step", line)
