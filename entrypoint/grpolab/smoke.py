@@ -242,7 +242,8 @@ def run_smoke(settings: LabSettings, track: Track, expect_device: str | None = N
         say_layer(say, "rewards", rewards_line)
         passed.append("rewards")
 
-        recorder = step_recorder(reward_funcs, stop_on=group_collapsed)
+        # Stop at once when the first logged step collapsed: the verdict is in, the rest would be wasted.
+        recorder = step_recorder(reward_funcs, stop_on=lambda record: len(recorder.records) == 1 and group_collapsed(record))
         with tempfile.TemporaryDirectory() as output_dir:
             rollout, rollout_line = check_rollout(settings, track, device_type, model_path, tokenizer, Path(output_dir) / "gguf")
             record["rollout"] = {"path": settings.rollout, **rollout.pop("log", {})}
