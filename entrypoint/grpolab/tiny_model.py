@@ -133,6 +133,23 @@ def _batch(examples, pad_token_id: int):
 
 
 def build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int = WARMUP_MAX_STEPS) -> Path:
+    """Build the tiny model into `out_dir` on one CPU thread, whatever the machine has.
+
+    A 0.5 M-parameter model gains nothing from more threads, and on a busy 2-core machine OpenMP's
+    spin-waiting made each warm-up step up to 10x slower with 2 threads; one thread also makes the
+    build's arithmetic (and so its stopping step) the same on every machine.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _build_tiny_model(out_dir, seed, progress, max_steps=max_steps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int = WARMUP_MAX_STEPS) -> Path:
     """Build the tiny model into `out_dir` (created; existing files are overwritten) and return its path.
 
     The warm-up stops at WARMUP_TARGET_PASS_AT_1 on validation, or at `max_steps` (a cap, and a way for tests
