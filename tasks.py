@@ -142,6 +142,15 @@ def tiny_model(c, track=None, args=""):
     _lab("tiny-model", track, args)
 
 
+@task(help={"engine": "the distributed engine (verl)", "nodes": "machines in the Ray cluster",
+            "gpus_per_node": "GPUs per machine", "out": "bundle folder (default runs/export-ENGINE)",
+            "track": "whose lab settings (default: cluster)", "args": LAB_HELP["args"]})
+def export(c, engine="verl", nodes=1, gpus_per_node=1, out=None, track="cluster", args=""):
+    """Hand the lab to verl on Ray: data, reward module, launch commands and a README, in one folder."""
+    extra = f"--engine {engine} --nodes {nodes} --gpus-per-node {gpus_per_node}" + (f" --out {out}" if out else "")
+    _lab("export", track, f"{extra} {args}")
+
+
 # --------------------------------------------------------------------------------------- benches, CI
 @task(help={"build": "time image builds instead: cold build of c, rebuild after a code change, sizes"})
 def bench(c, build=False):
