@@ -32,6 +32,7 @@ for n in 0 1; do
     echo 0x00000000410fd4f0 > "$cpu/cpu$n/regs/identification/midr_el1"
 done
 for f in online possible present; do echo 0-1 > "$cpu/$f"; done
+chmod -R a+rX "$cpu"  # mktemp makes it 0700; the image runs as uid 1000
 log "import torch, trl, vllm in grpolab:s"
 docker run --rm --platform linux/arm64 -v "$cpu:/sys/devices/system/cpu:ro" grpolab:s shell -c \
     'uname -m; python -c "import torch, trl, vllm, peft, transformers; print(\"torch\", torch.__version__, \"trl\", trl.__version__, \"vllm\", vllm.__version__)"'
