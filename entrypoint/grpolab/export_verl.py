@@ -481,8 +481,9 @@ set -euo pipefail
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 GPUS_PER_NODE="${GPUS_PER_NODE:-@GPUS_PER_NODE@}"
 case "${1:-}" in
-  head) ray start --head --port=6379 --dashboard-host=0.0.0.0 --num-gpus="$GPUS_PER_NODE" ;;
-  worker) ray start --address="${2:?usage: ray.sh worker HEAD_ADDR}:6379" --num-gpus="$GPUS_PER_NODE" ;;
+  # --block keeps Ray in the foreground, so a container running it stays up (Ctrl-C or `docker stop` ends it).
+  head) ray start --head --port=6379 --dashboard-host=0.0.0.0 --num-gpus="$GPUS_PER_NODE" --block ;;
+  worker) ray start --address="${2:?usage: ray.sh worker HEAD_ADDR}:6379" --num-gpus="$GPUS_PER_NODE" --block ;;
   submit) shift; head="${1:?usage: ray.sh submit HEAD_ADDR [overrides...]}"; shift
           ray job submit --address="http://$head:8265" -- bash "$BUNDLE/run.sh" "$@" ;;
   stop) ray stop ;;
@@ -521,17 +522,17 @@ One machine with verl (the cluster image, `invoke build --track cluster`):
 
 A Ray cluster, the bundle at the same path on every node:
 
-    bash ray.sh head                   # on the head node
-    bash ray.sh worker HEAD_ADDR       # on every other node
+    bash ray.sh head                   # on the head node (stays in the foreground)
+    bash ray.sh worker HEAD_ADDR       # on every other node (stays in the foreground)
     bash ray.sh submit HEAD_ADDR       # runs run.sh as a Ray job
 
 In containers (host networking so Ray's ports are reachable; the bundle mounted at the same path):
 
-    docker run -d --gpus all --network host --shm-size 16g -v "$PWD:$PWD" IMAGE bash "$PWD/ray.sh" head
-    docker run -d --gpus all --network host --shm-size 16g -v "$PWD:$PWD" IMAGE bash "$PWD/ray.sh" worker HEAD_ADDR
-    docker run --rm --network host -v "$PWD:$PWD" IMAGE bash "$PWD/ray.sh" submit HEAD_ADDR
+    docker run -d --gpus all --network host --shm-size 16g -v "$PWD:$PWD" IMAGE shell "$PWD/ray.sh" head
+    docker run -d --gpus all --network host --shm-size 16g -v "$PWD:$PWD" IMAGE shell "$PWD/ray.sh" worker HEAD_ADDR
+    docker run --rm --network host -v "$PWD:$PWD" IMAGE shell "$PWD/ray.sh" submit HEAD_ADDR
 
-where IMAGE is the cluster track's image. Held-out pass@1 is logged as
+where IMAGE is the cluster track's image (`grpolab:cluster`; its entrypoint's `shell` runs bash). Held-out pass@1 is logged as
 `val-core/{settings.dataset}/acc/mean@1`, before the first step and after the last; the training reward as
 `critic/score/mean`.
 
