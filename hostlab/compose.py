@@ -52,7 +52,7 @@ def write_env_file(values: dict[str, str], path: Path = ENV_FILE) -> Path:
     if path.exists():
         for line in path.read_text().splitlines():
             key = line.split("=", 1)[0].strip()
-            if key not in OWNED and not line.startswith("# Written by `invoke build`"):
+            if key not in OWNED and not line.startswith("# Written by `invoke build"):
                 kept.append(line)
     lines = [f"# Written by `invoke build --track {values['LAB_TRACK']}`: the keys below are rewritten by each build."]
     lines += [f"{k}={v}" for k, v in values.items()] + kept

@@ -118,3 +118,4 @@ def test_env_file_keeps_foreign_lines(tmp_path):
     write_env_file(compose_env(load_tracks()["n"], "grpolab:n", uid_gid=(1, 2)), path)
     assert "COMPOSE_FILE=compose/base.yaml:compose/nvidia.yaml" in path.read_text()
     assert path.read_text().count("LAB_TRACK=") == 1
+    assert path.read_text().count("# Written by") == 1  # one header, however many builds
