@@ -90,6 +90,24 @@ def up(c, track=None):
         raise Exit(code=status)
 
 
+@task(
+    help={
+        "gpu": "the GPU the server takes (default 1; the trainer uses the first GPU it sees)",
+        "port": "port published on this host (default 8000)",
+        "detach": "start it in the background and wait until it answers /health",
+        "wait": "seconds to wait for /health with --detach (loading a model takes minutes)",
+    }
+)
+def serve(c, gpu="1", port=8000, detach=False, wait=900):
+    """Start `vllm serve` with TRL's server-mode flags (Compose service `vllm`) for the image last built."""
+    from hostlab.serve import serve as start_server
+
+    with user_errors():
+        status = start_server(gpu=str(gpu), port=int(port), detach=detach, wait_s=float(wait))
+    if status:
+        raise Exit(code=status)
+
+
 # ----------------------------------------------------------------------------- the lab, on the host
 LAB_HELP = {
     "track": "track (default: $GRPOLAB_TRACK, else c)",

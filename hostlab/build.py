@@ -23,6 +23,35 @@ from .locks import check_lock, lock_path, lock_sha256
 CA_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 
 
+@dataclass(frozen=True)
+class SourceBuild:
+    """What the image needs to compile a locked package that PyPI ships only as source."""
+
+    debian_packages: tuple[str, ...]  # installed for the install step, then purged (no compiler in the image)
+    cmake_args: str = ""
+    module: str = ""  # must import after the install
+
+
+SOURCE_BUILDS = {
+    # llama.cpp: portable code (GGML_NATIVE off: the image runs on other CPUs than the one that built it), ggml's
+    # own threads rather than OpenMP (libgomp leaves with the compiler), no multimodal tools. scikit-build-core
+    # takes CMake and Ninja from PyPI when the image has none.
+    "llama-cpp-python": SourceBuild(("g++",), "-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF", "llama_cpp"),
+}
+
+
+def source_build_args(lock_text: str) -> dict[str, str]:
+    """Build args for the lock's source-only packages: BUILD_PACKAGES, CMAKE_ARGS, IMPORT_CHECK (empty if none)."""
+    from .locks import parse_lock
+
+    builds = [SOURCE_BUILDS[name] for name in parse_lock(lock_text).packages if name in SOURCE_BUILDS]
+    return {
+        "BUILD_PACKAGES": " ".join(sorted({p for b in builds for p in b.debian_packages})),
+        "CMAKE_ARGS": " ".join(b.cmake_args for b in builds if b.cmake_args),
+        "IMPORT_CHECK": " ".join(b.module for b in builds if b.module),
+    }
+
+
 @dataclass
 class BuildResult:
     image: str
@@ -204,6 +233,7 @@ def build(
         "LOCK_SHA256": sha,
         "GIT_REVISION": git_revision(repo),
         "TRACK_ENV": track_env_file(track),
+        **source_build_args(lock.read_text()),
         **(build_args or {}),
     }
     cmd = list(cli.argv) + ["--file", str(repo / "images" / "Dockerfile"), "--tag", image, "--platform", track.platform]

@@ -1,8 +1,9 @@
 """The .env that ties `docker compose` to the image last built: which compose files, which image, whose ids.
 
 `docker compose` reads .env from the directory it runs in (the repository root): COMPOSE_FILE selects
-compose/base.yaml plus the file for the track's device access (compose/<device_access>.yaml) and, when a
-CA bundle was given, compose/ca.yaml.
+compose/base.yaml plus the file for the track's device access (compose/<device_access>.yaml), for NVIDIA
+tracks with vLLM compose/vllm-server.yaml (server mode: `invoke serve`, `docker compose run lab-server`)
+and, when a CA bundle was given, compose/ca.yaml.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from grpolab.tracks import Track
 
 from . import REPO
 from .detect import device_gids, host_user_ids
+from .locks import uses_vllm
 
 ENV_FILE = REPO / ".env"
 COMPOSE_DIR = REPO / "compose"
@@ -20,10 +22,17 @@ COMPOSE_DIR = REPO / "compose"
 OWNED = ("COMPOSE_FILE", "LAB_IMAGE", "LAB_TRACK", "LAB_UID", "LAB_GID", "VIDEO_GID", "RENDER_GID", "LAB_CA_BUNDLE")
 
 
+def serves_vllm(track: Track) -> bool:
+    """Can the track's image run TRL's vLLM server mode? Its lock has vLLM, and NCCL weight transfer needs CUDA."""
+    return track.device_access == "nvidia" and uses_vllm(list(track.lock_inputs))
+
+
 def compose_files(track: Track, ca_bundle: Path | None = None, repo: Path = REPO) -> list[str]:
     files = ["compose/base.yaml"]
     if (repo / "compose" / f"{track.device_access}.yaml").exists():
         files.append(f"compose/{track.device_access}.yaml")
+    if serves_vllm(track):
+        files.append("compose/vllm-server.yaml")
     if ca_bundle:
         files.append("compose/ca.yaml")
     return files

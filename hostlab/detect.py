@@ -24,6 +24,7 @@ class HostFacts:
     system: str  # "linux", "darwin"
     arch: str  # Docker arch: "amd64", "arm64"
     nvidia_gpu: str = ""  # first line of `nvidia-smi -L`, "" when none answers
+    nvidia_gpus: int = 0  # lines of `nvidia-smi -L`
     kfd: bool = False  # /dev/kfd: the ROCm kernel driver
     dri: bool = False  # /dev/dri
 
@@ -32,15 +33,16 @@ class HostFacts:
         arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(
             platform.machine().lower(), platform.machine().lower()
         )
-        gpu = ""
+        gpus = []
         if shutil.which("nvidia-smi"):
             out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-            if out.returncode == 0 and out.stdout.strip():
-                gpu = out.stdout.strip().splitlines()[0]
+            if out.returncode == 0:
+                gpus = out.stdout.strip().splitlines()
         return cls(
             system=platform.system().lower(),
             arch=arch,
-            nvidia_gpu=gpu,
+            nvidia_gpu=gpus[0] if gpus else "",
+            nvidia_gpus=len(gpus),
             kfd=Path("/dev/kfd").exists(),
             dri=Path("/dev/dri").exists(),
         )

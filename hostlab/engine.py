@@ -34,6 +34,14 @@ def client():
         ) from None
 
 
+def running() -> bool:
+    try:
+        client()
+        return True
+    except HostError:
+        return False
+
+
 def _short(err: Exception) -> str:
     text = getattr(err, "explanation", None) or str(err)
     text = text.strip().splitlines()[0] if text.strip() else type(err).__name__

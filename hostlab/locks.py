@@ -69,17 +69,23 @@ def lock_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def lab_extra(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
-    """The lab's runtime needs, as declared once in pyproject.toml's `lab` extra."""
+def extra_requirements(name: str, pyproject: Path = REPO / "pyproject.toml") -> list[str]:
+    """Requirements declared once in one of pyproject.toml's extras: `lab` (the lab's runtime needs), `llamacpp`..."""
     with open(pyproject, "rb") as f:
-        return list(tomllib.load(f)["project"]["optional-dependencies"]["lab"])
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    if name not in extras:
+        raise HostError(f"pyproject.toml has no extra {name!r} (named by a track's `extras` in images/tracks.toml)")
+    return list(extras[name])
 
 
 def lock_inputs(track: Track, pyproject: Path = REPO / "pyproject.toml") -> list[str]:
-    """The track's lock_inputs, plus the lab's runtime needs when the track runs the lab (its inputs have TRL).
-    A track without TRL (verl's cluster image) pins its own stack and takes nothing from the lab extra."""
+    """The track's lock_inputs, plus the lab's runtime needs when the track runs the lab (its inputs have TRL),
+    plus the optional extras its row names. A track without TRL (verl's cluster image) pins its own stack."""
     runs_lab = any(canonicalize_name(Requirement(spec).name) == "trl" for spec in track.lock_inputs)
-    return list(track.lock_inputs) + (lab_extra(pyproject) if runs_lab else [])
+    inputs = list(track.lock_inputs) + (extra_requirements("lab", pyproject) if runs_lab else [])
+    for extra in track.extras:
+        inputs += extra_requirements(extra, pyproject)
+    return inputs
 
 
 def uses_vllm(inputs: list[str]) -> bool:

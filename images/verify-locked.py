@@ -1,12 +1,15 @@
 """Run inside the image after the install: every locked package must be installed at exactly its locked
 version, and the ones named on the command line (torch, vllm, triton) must be present when locked.
+Modules after --import must import: a package compiled at install time (llama_cpp) that can't load its
+library fails the build here rather than the first run.
 
 Users of similar images keep hitting a later `pip install` that silently swaps torch; this makes a build
 that ends up with anything but the lock fail, naming the package.
 
-usage: python verify-locked.py LOCK [NAME ...]
+usage: python verify-locked.py LOCK [NAME ...] [--import MODULE ...]
 """
 
+import importlib
 import re
 import sys
 from importlib import metadata
@@ -18,7 +21,9 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def main(lock_file: str, *watched: str) -> int:
+def main(lock_file: str, *args: str) -> int:
+    watched, _, modules = " ".join(args).partition("--import")
+    watched, modules = watched.split(), modules.split()
     locked = {}
     with open(lock_file) as f:
         for line in f:
@@ -39,6 +44,13 @@ def main(lock_file: str, *watched: str) -> int:
         print("ERROR: installed packages differ from the lock: " + "; ".join(wrong), file=sys.stderr)
         return 1
     print(f"verified: all {len(locked)} locked packages installed at their locked versions")
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # an ImportError, or an OSError from a shared library that won't load
+            print(f"ERROR: {module} was installed but does not import: {error}", file=sys.stderr)
+            return 1
+        print(f"verified: {module} imports")
     return 0
 
 

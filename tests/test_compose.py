@@ -30,13 +30,14 @@ def have_compose() -> bool:
 needs_compose = pytest.mark.skipif(not have_compose(), reason="no `docker compose` CLI (Compose v2) on this machine")
 
 
-def render(env: dict, tmp_path: Path, shell_env: dict | None = None) -> dict:
+def render(env: dict, tmp_path: Path, shell_env: dict | None = None, profiles: tuple[str, ...] = ()) -> dict:
     """`docker compose config` from the repository root with `env` as its .env (COMPOSE_FILE included)."""
     env_file = tmp_path / "env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-    clean = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("COMPOSE_", "LAB_", "HF_TOKEN"))}
+    clean = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("COMPOSE_", "LAB_", "HF_TOKEN", "VLLM_"))}
+    flags = [arg for profile in profiles for arg in ("--profile", profile)]
     proc = subprocess.run(
-        ["docker", "compose", "--env-file", str(env_file), "config", "--format", "json"],
+        ["docker", "compose", "--env-file", str(env_file), *flags, "config", "--format", "json"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -74,6 +75,30 @@ def test_compose_config_renders_per_track(track, tmp_path, monkeypatch):
             assert "seccomp=unconfined" in svc["security_opt"] and svc["ipc"] == "host"
         else:
             assert "devices" not in svc and "group_add" not in svc
+
+
+@needs_compose
+@pytest.mark.parametrize("track", CONTAINER_TRACKS, ids=lambda t: t.name)
+def test_vllm_server_services_only_where_server_mode_runs(track, tmp_path, monkeypatch):
+    monkeypatch.setattr("hostlab.compose.device_gids", lambda: {"VIDEO_GID": "44", "RENDER_GID": "993"})
+    env = compose_env(track, f"grpolab:{track.name}", uid_gid=(1234, 2345))
+    services = render(env, tmp_path, profiles=("server",))["services"]
+    if track.name not in ("s", "n"):  # no vLLM, or no CUDA for NCCL weight transfer
+        assert set(services) == set(SERVICES)
+        return
+    server, lab = services["vllm"], services["lab-server"]
+    assert server["image"] == lab["image"] == f"grpolab:{track.name}" and server["user"] == "1234:2345"
+    assert server["command"][0] == "serve" and server["ipc"] == "host"
+    assert server["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["1"]
+    assert server["ports"][0]["published"] == "8000" and server["ports"][0]["target"] == 8000
+    assert "/health" in " ".join(server["healthcheck"]["test"])
+    assert lab["depends_on"]["vllm"]["condition"] == "service_healthy"
+    assert lab["command"][-4:] == ["--rollout", "vllm-server", "--vllm-server-url", "http://vllm:8000"]
+    assert lab["deploy"]["resources"]["reservations"]["devices"][0]["count"] == -1  # the trainer sees every GPU
+    # `invoke serve --gpu 2 --port 8011`
+    moved = render(env, tmp_path, {"VLLM_GPU": "2", "VLLM_PORT": "8011"}, profiles=("server",))["services"]["vllm"]
+    assert moved["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["2"]
+    assert moved["ports"][0]["published"] == "8011"
 
 
 @needs_compose

@@ -24,15 +24,7 @@ DOCKERFILE = REPO / "images" / "Dockerfile"
 ENTRYPOINT = REPO / "entrypoint" / "container-entrypoint.sh"
 
 
-def engine_up() -> bool:
-    try:
-        engine.client()
-        return True
-    except HostError:
-        return False
-
-
-ENGINE = engine_up()
+ENGINE = engine.running()
 STANDIN = standin_name(host_arch())
 needs_engine = pytest.mark.skipif(not ENGINE, reason="no Docker engine reachable (CI starts one)")
 

@@ -26,10 +26,23 @@ def copy_lock(track, tmp_path) -> Path:
     return tmp_path / f"{track.name}.txt"
 
 
-def test_lab_extra_comes_from_pyproject():
-    extra = locks.lab_extra()
-    assert any(r.startswith("trl") for r in extra) and any(r.startswith("torch") for r in extra)
-    assert locks.lock_inputs(get_track("c"))[-len(extra) :] == extra
+def test_lock_inputs_take_the_extras_from_pyproject():
+    lab = locks.extra_requirements("lab")
+    llamacpp = locks.extra_requirements("llamacpp")
+    assert any(r.startswith("trl") for r in lab) and any(r.startswith("torch") for r in lab)
+    assert any(r.startswith("llama-cpp-python") for r in llamacpp)
+    # Tracks that may sample from llama.cpp lock it; the others don't.
+    assert locks.lock_inputs(get_track("c")) == get_track("c").lock_inputs + lab + llamacpp
+    assert locks.lock_inputs(get_track("n")) == get_track("n").lock_inputs + lab
+    assert "llama-cpp-python" in locks.parse_lock(locks.lock_path(get_track("c")).read_text()).packages
+    assert "llama-cpp-python" not in locks.parse_lock(locks.lock_path(get_track("n")).read_text()).packages
+
+
+def test_an_extra_pyproject_lacks_is_named(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\n[project.optional-dependencies]\nlab = ["trl"]\n')
+    with pytest.raises(HostError, match="no extra 'nope'"):
+        locks.extra_requirements("nope", pyproject)
 
 
 def test_committed_locks_pass_check():

@@ -320,6 +320,15 @@ def test_vllm_server_without_weight_transfer_is_refused():
             wait_for_vllm_server(server.url, timeout_s=5)
 
 
+def test_vllm_server_for_another_model_is_refused():
+    routes = {**vllm_routes(), "/v1/models": (200, {"data": [{"id": "Qwen/Qwen3-0.6B", "root": "Qwen/Qwen3-0.6B"}]})}
+    with FakeServer(routes) as server:
+        assert wait_for_vllm_server(server.url, timeout_s=5, model="Qwen/Qwen3-0.6B")["vllm_version"] == "0.30.0"
+        with pytest.raises(LayerFailure, match="serves Qwen/Qwen3-0.6B, but the lab trains Qwen/Qwen3-1.7B") as error:
+            wait_for_vllm_server(server.url, timeout_s=5, model="Qwen/Qwen3-1.7B")
+    assert "grpolab serve --model Qwen/Qwen3-1.7B" in str(error.value)
+
+
 def test_vllm_server_unreachable_is_bounded():
     started = time.monotonic()
     with pytest.raises(LayerFailure, match="vLLM server"):

@@ -1,6 +1,5 @@
 import json
 import multiprocessing
-import os
 import signal
 import subprocess
 import sys

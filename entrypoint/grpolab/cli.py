@@ -1,4 +1,4 @@
-"""Command line: grpolab {smoke,lab,estimate,doctor,tiny-model}. Every setting of the lab is a flag."""
+"""Command line: grpolab {smoke,lab,estimate,doctor,serve,export,export-gguf,tiny-model}. Every setting of the lab is a flag."""
 
 from __future__ import annotations
 
@@ -118,6 +118,25 @@ def cmd_export_gguf(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from .serve import display, exec_server, refuse_unless_servable, serve_command
+    from .tiny_model import TINY_MODEL, resolve_model_name, tiny_model_dir
+
+    _, settings = settings_from(args)
+    extra = tuple(args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args)
+    if args.dry_run:
+        model = str(tiny_model_dir()) if settings.model == TINY_MODEL else settings.model  # not built for a dry run
+        print(display(serve_command(settings, model, args.host, args.port, args.gpu_memory_utilization, extra)))
+        return 0
+    version_line = refuse_unless_servable()
+    argv = serve_command(settings, resolve_model_name(settings.model), args.host, args.port, args.gpu_memory_utilization, extra)
+    print(f"vLLM server for TRL's server mode ({version_line}); the lab connects with "
+          f"--rollout vllm-server --vllm-server-url http://HOST:{args.port}")
+    print("$ " + (f"CUDA_VISIBLE_DEVICES={args.gpu} " if args.gpu is not None else "") + display(argv), flush=True)
+    exec_server(argv, gpu=args.gpu)
+    return 0  # not reached: the server replaced this process
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .tracks import current_track_name, load_tracks
 
@@ -155,6 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--gpus-per-node", type=int, default=1, help="GPUs on each machine")
     export.add_argument("--out", help="an empty or new folder (default: runs/export-ENGINE)")
     export.set_defaults(track="cluster")
+    serve = add("serve", cmd_serve, "Start `vllm serve` with the flags TRL's server mode needs (NCCL weight transfer, processed logprobs) for the lab's model; then run the lab with --rollout vllm-server. The server needs a GPU of its own.")
+    serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: every interface)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000, TRL's vllm_server_port)")
+    serve.add_argument("--gpu", help="the GPU the server takes (sets CUDA_VISIBLE_DEVICES); the trainer must use another")
+    serve.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="fraction of the server's GPU vLLM takes (default 0.9: the GPU is the server's alone)")
+    serve.add_argument("--dry-run", action="store_true", help="print the command and exit, checking and starting nothing")
+    serve.add_argument("vllm_args", nargs=argparse.REMAINDER, help="after --: more arguments for `vllm serve` (e.g. -- --enforce-eager)")
     gguf = add("export-gguf", cmd_export_gguf, "Convert a model (a saved folder, or tiny) to GGUF for llama.cpp; the lab's llamacpp rollout path does this itself.", settings=False)
     gguf.add_argument("--model", default="tiny", help="a saved Hugging Face model folder, or tiny")
     gguf.add_argument("--out", required=True, help="the .gguf file to write")

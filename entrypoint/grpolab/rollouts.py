@@ -600,8 +600,9 @@ def choose_rollout(settings, track, *, device_type: str, platform: str = sys.pla
                          {"vllm_version": vllm_version, "vllm_gpu_memory_utilization": fraction, "memory_reason": why})
 
 
-def wait_for_vllm_server(url: str, timeout_s: float = VLLM_SERVER_WAIT_S, interval_s: float = 2.0) -> dict:
-    """Wait (bounded) for a vLLM server TRL can use: /health, its version inside TRL's range, weight transfer on.
+def wait_for_vllm_server(url: str, timeout_s: float = VLLM_SERVER_WAIT_S, interval_s: float = 2.0, model: str | None = None) -> dict:
+    """Wait (bounded) for a vLLM server TRL can use: /health, its version inside TRL's range, weight transfer on,
+    and (when `model` is given) serving the model the trainer will stream its weights into.
 
     Returns {"vllm_version", "waited_s"}; raises LayerFailure("rollout", ...) with what to do otherwise.
     """
@@ -625,6 +626,13 @@ def wait_for_vllm_server(url: str, timeout_s: float = VLLM_SERVER_WAIT_S, interv
     if status == 200 and isinstance(config, dict) and config.get("weight_transfer_config") is None:
         raise refused(f"the vLLM server at {url} has no weight-transfer engine, so it would keep sampling from the weights it loaded",
                       """restart it with --weight-transfer-config '{"backend":"nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1""")
+    if model is not None:
+        status, body = _http_json(f"{url}/v1/models", timeout_s=10)
+        served = [m.get("root") or m.get("id") for m in body.get("data", [])] if status == 200 and isinstance(body, dict) else []
+        if served and str(model) not in served:
+            raise refused(f"the vLLM server at {url} serves {', '.join(map(str, served))}, but the lab trains {model}: the weights "
+                          "streamed after each step would not fit it",
+                          f"start the server for the same model (`grpolab serve --model {model}`, or `invoke serve` with the same settings)")
     return {"vllm_version": version, "waited_s": round(waited, 3)}
 
 
@@ -694,6 +702,6 @@ def configure_rollout(settings, track, device_type: str, model_path, tokenizer, 
     choice = choose_rollout(settings, track, device_type=device_type, vllm_version=installed_vllm_version(), gpu_count=gpu_count(), model=str(model_path))
     log = dict(choice.log)
     if choice.path == "vllm-server":
-        log.update(wait_for_vllm_server(settings.vllm_server_url))
+        log.update(wait_for_vllm_server(settings.vllm_server_url, model=str(model_path)))
     progress(f"rollout: {choice.reason}")
     return {**choice.grpo_kwargs, "log": {**log, "reason": choice.reason}}, choice.reason

@@ -36,6 +36,7 @@ class Track:
     rollout: str
     device_access: str
     unified_memory: bool
+    extras: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     lab: dict[str, object] = field(default_factory=dict)
 

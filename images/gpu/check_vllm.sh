@@ -15,7 +15,8 @@
 # Checks, in order (each prints PASS/FAIL; the script's exit status is the number of failures):
 #   1. vLLM's version is inside TRL's declared range (grpolab doctor's rule).
 #   2. smoke test with --rollout vllm-colocate (10 steps; vllm_gpu_memory_utilization chosen from the estimate).
-#   3. vllm serve (TRL's flags) on GPU 1, or on GPU 0 at a small memory fraction; wait_for_vllm_server passes.
+#   3. `grpolab serve` (vllm serve with TRL's flags) on GPU 1, or on GPU 0 at a small memory fraction; wait_for_vllm_server
+#      passes, the served model included.
 #   4. TRL's VLLMClient.generate with prompt token ids gets token ids and logprobs back (the response shape).
 #   5. two GPUs: lab --rollout vllm-server for 5 steps; one GPU: the refusal of server mode is the expected one.
 # Logs: $OUT (or runs/gpu-check) holds vllm-serve.log, the run log and each check's output.
@@ -62,15 +63,14 @@ else fail "2 smoke --rollout vllm-colocate (exit $?): $(tail -5 "$LOGS/2-smoke-c
 
 # 3. A vLLM server with the flags TRL needs.
 if [[ "$GPUS" -ge 2 ]]; then SERVER_GPU=1; FRACTION=0.5; else SERVER_GPU=0; FRACTION=0.2; fi
-CUDA_VISIBLE_DEVICES=$SERVER_GPU VLLM_SERVER_DEV_MODE=1 vllm serve "$MODEL" --port "$PORT" --host 127.0.0.1 \
-  --gpu-memory-utilization "$FRACTION" --max-model-len 256 --enforce-eager \
-  --weight-transfer-config '{"backend":"nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1 \
+python3 -m grpolab serve --track n --model "$MODEL" --gpu "$SERVER_GPU" --host 127.0.0.1 --port "$PORT" \
+  --gpu-memory-utilization "$FRACTION" --max-prompt-length 128 --max-completion-length 128 -- --enforce-eager \
   >"$LOGS/vllm-serve.log" 2>&1 &
 SERVER_PID=$!
-if timeout 200 python3 - "$URL" >"$LOGS/3-server.txt" 2>&1 <<'EOF'
+if timeout 200 python3 - "$URL" "$MODEL" >"$LOGS/3-server.txt" 2>&1 <<'EOF'
 import sys
 from grpolab.rollouts import wait_for_vllm_server
-print(wait_for_vllm_server(sys.argv[1], timeout_s=180))
+print(wait_for_vllm_server(sys.argv[1], timeout_s=180, model=sys.argv[2]))
 EOF
 then pass "3 vllm serve ready: $(tail -1 "$LOGS/3-server.txt")"; else fail "3 vllm serve: $(tail -3 "$LOGS/3-server.txt") (server log: $LOGS/vllm-serve.log)"; fi
 

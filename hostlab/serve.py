@@ -1,0 +1,94 @@
+"""`invoke serve`: the vLLM server for TRL's server mode, as the Compose `vllm` service of the image last built.
+
+The image's `grpolab serve` builds the command (TRL's flags, the lab's model); this side only checks the host
+and starts the service. The server takes one GPU (VLLM_GPU, default 1); the trainer needs another.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import urllib.request
+
+from grpolab.tracks import get_track, load_tracks
+
+from . import REPO, HostError, engine
+from .compose import ENV_FILE, serves_vllm
+from .console import say, warn
+from .detect import HostFacts, host_problems
+
+
+def recorded_track(env_file=ENV_FILE) -> str:
+    """The track `invoke build` recorded in .env for `docker compose`."""
+    if env_file.exists():
+        for line in env_file.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "LAB_TRACK" and value.strip():
+                return value.strip()
+    raise HostError(f"no image is recorded in {env_file.name}: build one first, e.g. `invoke build --track {server_tracks()[0]}`")
+
+
+def server_tracks() -> list[str]:
+    return [name for name, track in load_tracks().items() if serves_vllm(track)]
+
+
+def compose_command(detach: bool) -> list[str]:
+    return ["docker", "compose", "--profile", "server", "up"] + (["--detach"] if detach else []) + ["vllm"]
+
+
+def wait_until_healthy(port: int, timeout_s: float, interval_s: float = 5.0) -> float:
+    """Poll the published /health until it answers, printing progress; HostError after timeout_s."""
+    started = time.monotonic()
+    url = f"http://localhost:{port}/health"
+    while True:
+        waited = time.monotonic() - started
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return waited
+        except OSError:
+            pass
+        if waited >= timeout_s:
+            raise HostError(
+                f"the vLLM server did not answer {url} within {timeout_s:.0f} s: see `docker compose logs vllm` "
+                "(a model still downloading, too little GPU memory, or a crash)"
+            )
+        say(f"  waiting for the vLLM server to load the model ... {waited:.0f} s")
+        time.sleep(interval_s)
+
+
+def serve(
+    gpu: str = "1", port: int = 8000, detach: bool = False, wait_s: float = 900.0, facts: HostFacts | None = None, env_file=ENV_FILE
+) -> int:
+    track = get_track(recorded_track(env_file))
+    if not serves_vllm(track):
+        raise HostError(
+            f"the image recorded in .env is track {track.name}'s, which can't serve TRL's vLLM server mode (it needs "
+            f"vLLM and CUDA for the NCCL weight transfer). Tracks that can: {', '.join(server_tracks())}; "
+            "elsewhere use --rollout inprocess (or vllm-colocate where vLLM runs)"
+        )
+    engine.client()  # is the engine running? a clear error rather than Compose's
+    facts = facts or HostFacts.probe()
+    problems = host_problems(track, facts, engine_runtimes=engine.runtimes())
+    if problems:
+        raise HostError("\n".join(problems))
+    if facts.nvidia_gpus < 2:
+        warn(
+            f"this host has {facts.nvidia_gpus} NVIDIA GPU(s): server mode needs the server and the trainer on separate "
+            "GPUs, so a trainer here would be refused. With one GPU use colocate mode (the track's default); this "
+            "server can still feed a trainer on another machine"
+        )
+    env = {**os.environ, "VLLM_GPU": str(gpu), "VLLM_PORT": str(port)}
+    cmd = compose_command(detach)
+    say(f"$ VLLM_GPU={gpu} VLLM_PORT={port} " + " ".join(cmd))
+    status = subprocess.run(cmd, cwd=REPO, env=env).returncode
+    if status or not detach:
+        return status
+    waited = wait_until_healthy(port, wait_s)
+    say(
+        f"vLLM server ready on port {port} after {waited:.0f} s (GPU {gpu}). Next: `docker compose run lab-server`, "
+        f"or on this host `invoke lab --rollout vllm-server --args '--vllm-server-url http://<host>:{port}'`; "
+        "stop it with `docker compose --profile server down`"
+    )
+    return 0

@@ -1,0 +1,105 @@
+"""vLLM server mode's server: `grpolab serve` builds TRL's command for the lab's model and refuses where it can't
+run; `invoke serve` starts the Compose service only for an image that can serve, on a host that can run it.
+The server itself needs a GPU: images/gpu/check_vllm.sh starts it for real."""
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
+
+from grpolab.errors import LayerFailure  # noqa: E402
+from grpolab.rollouts import installed_vllm_version  # noqa: E402
+from grpolab.serve import refuse_unless_servable  # noqa: E402
+
+from hostlab import REPO, HostError, engine  # noqa: E402
+from hostlab.detect import HostFacts  # noqa: E402
+from hostlab.serve import recorded_track, serve, server_tracks  # noqa: E402
+
+
+def grpolab(*args):
+    env = {"PYTHONPATH": str(REPO / "entrypoint"), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    return subprocess.run([sys.executable, "-m", "grpolab", *args], capture_output=True, text=True, env=env, cwd=REPO)
+
+
+def dry_run(*args) -> list[str]:
+    proc = grpolab("serve", "--dry-run", *args)
+    assert proc.returncode == 0, proc.stderr
+    return shlex.split(proc.stdout.strip().splitlines()[-1])
+
+
+def value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_the_command_has_trls_server_mode_flags_and_the_labs_model():
+    argv = dry_run("--track", "n")
+    assert argv[:4] == ["VLLM_SERVER_DEV_MODE=1", "vllm", "serve", "Qwen/Qwen3-1.7B"]  # track n's row
+    assert value(argv, "--weight-transfer-config").replace(" ", "") == '{"backend":"nccl"}'
+    assert value(argv, "--logprobs-mode") == "processed_logprobs" and value(argv, "--max-logprobs") == "-1"
+    assert value(argv, "--dtype") == "bfloat16"
+    assert value(argv, "--max-model-len") == str(256 + 512)  # prompt + completion, the lab's lengths
+    assert value(argv, "--port") == "8000" and value(argv, "--gpu-memory-utilization") == "0.9"
+
+
+def test_settings_flags_and_extra_vllm_arguments_reach_the_command():
+    argv = dry_run("--track", "n", "--model", "Qwen/Qwen3-0.6B", "--max-completion-length", "64", "--port", "8011",
+                   "--gpu-memory-utilization", "0.5", "--", "--enforce-eager")  # fmt: skip
+    assert argv[3] == "Qwen/Qwen3-0.6B" and value(argv, "--max-model-len") == str(256 + 64)
+    assert value(argv, "--port") == "8011" and value(argv, "--gpu-memory-utilization") == "0.5"
+    assert argv[-1] == "--enforce-eager"
+
+
+def test_the_tiny_model_is_served_from_its_folder():
+    argv = dry_run("--track", "c")
+    assert argv[3].endswith("models/tiny-qwen3") and value(argv, "--dtype") == "float32"
+
+
+def test_bad_memory_fraction_is_an_input_error():
+    proc = grpolab("serve", "--dry-run", "--track", "n", "--gpu-memory-utilization", "1.5")
+    assert proc.returncode == 2 and "must be in (0, 1]" in proc.stderr
+
+
+@pytest.mark.skipif(installed_vllm_version() is not None, reason="vLLM is installed here")
+def test_without_vllm_serve_is_refused_in_the_rollout_layer():
+    proc = grpolab("serve", "--track", "n")
+    assert proc.returncode == 14, proc.stdout + proc.stderr
+    assert "[rollout] vllm is not installed" in proc.stderr
+
+
+def test_macos_is_refused():
+    with pytest.raises(LayerFailure, match="macOS"):
+        refuse_unless_servable(platform="darwin")
+
+
+# --- invoke serve ---------------------------------------------------------------------------------------
+
+
+def env_file(tmp_path, track):
+    path = tmp_path / ".env"
+    path.write_text(f"# written by a test\nCOMPOSE_FILE=compose/base.yaml\nLAB_TRACK={track}\n")
+    return path
+
+
+def test_server_tracks_are_the_nvidia_tracks_with_vllm():
+    assert set(server_tracks()) == {"s", "n"}
+
+
+def test_invoke_serve_without_a_build_says_what_to_do(tmp_path):
+    with pytest.raises(HostError, match="no image is recorded.*invoke build --track"):
+        recorded_track(tmp_path / ".env")
+
+
+def test_invoke_serve_refuses_an_image_without_server_mode(tmp_path):
+    with pytest.raises(HostError, match="track c's, which can't serve.*Tracks that can: s, n"):
+        serve(env_file=env_file(tmp_path, "c"))
+
+
+@pytest.mark.skipif(not engine.running(), reason="no Docker engine reachable (CI starts one)")
+def test_invoke_serve_names_the_missing_gpu(tmp_path):
+    no_gpu = HostFacts(system="linux", arch="amd64")
+    with pytest.raises(HostError, match="needs an NVIDIA GPU"):
+        serve(env_file=env_file(tmp_path, "n"), facts=no_gpu)
