@@ -8,7 +8,7 @@ from .errors import LayerFailure
 from .paths import runs_dir
 from .run import recorded_run
 from .settings import LabSettings, resolve_settings
-from .smoke import check_adapter, check_device, check_rewards, check_rollout, close_rollout, group_collapsed, run_smoke, say_layer
+from .smoke import check_adapter, check_device, check_rewards, group_collapsed, run_smoke, say_layer, train_with_rollout
 from .tracks import Track
 
 SMOKE_MODES = ("auto", "always", "never")
@@ -61,7 +61,7 @@ def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=N
     from .fingerprint import environment_fingerprint
     from .plot import plot_run
     from .tiny_model import resolve_model_name
-    from .training import load_model, load_tokenizer, make_trainer, step_recorder, torch_dtype
+    from .training import load_model, load_tokenizer, step_recorder, torch_dtype
 
     reasons = smoke_needed(smoke, log_path)
     if reasons:
@@ -100,18 +100,13 @@ def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=N
         say_layer(say, "adapter", line)
         say_layer(say, "rewards", rewards_line)
         run_dir = runs_dir() / record["run_id"]
-        rollout, rollout_line = check_rollout(settings, track, device_type, model_path, tokenizer, run_dir / "gguf")
-        record["rollout"] = {"path": settings.rollout, **rollout.pop("log", {})}
-        say_layer(say, "rollout", rollout_line)
-
         recorder = step_recorder(reward_funcs, on_record=progress_printer(settings, say))
-        try:
-            trainer = make_trainer(settings, peft_model, tokenizer, train, reward_funcs, device_type, run_dir / "trainer", rollout, [recorder])
-            recorder.trainer = trainer
+
+        def announce(rollout_line):
+            say_layer(say, "rollout", rollout_line)
             say(f"training {settings.max_steps} steps...")
-            trainer.train()
-        finally:
-            close_rollout(rollout)
+
+        trainer, _ = train_with_rollout(settings, track, device_type, model_path, peft_model, tokenizer, train, reward_funcs, run_dir, recorder, record, announce)
         steps = recorder.records
         if steps and group_collapsed(steps[0]):
             say("  warning: the first logged step had no reward spread in any group (group collapse)")
@@ -120,8 +115,6 @@ def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=N
         record["pass_at_1_after"] = after = pass_at_1(trainer.model, tokenizer, heldout_rows, eval_tokens)
         say(f"  pass@1 after: {after:.3f} (before {before:.3f})")
 
-        ledger = getattr(trainer, "rollout_ledger", None)
-        record["rollout"].update(ledger.summary() if ledger else {"stale": False, "max_lag_steps": 0})
         record["steps"] = [
             {"step": r.step, "reward": r.reward, "reward_std": r.reward_std, "frac_reward_zero_std": r.frac_reward_zero_std,
              "seconds": round(r.seconds, 4), "generation_s": round(r.generation_seconds, 4), "reward_s": round(r.reward_seconds, 4), "update_s": round(r.update_seconds, 4)}

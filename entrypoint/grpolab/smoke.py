@@ -145,7 +145,7 @@ def check_rewards(settings: LabSettings, columns: list[str]) -> tuple[list, str]
                 "rewards", f"reward {name} needs dataset column(s) {', '.join(missing)}, which dataset {settings.dataset!r} lacks (it has {', '.join(columns)})",
                 "use a dataset with those columns, or map yours to them",
             )
-        funcs.append(guarded_reward(name, func, weight))
+        funcs.append(guarded_reward(name, func))
     listed = ", ".join(f"{name} x {weight:g}" for name, weight in settings.reward_weights.items())
     return funcs, f"{listed}"
 
@@ -211,6 +211,30 @@ def close_rollout(rollout: dict) -> None:
         func.close()
 
 
+def train_with_rollout(settings: LabSettings, track: Track, device_type: str, model_path: str, peft_model, tokenizer, train,
+                       reward_funcs, output_dir: Path, recorder, record: dict, before_training=None):
+    """Set up the rollout path, train, and free the rollout engine; what the smoke test and the lab share.
+
+    Records the rollout path (with `stale` and the largest lag) in `record`; calls before_training(rollout line)
+    once the engine is ready. Returns (the trainer, the rollout line).
+    """
+    from .training import make_trainer
+
+    rollout, rollout_line = check_rollout(settings, track, device_type, model_path, tokenizer, Path(output_dir) / "gguf")
+    record["rollout"] = {"path": settings.rollout, **rollout.pop("log", {})}
+    if before_training:
+        before_training(rollout_line)
+    try:
+        trainer = make_trainer(settings, peft_model, tokenizer, train, reward_funcs, device_type, Path(output_dir) / "trainer", rollout, [recorder])
+        recorder.trainer = trainer
+        trainer.train()
+    finally:
+        close_rollout(rollout)
+    ledger = getattr(trainer, "rollout_ledger", None)
+    record["rollout"].update(ledger.summary() if ledger else {"stale": False, "max_lag_steps": 0})
+    return trainer, rollout_line
+
+
 # --- the smoke test ------------------------------------------------------------------------------------
 
 
@@ -219,7 +243,7 @@ def run_smoke(settings: LabSettings, track: Track, expect_device: str | None = N
     from .data import load_lab_datasets
     from .fingerprint import environment_fingerprint
     from .tiny_model import resolve_model_name
-    from .training import load_model, load_tokenizer, make_trainer, step_recorder, torch_dtype
+    from .training import load_model, load_tokenizer, step_recorder, torch_dtype
 
     say(f"smoke test, track {track.name}: {settings.model}, {settings.train_size} prompts, {settings.num_generations} rollouts, {settings.max_steps} steps")
     with recorded_run("smoke", settings, log_path=log_path, say=say) as record:
@@ -245,20 +269,11 @@ def run_smoke(settings: LabSettings, track: Track, expect_device: str | None = N
         # Stop at once when the first logged step collapsed: the verdict is in, the rest would be wasted.
         recorder = step_recorder(reward_funcs, stop_on=lambda record: len(recorder.records) == 1 and group_collapsed(record))
         with tempfile.TemporaryDirectory() as output_dir:
-            rollout, rollout_line = check_rollout(settings, track, device_type, model_path, tokenizer, Path(output_dir) / "gguf")
-            record["rollout"] = {"path": settings.rollout, **rollout.pop("log", {})}
-            try:
-                trainer = make_trainer(settings, peft_model, tokenizer, train, reward_funcs, device_type, Path(output_dir), rollout, [recorder])
-                recorder.trainer = trainer
-                trainer.train()
-            finally:
-                close_rollout(rollout)
+            _, rollout_line = train_with_rollout(settings, track, device_type, model_path, peft_model, tokenizer, train, reward_funcs, Path(output_dir), recorder, record)
         record["first_reward"] = recorder.records[0].reward if recorder.records else None
         line = check_first_step(recorder.records)
         say_layer(say, "first step", line)
         passed.append("first_step")
-        ledger = getattr(trainer, "rollout_ledger", None)
-        record["rollout"].update(ledger.summary() if ledger else {"stale": False, "max_lag_steps": 0})
         say_layer(say, "rollout", rollout_line)
         passed.append("rollout")
         steps = recorder.records

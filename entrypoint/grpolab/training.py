@@ -105,7 +105,7 @@ def add_adapter(model, settings: LabSettings):
     return peft_model, trainable, total
 
 
-def guarded_reward(name: str, func, weight: float):
+def guarded_reward(name: str, func):
     """Wrap a reward so that a failure names the function and the row, and its time is counted."""
 
     @functools.wraps(func)
