@@ -28,47 +28,40 @@ class SourceBuild:
     """What the image needs to compile a locked package that PyPI ships only as source."""
 
     debian_packages: tuple[str, ...]  # installed for the install step, then purged (no compiler in the image)
-    cmake_args: str = ""
+    config_settings: tuple[str, ...] = ()  # for its PEP 517 backend; uv keys its cache of the built wheel on them
     module: str = ""  # must import after the install
 
 
 SOURCE_BUILDS = {
-    # llama.cpp: portable code (GGML_NATIVE off: the image runs on other CPUs than the one that built it), ggml's
-    # own threads rather than OpenMP (libgomp leaves with the compiler), no multimodal tools. scikit-build-core
-    # takes CMake and Ninja from PyPI when the image has none.
-    "llama-cpp-python": SourceBuild(("g++",), "-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF", "llama_cpp"),
+    # llama.cpp, built for x86-64-v3 (AVX2, FMA, F16C: CPUs since 2013) rather than for the build machine's own
+    # CPU (GGML_NATIVE, the default, would make the image crash on other CPUs; without the flags below it is
+    # plain x86-64, several times slower). ggml's own threads rather than OpenMP: libgomp leaves with the
+    # compiler. No multimodal tools. scikit-build-core takes CMake and Ninja from PyPI when the image has none.
+    "llama-cpp-python": SourceBuild(
+        ("g++",),
+        tuple(
+            f"cmake.define.{flag}"
+            for flag in ("GGML_NATIVE=OFF", "GGML_AVX=ON", "GGML_AVX2=ON", "GGML_FMA=ON", "GGML_F16C=ON",
+                         "GGML_BMI2=ON", "GGML_OPENMP=OFF", "LLAVA_BUILD=OFF")
+        ),  # fmt: skip
+        "llama_cpp",
+    ),
 }
 
 
 def source_build_args(lock_text: str) -> dict[str, str]:
-    """Build args for the lock's source-only packages: BUILD_PACKAGES, CMAKE_ARGS, IMPORT_CHECK (empty if none)."""
+    """Build args for the lock's source-only packages: BUILD_PACKAGES, BUILD_CONFIG_SETTINGS (uv options),
+    IMPORT_CHECK; all empty when the lock has none."""
     from .locks import parse_lock
 
-    builds = [SOURCE_BUILDS[name] for name in parse_lock(lock_text).packages if name in SOURCE_BUILDS]
+    builds = {name: SOURCE_BUILDS[name] for name in parse_lock(lock_text).packages if name in SOURCE_BUILDS}
     return {
-        "BUILD_PACKAGES": " ".join(sorted({p for b in builds for p in b.debian_packages})),
-        "CMAKE_ARGS": " ".join(b.cmake_args for b in builds if b.cmake_args),
-        "IMPORT_CHECK": " ".join(b.module for b in builds if b.module),
+        "BUILD_PACKAGES": " ".join(sorted({p for b in builds.values() for p in b.debian_packages})),
+        "BUILD_CONFIG_SETTINGS": " ".join(
+            f"--config-settings-package={name}:{setting}" for name, b in builds.items() for setting in b.config_settings
+        ),
+        "IMPORT_CHECK": " ".join(b.module for b in builds.values() if b.module),
     }
-
-
-@dataclass
-class BuildResult:
-    image: str
-    track: str
-    size_bytes: int
-    lock_sha256: str
-    seconds: float
-    base: str
-    base_digest: str
-    labels: dict = field(default_factory=dict)
-
-    def summary(self) -> str:
-        return (
-            f"built {self.image} (track {self.track}) in {self.seconds:.0f} s: {self.size_bytes / 1e9:.2f} GB, "
-            f"lock sha256 {self.lock_sha256[:16]}..., base {self.base}"
-            + (f" @ {self.base_digest}" if self.base_digest else "")
-        )
 
 
 def image_name(track: Track) -> str:

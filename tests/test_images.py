@@ -17,7 +17,7 @@ from grpolab.tracks import get_track  # noqa: E402
 
 from hostlab import REPO, HostError, engine  # noqa: E402
 from hostlab.base import host_arch, standin_name  # noqa: E402
-from hostlab.build import build, explain_failure, image_name, stage_context, track_env_file  # noqa: E402
+from hostlab.build import build, explain_failure, image_name, source_build_args, stage_context, track_env_file  # noqa: E402
 from hostlab.locks import lock_path, lock_sha256, parse_lock  # noqa: E402
 
 DOCKERFILE = REPO / "images" / "Dockerfile"
@@ -56,6 +56,26 @@ def test_dockerfile_layout():
     ):
         assert label in text
     assert "--require-hashes" in text and "type=secret,id=ca_bundle" in text
+
+
+def test_source_only_packages_get_a_compiler_for_the_install_step_only():
+    with_llama = source_build_args(lock_path(get_track("c")).read_text())
+    assert with_llama["BUILD_PACKAGES"] == "g++" and with_llama["IMPORT_CHECK"] == "llama_cpp"
+    assert "--config-settings-package=llama-cpp-python:cmake.define.GGML_NATIVE=OFF" in with_llama["BUILD_CONFIG_SETTINGS"].split()
+    assert source_build_args(lock_path(get_track("n")).read_text()) == {"BUILD_PACKAGES": "", "BUILD_CONFIG_SETTINGS": "", "IMPORT_CHECK": ""}
+    text = DOCKERFILE.read_text()
+    install = text[text.index("apt-get install"):text.index("verify-locked.py /tmp/lock.txt")]
+    assert "uv pip sync" in install and "apt-get purge" in install, "the compiler is installed and purged in one step"
+
+
+def test_verify_locked_fails_a_module_that_does_not_import(tmp_path):
+    lock = tmp_path / "lock.txt"
+    lock.write_text("")
+    script = REPO / "images" / "verify-locked.py"
+    ok = subprocess.run([sys.executable, str(script), str(lock), "torch", "--import", "json"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "verified: json imports" in ok.stdout
+    bad = subprocess.run([sys.executable, str(script), str(lock), "--import", "no_such_module_here"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "no_such_module_here was installed but does not import" in bad.stderr
 
 
 def test_build_context_holds_only_what_the_image_uses(tmp_path):
@@ -213,6 +233,21 @@ def test_built_image_has_the_locked_versions_and_no_secret():
         check=True,
     ).stdout
     assert "BEGIN CERTIFICATE" not in history and "HF_TOKEN=" not in history
+
+
+@pytest.mark.docker
+@needs_image(image_name(get_track("c")))
+def test_llama_cpp_compiled_into_the_image_without_a_compiler_left():
+    probe = "import llama_cpp; print(llama_cpp.__version__); print(llama_cpp.llama_supports_mmap())"
+    proc = subprocess.run(
+        ["docker", "run", "--rm", "grpolab:c", "shell", "-c", f'! command -v g++ cc gcc >/dev/null && python -c "{probe}"'],
+        capture_output=True,
+        text=True,
+    )
+    if "No module named 'llama_cpp'" in proc.stderr:
+        pytest.skip("grpolab:c was built from a lock without llama-cpp-python")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split()[0] == parse_lock(lock_path(get_track("c")).read_text()).version("llama-cpp-python")
 
 
 @pytest.mark.docker
