@@ -179,9 +179,9 @@ def bench(c, build=False):
         benchmarks.build_bench() if build else benchmarks.lab_bench()
 
 
-@task(help={"skip_image": "only lock --check and pytest (no base, build or compose run)"})
+@task(help={"skip_image": "only lock --check and pytest (no `invoke up`)"})
 def test(c, skip_image=False):
-    """What CI runs: stand-in base, lock --check, build c, pytest, `docker compose run lab`, run-log check."""
+    """What CI runs: lock --check, `invoke up --track c` for real with its run-log line checked, then pytest."""
     from hostlab.citest import run_ci
 
     with user_errors():

@@ -36,14 +36,12 @@ def run_pytest(args: list[str] | None = None) -> None:
         raise HostError(f"pytest failed (exit {proc.returncode}); see its report above")
 
 
-def compose_run_lab(track: str = "c") -> dict:
-    """`docker compose run lab` for real, then the run-log line it wrote must say passed, for `track`."""
+def check_runlog(before: int, track: str, status: int) -> dict:
+    """The run-log lines `docker compose run lab` wrote (after the first `before`) must end with a pass for `track`."""
     log = REPO / "runs" / "runlog.jsonl"
-    before = len(read_runs(log))
-    proc = subprocess.run(["docker", "compose", "run", "--rm", "-T", "lab"], cwd=REPO)
     runs = read_runs(log)[before:]
-    if proc.returncode != 0:
-        raise HostError(f"`docker compose run lab` exited {proc.returncode}; run-log lines it wrote: {runs}")
+    if status != 0:
+        raise HostError(f"`docker compose run lab` exited {status}; run-log lines it wrote: {runs}")
     if not runs:
         raise HostError(f"`docker compose run lab` exited 0 but wrote no line to {log}")
     last = runs[-1]
@@ -57,27 +55,23 @@ def compose_run_lab(track: str = "c") -> dict:
 
 
 def run_ci(skip_image: bool = False) -> dict:
-    from .base import build_standin, host_arch
-    from .build import build
+    """lock --check; then the README's main command for real, `invoke up --track c` (the stand-in base where no
+    registry answers, the image, `docker compose run lab`), and the run-log line it wrote; then pytest, whose
+    Docker tests use that image."""
     from .lockcli import check
+    from .up import up
 
     timings: dict[str, float] = {}
     started = time.monotonic()
-    standin = None
-    if not skip_image:
-        with _step("stand-in base", timings):
-            standin = build_standin(host_arch())
     with _step("invoke lock --check", timings):
         if not check():
             raise HostError("a lock is missing, stale or tampered (see above)")
     if not skip_image:
-        with _step("invoke build --track c", timings):
-            build("c", base=standin)
+        with _step("invoke up --track c (base, build, docker compose run lab)", timings):
+            before = len(read_runs(REPO / "runs" / "runlog.jsonl"))
+            check_runlog(before, "c", up("c"))
     with _step("pytest", timings):
         run_pytest()
-    if not skip_image:
-        with _step("docker compose run lab", timings):
-            compose_run_lab("c")
     timings["total"] = round(time.monotonic() - started, 1)
     say("\ninvoke test passed: " + ", ".join(f"{k} {v} s" for k, v in timings.items()))
     return timings

@@ -70,17 +70,3 @@ def test_host_runs_get_the_track_env(monkeypatch, tmp_path):
     env = labrun.lab_env(get_track("m"))
     assert env["GRPOLAB_TRACK"] == "m" and env["PYTORCH_ENABLE_MPS_FALLBACK"] == "1"
     assert env["PYTHONPATH"].split(":")[0] == str(REPO / "entrypoint")
-
-
-def test_up_builds_on_a_stand_in_when_the_base_cannot_be_pulled(monkeypatch):
-    from hostlab import up as up_module
-
-    calls = []
-    monkeypatch.setattr(up_module.engine, "image_or_none", lambda name: None)
-    monkeypatch.setattr(up_module.engine, "pull", lambda name, platform=None: (False, "no registry"))
-    monkeypatch.setattr(up_module, "build_standin", lambda arch: calls.append(("base", arch)) or f"stand-in-{arch}")
-    monkeypatch.setattr(up_module, "build", lambda track, base=None: calls.append(("build", track, base)))
-    monkeypatch.setattr(up_module.subprocess, "run", lambda cmd, cwd=None: calls.append(("run", cmd[-1])) or
-                        type("Done", (), {"returncode": 0})())
-    assert up_module.up("c") == 0
-    assert calls == [("base", "amd64"), ("build", "c", "stand-in-amd64"), ("run", "lab")]
