@@ -64,6 +64,25 @@ def source_build_args(lock_text: str) -> dict[str, str]:
     }
 
 
+@dataclass
+class BuildResult:
+    image: str
+    track: str
+    size_bytes: int
+    lock_sha256: str
+    seconds: float
+    base: str
+    base_digest: str
+    labels: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        return (
+            f"built {self.image} (track {self.track}) in {self.seconds:.0f} s: {self.size_bytes / 1e9:.2f} GB, "
+            f"lock sha256 {self.lock_sha256[:16]}..., base {self.base}"
+            + (f" @ {self.base_digest}" if self.base_digest else "")
+        )
+
+
 def image_name(track: Track) -> str:
     return f"grpolab:{track.name}"
 
