@@ -30,6 +30,7 @@ class SourceBuild:
     debian_packages: tuple[str, ...]  # installed for the install step, then purged (no compiler in the image)
     config_settings: tuple[str, ...] = ()  # for its PEP 517 backend; uv keys its cache of the built wheel on them
     module: str = ""  # must import after the install
+    keep_sdist: bool = False  # the image keeps the (hash-checked) sdist in /opt/grpolab/sdist
 
 
 SOURCE_BUILDS = {
@@ -37,6 +38,7 @@ SOURCE_BUILDS = {
     # CPU (GGML_NATIVE, the default, would make the image crash on other CPUs; without the flags below it is
     # plain x86-64, several times slower). ggml's own threads rather than OpenMP: libgomp leaves with the
     # compiler. No multimodal tools. scikit-build-core takes CMake and Ninja from PyPI when the image has none.
+    # The sdist stays in the image: it carries llama.cpp's GGUF converter, which the package does not install.
     "llama-cpp-python": SourceBuild(
         ("g++",),
         tuple(
@@ -45,13 +47,14 @@ SOURCE_BUILDS = {
                          "GGML_BMI2=ON", "GGML_OPENMP=OFF", "LLAVA_BUILD=OFF")
         ),  # fmt: skip
         "llama_cpp",
+        keep_sdist=True,
     ),
 }
 
 
 def source_build_args(lock_text: str) -> dict[str, str]:
     """Build args for the lock's source-only packages: BUILD_PACKAGES, BUILD_CONFIG_SETTINGS (uv options),
-    IMPORT_CHECK; all empty when the lock has none."""
+    IMPORT_CHECK, KEEP_SDISTS; all empty when the lock has none."""
     from .locks import parse_lock
 
     builds = {name: SOURCE_BUILDS[name] for name in parse_lock(lock_text).packages if name in SOURCE_BUILDS}
@@ -61,6 +64,7 @@ def source_build_args(lock_text: str) -> dict[str, str]:
             f"--config-settings-package={name}:{setting}" for name, b in builds.items() for setting in b.config_settings
         ),
         "IMPORT_CHECK": " ".join(b.module for b in builds.values() if b.module),
+        "KEEP_SDISTS": " ".join(name for name, b in builds.items() if b.keep_sdist),
     }
 
 

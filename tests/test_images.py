@@ -62,7 +62,8 @@ def test_source_only_packages_get_a_compiler_for_the_install_step_only():
     with_llama = source_build_args(lock_path(get_track("c")).read_text())
     assert with_llama["BUILD_PACKAGES"] == "g++" and with_llama["IMPORT_CHECK"] == "llama_cpp"
     assert "--config-settings-package=llama-cpp-python:cmake.define.GGML_NATIVE=OFF" in with_llama["BUILD_CONFIG_SETTINGS"].split()
-    assert source_build_args(lock_path(get_track("n")).read_text()) == {"BUILD_PACKAGES": "", "BUILD_CONFIG_SETTINGS": "", "IMPORT_CHECK": ""}
+    assert with_llama["KEEP_SDISTS"] == "llama-cpp-python"  # its sdist carries llama.cpp's GGUF converter
+    assert set(source_build_args(lock_path(get_track("n")).read_text()).values()) == {""}
     text = DOCKERFILE.read_text()
     install = text[text.index("apt-get install"):text.index("verify-locked.py /tmp/lock.txt")]
     assert "uv pip sync" in install and "apt-get purge" in install, "the compiler is installed and purged in one step"
@@ -248,6 +249,25 @@ def test_llama_cpp_compiled_into_the_image_without_a_compiler_left():
         pytest.skip("grpolab:c was built from a lock without llama-cpp-python")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split()[0] == parse_lock(lock_path(get_track("c")).read_text()).version("llama-cpp-python")
+
+
+@pytest.mark.docker
+@needs_image(image_name(get_track("c")))
+def test_the_image_converts_to_gguf_offline(tmp_path):
+    # llama.cpp's converter comes from the sdist the image kept (hash-checked), not from the network.
+    tmp_path.chmod(0o777)
+    script = "from grpolab.gguf import converter_dir; print(converter_dir(download=False, progress=lambda *a: None))"
+    proc = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "-e", "GRPOLAB_CACHE_DIR=/out", "-v", f"{tmp_path}:/out",
+         "grpolab:c", "shell", "-c", f'python -c "{script}"'],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    if "not here: no" in proc.stderr and "/opt/grpolab/sdist" not in proc.stderr:
+        pytest.skip("grpolab:c was built before the image kept llama-cpp-python's sdist")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().startswith("/out/llama.cpp-converter/")
+    assert (tmp_path / "llama.cpp-converter").is_dir()
 
 
 @pytest.mark.docker

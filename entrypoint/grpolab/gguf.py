@@ -4,11 +4,11 @@ llama.cpp's own converter (`convert_hf_to_gguf.py`, its `conversion/` package an
 library, not copied: it ships inside the llama-cpp-python sdist (vendor/llama.cpp/) but is not installed
 with the package. `converter_dir()` finds it, in this order:
 
-1. `GRPOLAB_LLAMACPP_CONVERTER`: a folder holding convert_hf_to_gguf.py, conversion/ and gguf-py/
-   (the images set it to the copy they extract at build time);
+1. `GRPOLAB_LLAMACPP_CONVERTER`: a folder holding convert_hf_to_gguf.py, conversion/ and gguf-py/;
 2. `cache_dir()/llama.cpp-converter/<version>/`, extracted earlier;
-3. extracted from the sdist in `cache_dir()/sdist/` or `~/.cache/grpolab/sdist/` (kept from the wheel build),
-   its sha256 checked against PyPI's (SDIST_SHA256);
+3. extracted from the sdist in `GRPOLAB_SDIST_DIR` (the images keep the hash-checked sdist they compiled
+   there), `cache_dir()/sdist/` or `~/.cache/grpolab/sdist/` (kept from the wheel build), its sha256
+   checked against PyPI's (SDIST_SHA256);
 4. the sdist fetched from PyPI (`pip download`, ~76 MB), then extracted. Nothing else is downloaded.
 
 <version> is the installed llama-cpp-python's version (else LLAMA_CPP_PYTHON_VERSION), so the converter
@@ -46,6 +46,7 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the sdist our converter comes from when l
 # cached sdist with another digest is refused. Other versions are fetched without a pinned digest.
 SDIST_SHA256 = {"0.3.36": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
 CONVERTER_ENV = "GRPOLAB_LLAMACPP_CONVERTER"
+SDIST_DIR_ENV = "GRPOLAB_SDIST_DIR"  # a read-only folder of sdists (the images': /opt/grpolab/sdist)
 # What we take out of the sdist, relative to vendor/llama.cpp/.
 CONVERTER_MEMBERS = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/gguf/")
 
@@ -165,9 +166,9 @@ def converter_dir(version: str | None = None, download: bool = True, progress=pr
     if _is_converter(extracted):
         return extracted
     sdist = sdist_path(version)
+    kept = [Path(os.environ[SDIST_DIR_ENV]) / sdist.name] if os.environ.get(SDIST_DIR_ENV) else []
     shared = HOME_CACHE / "sdist" / sdist.name  # the wheel build's copy, when GRPOLAB_CACHE_DIR points elsewhere (tests)
-    if not sdist.is_file() and shared.is_file():
-        sdist = shared
+    sdist = next((path for path in [sdist, *kept, shared] if path.is_file()), sdist)
     if not sdist.is_file():
         if not download:
             raise LayerFailure("rollout", f"llama.cpp's GGUF converter is not here: no {extracted} and no {sdist}",
