@@ -301,3 +301,43 @@ def test_export_command_line_refuses_and_writes(tmp_path):
     assert made.returncode == 0, made.stderr
     overrides = (tmp_path / "b" / "overrides.txt").read_text()
     assert "trainer.nnodes=2" in overrides and "trainer.n_gpus_per_node=4" in overrides
+
+
+def cluster_image_current() -> str:
+    """Why the cluster image can't be used here ("" when it can): built by `invoke build --track cluster`."""
+    sys.path.insert(0, str(REPO))
+    from grpolab.tracks import get_track
+
+    from hostlab import engine
+    from hostlab.locks import lock_path, lock_sha256
+
+    if not engine.running():
+        return "no Docker engine reachable"
+    image = engine.image_or_none("grpolab:cluster")
+    if image is None:
+        return "grpolab:cluster not built here (`invoke build --track cluster`, about 10 GB)"
+    if image.labels.get("io.grpolab.lock.sha256") != lock_sha256(lock_path(get_track("cluster"))):
+        return "grpolab:cluster was built from an older lock"
+    return ""
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_bundle_passes_verl_own_checks_in_the_cluster_image(tiny_model_path, tmp_path):
+    # The image the cluster runs, not only the check venv: same verl, its own Python (3.13) and pins, no network.
+    why = cluster_image_current()
+    if why:
+        pytest.skip(why)
+    bundle = export_bundle(lab(model="tiny"), tmp_path / "bundle")
+    for path in [tmp_path, *tmp_path.rglob("*")]:
+        path.chmod(0o777 if path.is_dir() else 0o666)  # the image runs as uid 1000
+    done = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "-v", f"{bundle}:/bundle", "-e", "VLLM_LOGGING_LEVEL=ERROR",
+         "grpolab:cluster", "shell", "-c", "python /bundle/check.py --samples 2"],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    report = json.loads(lines[-1]) if lines else {}
+    assert done.returncode == 0 and report.get("passed"), f"{report.get('error')}\n{done.stderr[-3000:]}"
+    assert report["verl"] == export_verl.VERL_VERSION and report["reward_function"] == "/bundle/reward.py:compute_score"
+    assert report["validate"]["model_architectures"] == ["Qwen3ForCausalLM"]
