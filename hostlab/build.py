@@ -78,6 +78,7 @@ class BuildResult:
     base: str
     base_digest: str
     labels: dict = field(default_factory=dict)
+    log_tail: list[str] = field(default_factory=list, repr=False)  # the build's last lines, for the bench
 
     def summary(self) -> str:
         return (
@@ -273,6 +274,7 @@ def build(
         base=base_image,
         base_digest=base_digest,
         labels=dict(built.labels),
+        log_tail=tail,
     )
     if write_env:
         env_path = write_env_file(compose_env(track, image, ca, repo), repo / ".env")
