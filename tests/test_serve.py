@@ -103,3 +103,12 @@ def test_invoke_serve_names_the_missing_gpu(tmp_path):
     no_gpu = HostFacts(system="linux", arch="amd64")
     with pytest.raises(HostError, match="needs an NVIDIA GPU"):
         serve(env_file=env_file(tmp_path, "n"), facts=no_gpu)
+
+
+def test_without_trl_the_dry_run_says_where_to_run_it():
+    # A host with only the `host` extra has no TRL: a sentence, not a traceback.
+    code = "import sys; sys.modules['trl'] = None; from grpolab.cli import main; sys.exit(main(['serve', '--dry-run', '--track', 'n']))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          env={"PYTHONPATH": str(REPO / "entrypoint"), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})  # fmt: skip
+    assert proc.returncode == 14 and "Traceback" not in proc.stderr
+    assert "docker compose run --rm lab serve --dry-run" in proc.stderr

@@ -35,8 +35,13 @@ def serve_command(
     extra: tuple[str, ...] = (),
 ) -> list[str]:
     """The server's argv (`python -m vllm.entrypoints.cli.main serve MODEL ...`), built by TRL for the lab's model."""
-    from trl.scripts.vllm_serve import ScriptArguments, build_command
-
+    try:
+        from trl.scripts.vllm_serve import ScriptArguments, build_command
+    except ImportError as error:
+        raise LayerFailure(
+            "rollout", f"TRL's vllm-serve command builder is not importable here ({error})",
+            "run it where the lab is installed: in the track's image (`docker compose run --rm lab serve --dry-run`) or after `pip install -e '.[lab]'`",
+        ) from error
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"--gpu-memory-utilization {gpu_memory_utilization} must be in (0, 1]")
     server = ScriptArguments(
