@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import REPO, engine
+from .compose import recorded_track
 from .console import say
 
 BENCH_DIR = REPO / "bench"
@@ -44,10 +45,7 @@ def _timed(cmd: list[str], **kw) -> dict:
 
 def lab_bench() -> Path:
     """Smoke test and default lab on track c, wall clock including container (or interpreter) start-up."""
-    env_file = REPO / ".env"
-    in_container = (
-        engine.image_or_none("grpolab:c") is not None and env_file.exists() and "LAB_TRACK=c" in env_file.read_text()
-    )
+    in_container = engine.image_or_none("grpolab:c") is not None and recorded_track() == "c"
     if in_container:
         runs = {
             "smoke": _timed(["docker", "compose", "run", "--rm", "-T", "smoke"]),

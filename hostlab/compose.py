@@ -17,14 +17,13 @@ from .detect import device_gids, host_user_ids
 from .locks import uses_vllm
 
 ENV_FILE = REPO / ".env"
-COMPOSE_DIR = REPO / "compose"
 # The keys `invoke build` owns in .env; other lines (say a user's HF_TOKEN) are kept as they are.
 OWNED = ("COMPOSE_FILE", "LAB_IMAGE", "LAB_TRACK", "LAB_UID", "LAB_GID", "VIDEO_GID", "RENDER_GID", "LAB_CA_BUNDLE")
 
 
 def serves_vllm(track: Track) -> bool:
     """Can the track's image run TRL's vLLM server mode? Its lock has vLLM, and NCCL weight transfer needs CUDA."""
-    return track.device_access == "nvidia" and uses_vllm(list(track.lock_inputs))
+    return track.device_access == "nvidia" and uses_vllm(track.lock_inputs)
 
 
 def compose_files(track: Track, ca_bundle: Path | None = None, repo: Path = REPO) -> list[str]:
@@ -56,12 +55,28 @@ def compose_env(
     return env
 
 
+def _key(line: str) -> str:
+    return line.split("=", 1)[0].strip()
+
+
+def read_env_file(path: Path = ENV_FILE) -> dict[str, str]:
+    """The KEY=VALUE lines of .env (comments and blank lines skipped)."""
+    if not path.exists():
+        return {}
+    lines = [line for line in path.read_text().splitlines() if "=" in line and not line.lstrip().startswith("#")]
+    return {_key(line): line.split("=", 1)[1].strip() for line in lines}
+
+
+def recorded_track(path: Path = ENV_FILE) -> str | None:
+    """The track whose image `invoke build` last recorded for `docker compose`, if any."""
+    return read_env_file(path).get("LAB_TRACK") or None
+
+
 def write_env_file(values: dict[str, str], path: Path = ENV_FILE) -> Path:
     kept = []
     if path.exists():
         for line in path.read_text().splitlines():
-            key = line.split("=", 1)[0].strip()
-            if key not in OWNED and not line.startswith("# Written by `invoke build"):
+            if _key(line) not in OWNED and not line.startswith("# Written by `invoke build"):
                 kept.append(line)
     lines = [f"# Written by `invoke build --track {values['LAB_TRACK']}`: the keys below are rewritten by each build."]
     lines += [f"{k}={v}" for k, v in values.items()] + kept

@@ -8,25 +8,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
-import urllib.request
 
+from grpolab.errors import LayerFailure
+from grpolab.rollouts import wait_for_health
 from grpolab.tracks import get_track, load_tracks
 
 from . import REPO, HostError, engine
-from .compose import ENV_FILE, serves_vllm
+from .compose import ENV_FILE, recorded_track, serves_vllm
 from .console import say, warn
 from .detect import HostFacts, host_problems
-
-
-def recorded_track(env_file=ENV_FILE) -> str:
-    """The track `invoke build` recorded in .env for `docker compose`."""
-    if env_file.exists():
-        for line in env_file.read_text().splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "LAB_TRACK" and value.strip():
-                return value.strip()
-    raise HostError(f"no image is recorded in {env_file.name}: build one first, e.g. `invoke build --track {server_tracks()[0]}`")
 
 
 def server_tracks() -> list[str]:
@@ -39,29 +29,23 @@ def compose_command(detach: bool) -> list[str]:
 
 def wait_until_healthy(port: int, timeout_s: float, interval_s: float = 5.0) -> float:
     """Poll the published /health until it answers, printing progress; HostError after timeout_s."""
-    started = time.monotonic()
-    url = f"http://localhost:{port}/health"
-    while True:
-        waited = time.monotonic() - started
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                if response.status == 200:
-                    return waited
-        except OSError:
-            pass
-        if waited >= timeout_s:
-            raise HostError(
-                f"the vLLM server did not answer {url} within {timeout_s:.0f} s: see `docker compose logs vllm` "
-                "(a model still downloading, too little GPU memory, or a crash)"
-            )
-        say(f"  waiting for the vLLM server to load the model ... {waited:.0f} s")
-        time.sleep(interval_s)
+    try:
+        return wait_for_health(
+            f"http://localhost:{port}", timeout_s, "the vLLM server", interval_s,
+            start_hint="see `docker compose logs vllm` (a model still downloading, too little GPU memory, or a crash)",
+            progress=lambda waited: say(f"  waiting for the vLLM server to load the model ... {waited:.0f} s"),
+        )  # fmt: skip
+    except LayerFailure as failure:
+        raise HostError(str(failure)) from None
 
 
 def serve(
     gpu: str = "1", port: int = 8000, detach: bool = False, wait_s: float = 900.0, facts: HostFacts | None = None, env_file=ENV_FILE
 ) -> int:
-    track = get_track(recorded_track(env_file))
+    recorded = recorded_track(env_file)
+    if recorded is None:
+        raise HostError(f"no image is recorded in {env_file.name}: build one first, e.g. `invoke build --track {server_tracks()[0]}`")
+    track = get_track(recorded)
     if not serves_vllm(track):
         raise HostError(
             f"the image recorded in .env is track {track.name}'s, which can't serve TRL's vLLM server mode (it needs "

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-s
 from grpolab.tracks import load_tracks  # noqa: E402
 
 from hostlab import REPO  # noqa: E402
-from hostlab.compose import compose_env, write_env_file  # noqa: E402
+from hostlab.compose import compose_env, read_env_file, recorded_track, write_env_file  # noqa: E402
 
 CONTAINER_TRACKS = [t for t in load_tracks().values() if t.is_container]
 SERVICES = {"lab": ["lab", "--smoke", "always"], "smoke": ["smoke"], "doctor": ["doctor"]}
@@ -144,3 +144,5 @@ def test_env_file_keeps_foreign_lines(tmp_path):
     assert "COMPOSE_FILE=compose/base.yaml:compose/nvidia.yaml" in path.read_text()
     assert path.read_text().count("LAB_TRACK=") == 1
     assert path.read_text().count("# Written by") == 1  # one header, however many builds
+    assert recorded_track(path) == "n" and read_env_file(path)["HF_TOKEN"] == "hf_mine"
+    assert recorded_track(tmp_path / "missing.env") is None

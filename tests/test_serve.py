@@ -17,12 +17,17 @@ from grpolab.serve import refuse_unless_servable  # noqa: E402
 
 from hostlab import REPO, HostError, engine  # noqa: E402
 from hostlab.detect import HostFacts  # noqa: E402
-from hostlab.serve import recorded_track, serve, server_tracks  # noqa: E402
+from hostlab.serve import serve, server_tracks, wait_until_healthy  # noqa: E402
+
+
+def python(*args):
+    """This interpreter with the lab's code on its path and a bare PATH (no `vllm` command)."""
+    env = {"PYTHONPATH": str(REPO / "entrypoint"), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=REPO)
 
 
 def grpolab(*args):
-    env = {"PYTHONPATH": str(REPO / "entrypoint"), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
-    return subprocess.run([sys.executable, "-m", "grpolab", *args], capture_output=True, text=True, env=env, cwd=REPO)
+    return python("-m", "grpolab", *args)
 
 
 def dry_run(*args) -> list[str]:
@@ -90,12 +95,23 @@ def test_server_tracks_are_the_nvidia_tracks_with_vllm():
 
 def test_invoke_serve_without_a_build_says_what_to_do(tmp_path):
     with pytest.raises(HostError, match="no image is recorded.*invoke build --track"):
-        recorded_track(tmp_path / ".env")
+        serve(env_file=tmp_path / ".env")
 
 
 def test_invoke_serve_refuses_an_image_without_server_mode(tmp_path):
     with pytest.raises(HostError, match="track c's, which can't serve.*Tracks that can: s, n"):
         serve(env_file=env_file(tmp_path, "c"))
+
+
+def test_invoke_serve_waits_a_bounded_time_with_progress(capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    with pytest.raises(HostError, match=r"did not answer /health within 1 s(.|\n)*docker compose logs vllm"):
+        wait_until_healthy(port, timeout_s=1.0, interval_s=0.2)
+    assert "waiting for the vLLM server to load the model" in capsys.readouterr().out
 
 
 @pytest.mark.skipif(not engine.running(), reason="no Docker engine reachable (CI starts one)")
@@ -108,7 +124,6 @@ def test_invoke_serve_names_the_missing_gpu(tmp_path):
 def test_without_trl_the_dry_run_says_where_to_run_it():
     # A host with only the `host` extra has no TRL: a sentence, not a traceback.
     code = "import sys; sys.modules['trl'] = None; from grpolab.cli import main; sys.exit(main(['serve', '--dry-run', '--track', 'n']))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-                          env={"PYTHONPATH": str(REPO / "entrypoint"), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})  # fmt: skip
+    proc = python("-c", code)
     assert proc.returncode == 14 and "Traceback" not in proc.stderr
     assert "docker compose run --rm lab serve --dry-run" in proc.stderr

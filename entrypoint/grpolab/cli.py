@@ -138,6 +138,7 @@ def cmd_serve(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .serve import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PORT
     from .tracks import current_track_name, load_tracks
 
     tracks = load_tracks()
@@ -176,9 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(track="cluster")
     serve = add("serve", cmd_serve, "Start `vllm serve` with the flags TRL's server mode needs (NCCL weight transfer, processed logprobs) for the lab's model; then run the lab with --rollout vllm-server. The server needs a GPU of its own.")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: every interface)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default 8000, TRL's vllm_server_port)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}, TRL's vllm_server_port)")
     serve.add_argument("--gpu", help="the GPU the server takes (sets CUDA_VISIBLE_DEVICES); the trainer must use another")
-    serve.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="fraction of the server's GPU vLLM takes (default 0.9: the GPU is the server's alone)")
+    serve.add_argument("--gpu-memory-utilization", type=float, default=DEFAULT_GPU_MEMORY_UTILIZATION,
+                       help=f"fraction of the server's GPU vLLM takes (default {DEFAULT_GPU_MEMORY_UTILIZATION}: the GPU is the server's alone)")
     serve.add_argument("--dry-run", action="store_true", help="print the command and exit, checking and starting nothing")
     serve.add_argument("vllm_args", nargs=argparse.REMAINDER, help="after --: more arguments for `vllm serve` (e.g. -- --enforce-eager)")
     gguf = add("export-gguf", cmd_export_gguf, "Convert a model (a saved folder, or tiny) to GGUF for llama.cpp; the lab's llamacpp rollout path does this itself.", settings=False)

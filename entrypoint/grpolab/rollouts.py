@@ -268,8 +268,9 @@ def _http_json(url: str, payload: dict | None = None, timeout_s: float = 10.0) -
         return status, body
 
 
-def wait_for_health(base_url: str, timeout_s: float, what: str, interval_s: float = 1.0, start_hint: str = "") -> float:
-    """Poll GET {base_url}/health until it answers 200, for at most timeout_s; returns the seconds waited."""
+def wait_for_health(base_url: str, timeout_s: float, what: str, interval_s: float = 1.0, start_hint: str = "", progress=None) -> float:
+    """Poll GET {base_url}/health until it answers 200, for at most timeout_s; returns the seconds waited.
+    progress(seconds waited), when given, is called after each poll that found the server not ready."""
     started = time.monotonic()
     last = "no answer"
     while True:
@@ -284,6 +285,8 @@ def wait_for_health(base_url: str, timeout_s: float, what: str, interval_s: floa
         if waited >= timeout_s:
             raise refused(f"{what} at {base_url} did not answer /health within {timeout_s:g} s (last: {last})",
                           start_hint or "start it, check the URL and port, or wait longer")
+        if progress:
+            progress(waited)
         time.sleep(min(interval_s, max(0.0, timeout_s - waited)))
 
 
