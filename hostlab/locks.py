@@ -446,7 +446,7 @@ def instructions(track: Track, pyproject: Path = REPO / "pyproject.toml") -> str
         f"    pip install -e '.[host]'\n    invoke lock --track {track.name}\n    invoke lock --check --track "
         f"{track.name}\n\nthen commit lockfiles/{track.name}.txt. Until it exists, `invoke build --track "
         f"{track.name}` refuses.\n\n`invoke lock` resolves these inputs (images/tracks.toml's lock_inputs, then "
-        f"pyproject.toml's lab extra):\n\n"
+        f"pyproject.toml's lab extra and the extras the track's row names):\n\n"
         + "".join(f"    {i}\n" for i in inputs)
         + f"\nwith this command (plus `vllm==V` for the newest V inside TRL's declared range that resolves, "
         f"read from TRL's metadata):\n\n    {display_command(track)}\n\n"
