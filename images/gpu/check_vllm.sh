@@ -21,22 +21,15 @@
 #   5. two GPUs: lab --rollout vllm-server for 5 steps; one GPU: the refusal of server mode is the expected one.
 # Logs: $OUT (or runs/gpu-check) holds vllm-serve.log, the run log and each check's output.
 set -uo pipefail
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$REPO"
-export PYTHONPATH="$REPO/entrypoint${PYTHONPATH:+:$PYTHONPATH}"
-LOGS="${OUT:-$REPO/runs/gpu-check}"
-mkdir -p "$LOGS"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" gpu-check
 export GRPOLAB_RUNS_DIR="$LOGS/runs" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
 PORT="${GRPOLAB_GPU_PORT:-8011}"
 URL="http://127.0.0.1:$PORT"
-FAILURES=0
 SERVER_PID=""
-pass() { echo "PASS  $*"; }
-fail() { echo "FAIL  $*"; FAILURES=$((FAILURES + 1)); }
 cleanup() { [[ -n "$SERVER_PID" ]] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null; }
 trap cleanup EXIT
 
-GPUS="$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
+GPUS="$(gpu_count python3)"
 echo "GPUs: $GPUS; logs in $LOGS"
 [[ "$GPUS" -ge 1 ]] || { echo "FAIL  no CUDA GPU visible to torch"; exit 1; }
 

@@ -25,11 +25,7 @@
 #         stays small, within max(0.05, 3 x step 1's)); a stale rollout engine drifts away as the adapter trains.
 # Logs: $OUT (or runs/gpu-verl-check) holds the bundle, train.log and metrics.jsonl.
 set -uo pipefail
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$REPO"
-export PYTHONPATH="$REPO/entrypoint${PYTHONPATH:+:$PYTHONPATH}"
-LOGS="${OUT:-$REPO/runs/gpu-verl-check}"
-mkdir -p "$LOGS"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" gpu-verl-check
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_LOGGING_LEVEL=WARNING TOKENIZERS_PARALLELISM=false WANDB_MODE=disabled
 export GRPOLAB_CACHE_DIR="${GRPOLAB_CACHE_DIR:-$REPO/.cache/gpu}"
 STEPS="${GRPOLAB_VERL_STEPS:-40}"
@@ -38,11 +34,8 @@ elif [[ -x "$REPO/.venvs/verl-check/bin/python" ]]; then PY="$REPO/.venvs/verl-c
 else PY=python3; fi
 # run.sh calls `python3`: put the verl environment's interpreter first on PATH.
 export PATH="$(dirname "$PY"):$PATH"
-FAILURES=0
-pass() { echo "PASS  $*"; }
-fail() { echo "FAIL  $*"; FAILURES=$((FAILURES + 1)); }
 
-GPUS="$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)"
+GPUS="$(gpu_count "$PY")"
 echo "GPUs: $GPUS; python: $PY; logs in $LOGS"
 [[ "$GPUS" -ge 1 ]] || { echo "FAIL  no CUDA GPU visible to torch"; exit 1; }
 
