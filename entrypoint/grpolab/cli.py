@@ -138,6 +138,7 @@ def cmd_serve(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .lab import SMOKE_MODES
     from .serve import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PORT
     from .tracks import current_track_name, load_tracks
 
@@ -162,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     smoke = add("smoke", cmd_smoke, "The lesson's first run on a new machine: smallest model, 10 prompts, 4 rollouts, 10 steps; one line per layer, stops at the first failure.")
     smoke.add_argument("--expect-device", choices=["cpu", "cuda", "mps"], help="override the device the track expects")
     lab = add("lab", cmd_lab, "The GRPO lab: held-out pass@1 before, GRPO with LoRA, pass@1 after; a run-log line and a reward plot in runs/.")
-    lab.add_argument("--smoke", choices=["auto", "always", "never"], default="auto", help="run the smoke test first: auto (when none passed or the environment drifted since), always, never")
+    lab.add_argument("--smoke", choices=SMOKE_MODES, default="auto", help="run the smoke test first: auto (when none passed or the environment drifted since), always, never")
     estimate = add("estimate", cmd_estimate, "Predict the lesson's five memory terms for a run, before starting it.")
     estimate.add_argument("--json", action="store_true", help="print JSON instead of the table")
     estimate.add_argument("--device-memory-gb", type=float, help="total accelerator (or unified) memory; default: this machine's")

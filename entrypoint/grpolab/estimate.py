@@ -77,7 +77,6 @@ QWEN3_MODELS: dict[str, dict] = {
     },
 }
 
-LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DTYPE_LABEL = {"float32": "FP32", "bfloat16": "BF16", "float16": "FP16"}
 

@@ -133,14 +133,6 @@ class RolloutLedger:
 # --- llama.cpp samplers ----------------------------------------------------------------------------------
 
 
-def llama_cpp_available() -> bool:
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def require_llama_cpp():
     try:
         import llama_cpp
