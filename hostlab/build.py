@@ -207,22 +207,12 @@ def explain_failure(tail: list[str], track: Track) -> str:
     return f"the image build for track {track.name} failed:\n{detail}"
 
 
-def build(
-    track_name: str | None = None,
-    base: str | None = None,
-    ca_bundle: str | None = None,
-    repo: Path = REPO,
-    skip_host_check: bool = False,
-    tag: str | None = None,
-    write_env: bool = True,
-    build_args: dict[str, str] | None = None,
-) -> BuildResult:
-    started = time.monotonic()
-    track = resolve_track(track_name)
+def check_buildable(track: Track, lock_dir: Path, pyproject: Path, skip_host_check: bool) -> None:
+    """Refuse, with what to do, before any build work: a native track, a lock that is missing, stale or
+    breaks the rules, no container engine, or (unless skipped) a host that can't run the image."""
     if not track.is_container:
         raise HostError(f"track {track.name} is a native venv, not an image: `invoke venv --track {track.name}`")
-    lock_dir = repo / "lockfiles"
-    report = check_lock(track, lock_dir=lock_dir, pyproject=repo / "pyproject.toml")
+    report = check_lock(track, lock_dir=lock_dir, pyproject=pyproject)
     blocking = [p for p in report.problems if not (report.hand_edited and "changed after" in p)]
     if blocking:
         raise HostError("\n".join(blocking))
@@ -235,6 +225,46 @@ def build(
             raise HostError(
                 "\n".join(problems) + "\n(to build the image anyway, e.g. for another machine: --skip-host-check)"
             )
+
+
+def build_command(
+    cli: engine.BuildCli, track: Track, repo: Path, image: str, args: dict[str, str], ca: Path | None
+) -> list[str]:
+    """The engine's build command line, less the context folder (staged at the last moment)."""
+    cmd = list(cli.argv)
+    cmd += ["--file", str(repo / "images" / "Dockerfile"), "--tag", image, "--platform", track.platform]
+    for key, value in args.items():
+        cmd += ["--build-arg", f"{key}={value}"]
+    if ca:
+        cmd += ["--secret", f"id=ca_bundle,src={ca}"]
+        say(f"CA bundle {ca} goes to the build as a BuildKit secret (in no layer)")
+    return cmd
+
+
+def run_build(cli: engine.BuildCli, track: Track, repo: Path, cmd: list[str]) -> list[str]:
+    """Run the build with a freshly staged context; the log's last lines. A failure says why."""
+    with tempfile.TemporaryDirectory(prefix="grpolab-context-") as context:
+        cmd = cmd + [str(stage_context(track, repo, Path(context)))]
+        status, tail = stream(cmd, env={**os.environ, **dict(cli.env)})
+    if status != 0:
+        raise HostError(explain_failure(tail, track))
+    return tail
+
+
+def build(
+    track_name: str | None = None,
+    base: str | None = None,
+    ca_bundle: str | None = None,
+    repo: Path = REPO,
+    skip_host_check: bool = False,
+    tag: str | None = None,
+    write_env: bool = True,
+    build_args: dict[str, str] | None = None,
+) -> BuildResult:
+    started = time.monotonic()
+    track = resolve_track(track_name)
+    lock_dir = repo / "lockfiles"
+    check_buildable(track, lock_dir, repo / "pyproject.toml", skip_host_check)
     base_image, base_digest = choose_base(track, base)
     check_base_python(base_image, track)
     ca = ca_bundle_path(ca_bundle)
@@ -253,17 +283,7 @@ def build(
         **source_build_args(lock.read_text()),
         **(build_args or {}),
     }
-    cmd = list(cli.argv) + ["--file", str(repo / "images" / "Dockerfile"), "--tag", image, "--platform", track.platform]
-    for key, value in args.items():
-        cmd += ["--build-arg", f"{key}={value}"]
-    if ca:
-        cmd += ["--secret", f"id=ca_bundle,src={ca}"]
-        say(f"CA bundle {ca} goes to the build as a BuildKit secret (in no layer)")
-    with tempfile.TemporaryDirectory(prefix="grpolab-context-") as context:
-        cmd.append(str(stage_context(track, repo, Path(context))))
-        status, tail = stream(cmd, env={**os.environ, **dict(cli.env)})
-    if status != 0:
-        raise HostError(explain_failure(tail, track))
+    tail = run_build(cli, track, repo, build_command(cli, track, repo, image, args, ca))
     built = engine.image_or_none(image)
     result = BuildResult(
         image=image,

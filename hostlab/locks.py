@@ -231,6 +231,58 @@ def vllm_range(track: Track, trl_version: str) -> SpecifierSet:
     return req.specifier
 
 
+def _vllm_candidates(track: Track, vllm: str | None, trl: str, allowed: SpecifierSet) -> list[Version]:
+    """The vLLM versions to try, newest first: the requested one (refused outside TRL's range), else every
+    version on the indexes inside it."""
+    if vllm is None:
+        return [v for v in pkgindex.wheel_versions("vllm", index_urls(track)) if v in allowed]
+    if Version(vllm) not in allowed:
+        raise HostError(
+            f"refusing vllm=={vllm}: trl {trl} declares vllm{allowed} for its `vllm` "
+            "extra (its own metadata), and TRL only warns at import time outside that range, "
+            "so a mismatch would surface mid-run. Pick a version inside the range."
+        )
+    return [Version(vllm)]
+
+
+def _resolve_with_vllm(
+    track: Track, inputs: list[str], vllm: str | None, body: str, trl: str
+) -> tuple[str, list[str], dict]:
+    """(lock body, pins, vLLM header facts) for the newest vLLM in trl `trl`'s declared range that resolves.
+
+    `body` is the plain resolution: when it already holds the newest candidate, no pin is needed."""
+    packages, _ = parse_body(body)
+    allowed = vllm_range(track, trl)
+    resolved, pins, reasons = None, [], []
+    for candidate in _vllm_candidates(track, vllm, trl, allowed):
+        if vllm is None and packages.get("vllm") == str(candidate):
+            resolved = candidate  # the plain resolution already has the newest that resolves
+            break
+        try:
+            body = _compile(track, inputs + [f"vllm=={candidate}"])
+        except HostError as err:
+            reasons.append(f"vllm=={candidate}: {str(err).splitlines()[-1]}")
+            continue
+        resolved, pins = candidate, [f"vllm=={candidate}"]
+        break
+    if resolved is None:
+        raise HostError(f"no vLLM in trl's range {allowed} resolves for track {track.name}:\n" + "\n".join(reasons))
+    torch_spec = _check_vllm_torch(track, resolved, parse_body(body)[0].get("torch"))
+    return body, pins, {"trl-vllm-extra": str(allowed), "vllm": str(resolved), "vllm-torch": torch_spec}
+
+
+def _check_vllm_torch(track: Track, vllm: Version, torch: str | None) -> str:
+    """The torch specifier vLLM `vllm` pins (its metadata), after checking the lock's torch satisfies it."""
+    torch_req = pkgindex.requirement_for(
+        pkgindex.requires_dist("vllm", vllm, index_urls(track), _machine_hint(track)),
+        "torch",
+        pkgindex.marker_env(track.uv_platform, track.python),
+    )
+    if torch_req is None or torch is None or Version(torch) not in torch_req.specifier:
+        raise HostError(f"the lock's torch {torch} does not satisfy vllm {vllm}'s {torch_req}")
+    return str(torch_req.specifier)
+
+
 def make_lock(
     track: Track, vllm: str | None = None, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml"
 ) -> Path:
@@ -239,45 +291,12 @@ def make_lock(
     if vllm and not uses_vllm(inputs):
         raise HostError(f"track {track.name} has no vLLM: its inputs ({', '.join(inputs)}) don't ask for it")
     body = _compile(track, inputs)
-    packages, _ = parse_body(body)
-    facts = {"trl": packages.get("trl", ""), "trl-vllm-extra": "", "vllm": "", "vllm-torch": ""}
+    trl = parse_body(body)[0].get("trl", "")  # the header's trl, and the one whose vLLM range rules
     pins: list[str] = []
+    vllm_facts = {"trl-vllm-extra": "", "vllm": "", "vllm-torch": ""}
     if uses_vllm(inputs):
-        allowed = vllm_range(track, facts["trl"])
-        if vllm is not None:
-            if Version(vllm) not in allowed:
-                raise HostError(
-                    f"refusing vllm=={vllm}: trl {facts['trl']} declares vllm{allowed} for its `vllm` "
-                    "extra (its own metadata), and TRL only warns at import time outside that range, "
-                    "so a mismatch would surface mid-run. Pick a version inside the range."
-                )
-            candidates = [Version(vllm)]
-        else:
-            candidates = [v for v in pkgindex.wheel_versions("vllm", index_urls(track)) if v in allowed]
-        resolved, reasons = None, []
-        for candidate in candidates:
-            if vllm is None and packages.get("vllm") == str(candidate):
-                resolved = candidate  # the plain resolution already has the newest that resolves
-                break
-            try:
-                body = _compile(track, inputs + [f"vllm=={candidate}"])
-            except HostError as err:
-                reasons.append(f"vllm=={candidate}: {str(err).splitlines()[-1]}")
-                continue
-            resolved, pins = candidate, [f"vllm=={candidate}"]
-            break
-        if resolved is None:
-            raise HostError(f"no vLLM in trl's range {allowed} resolves for track {track.name}:\n" + "\n".join(reasons))
-        packages, _ = parse_body(body)
-        torch_req = pkgindex.requirement_for(
-            pkgindex.requires_dist("vllm", resolved, index_urls(track), _machine_hint(track)),
-            "torch",
-            pkgindex.marker_env(track.uv_platform, track.python),
-        )
-        torch = packages.get("torch")
-        if torch_req is None or torch is None or Version(torch) not in torch_req.specifier:
-            raise HostError(f"the lock's torch {torch} does not satisfy vllm {resolved}'s {torch_req}")
-        facts.update({"trl-vllm-extra": str(allowed), "vllm": str(resolved), "vllm-torch": str(torch_req.specifier)})
+        body, pins, vllm_facts = _resolve_with_vllm(track, inputs, vllm, body, trl)
+    packages, _ = parse_body(body)
     header = {
         "track": track.name,
         "python-version": track.python,
@@ -286,7 +305,8 @@ def make_lock(
         "environment": platform_env(track),
         "inputs": inputs,
         "pins": pins,
-        **facts,
+        "trl": trl,
+        **vllm_facts,
         "uv": _uv_version(),
         "command": display_command(track),
     }
@@ -323,6 +343,21 @@ def missing_lock_message(track: Track, lock_dir: Path = LOCK_DIR) -> str:
             f"commit lockfiles/{track.name}.txt."
         )
     return msg
+
+
+def _vllm_problems(lock: Lock) -> list[str]:
+    """What is wrong with the vLLM and torch a lock pins, against the ranges its header recorded."""
+    h, v, torch = lock.header, lock.version("vllm"), lock.version("torch")
+    if not v or not h["trl-vllm-extra"]:
+        return ["has no vllm although the track's inputs ask for it"]
+    problems = []
+    if Version(v) not in SpecifierSet(h["trl-vllm-extra"]):
+        problems.append(f"pins vllm {v}, outside trl {h['trl']}'s declared vllm{h['trl-vllm-extra']}")
+    if v != h["vllm"]:
+        problems.append(f"pins vllm {v} but its header says {h['vllm']}")
+    if not torch or Version(torch) not in SpecifierSet(h["vllm-torch"]):
+        problems.append(f"pins torch {torch}, not what vllm {v} pins (torch{h['vllm-torch']})")
+    return problems
 
 
 def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml") -> LockReport:
@@ -364,20 +399,7 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
     if (lock.version("trl") or "") != h["trl"]:
         report.problems.append(f"{path.name} pins trl {lock.version('trl')} but its header says {h['trl']}; {redo}")
     if uses_vllm(h["inputs"]):
-        v, torch = lock.version("vllm"), lock.version("torch")
-        if not v or not h["trl-vllm-extra"]:
-            report.problems.append(f"{path.name} has no vllm although the track's inputs ask for it; {redo}")
-        else:
-            if Version(v) not in SpecifierSet(h["trl-vllm-extra"]):
-                report.problems.append(
-                    f"{path.name} pins vllm {v}, outside trl {h['trl']}'s declared vllm{h['trl-vllm-extra']}; {redo}"
-                )
-            if v != h["vllm"]:
-                report.problems.append(f"{path.name} pins vllm {v} but its header says {h['vllm']}; {redo}")
-            if not torch or Version(torch) not in SpecifierSet(h["vllm-torch"]):
-                report.problems.append(
-                    f"{path.name} pins torch {torch}, not what vllm {v} pins (torch{h['vllm-torch']}); {redo}"
-                )
+        report.problems += [f"{path.name} {problem}; {redo}" for problem in _vllm_problems(lock)]
     report.note = ", ".join(
         [f"{p} {lock.version(p)}" for p in ("trl", "torch", "vllm") if lock.version(p)]
         + [f"{len(lock.packages)} packages"]
