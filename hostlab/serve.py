@@ -9,8 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from grpolab.errors import LayerFailure
-from grpolab.rollouts import wait_for_health
+from grpolab.health import ServerNotReady, wait_for_health
 from grpolab.tracks import get_track, load_tracks
 
 from . import REPO, HostError, engine
@@ -35,7 +34,7 @@ def wait_until_healthy(port: int, timeout_s: float, interval_s: float = 5.0) -> 
             start_hint="see `docker compose logs vllm` (a model still downloading, too little GPU memory, or a crash)",
             progress=lambda waited: say(f"  waiting for the vLLM server to load the model ... {waited:.0f} s"),
         )  # fmt: skip
-    except LayerFailure as failure:
+    except ServerNotReady as failure:
         raise HostError(str(failure)) from None
 
 

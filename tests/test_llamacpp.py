@@ -15,7 +15,8 @@ llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not ins
 
 from grpolab.errors import LayerFailure  # noqa: E402
 from grpolab.gguf import check_gguf, export_gguf, uses_qwen2_pretokenizer  # noqa: E402
-from grpolab.rollouts import InProcessLlama, LlamaCppRollout, encode_prompts  # noqa: E402
+from grpolab.rollouts.llamacpp import LlamaCppRollout, encode_prompts  # noqa: E402
+from grpolab.rollouts.llamacpp_inprocess import InProcessLlama  # noqa: E402
 
 
 @pytest.fixture(scope="module")
