@@ -492,14 +492,21 @@ esac
 """
 
 
-def bundle_readme(settings: LabSettings, ctx: Context, overrides: list[tuple[str, Any, str]], n_train: int, n_heldout: int) -> str:
-    mapping_lines = []
+def _mapping_rows(settings: LabSettings) -> list[str]:
+    """The README's table rows: each lab setting, its value, the verl keys it sets (or none) and why."""
+    rows = []
     for row in MAPPING:
         value = getattr(settings, row.setting)
         keys = ", ".join(f"`{k}`" for k in row.verl_keys) or "(none)"
-        mapping_lines.append(f"| `{row.setting}` = `{value!r}` | {keys} | {row.note} |")
+        rows.append(f"| `{row.setting}` = `{value!r}` | {keys} | {row.note} |")
     for name, why in NOT_MAPPED.items():
-        mapping_lines.append(f"| `{name}` = `{getattr(settings, name)!r}` | (none) | {why} |")
+        rows.append(f"| `{name}` = `{getattr(settings, name)!r}` | (none) | {why} |")
+    return rows
+
+
+# Over 60 lines because it is one template: the bundle's README.md, read top to bottom as the user will.
+def bundle_readme(settings: LabSettings, ctx: Context, overrides: list[tuple[str, Any, str]], n_train: int, n_heldout: int) -> str:
+    mapping_lines = _mapping_rows(settings)
     fixed_lines = [f"| `{format_override(k, v)}` | {why} |" for k, v, why in FIXED]
     command = " \\\n    ".join(["python3 -m verl.trainer.main_ppo"] + [format_override(k, v) for k, v, _ in overrides])
     return f"""# The GRPO lab, handed to verl {VERL_VERSION}
