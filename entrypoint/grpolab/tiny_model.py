@@ -154,31 +154,48 @@ def _build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int 
 
     The warm-up stops at WARMUP_TARGET_PASS_AT_1 on validation, or at `max_steps` (a cap, and a way for tests
     to build a small untrained copy quickly)."""
-    import tokenizers
     import torch
-    import transformers
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
-
-    from .evaluate import pass_at_1
 
     started = time.monotonic()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     splits = arithmetic_splits()
     torch.manual_seed(seed)
-    rng = random.Random(seed)
 
     progress("tiny model: training the tokenizer")
     # The text the model will see, less the special and answer tokens (they are whole tokens of their own).
     texts = [f"user\n{row['prompt'][0]['content']}\nassistant\n{row['answer']}\n" for row in splits["train"]]
     tokenizer = build_tokenizer(texts)
-    im_end, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
+    model = _untrained_model(tokenizer)
+    n_params = sum(p.numel() for p in model.parameters())
+    progress(f"tiny model: Qwen3, {n_params / 1e6:.2f} M parameters, vocabulary {len(tokenizer)}; warm-up until validation pass@1 >= {WARMUP_TARGET_PASS_AT_1}")
 
+    step = _warm_up(model, tokenizer, splits, random.Random(seed), max_steps, progress, started)
+    facts = _save(model, tokenizer, splits, out_dir, seed=seed, steps=step, started=started)
+    progress(
+        f"tiny model: built in {facts['seconds']:.0f} s ({step} steps): validation pass@1 {facts['validation_pass_at_1']:.3f}, "
+        f"held-out pass@1 {facts['heldout_pass_at_1']:.3f} -> {out_dir}"
+    )
+    return out_dir
+
+
+def _untrained_model(tokenizer):
+    """A Qwen3 of MODEL_CONFIG's shape for `tokenizer`, ending turns at <|im_end|> (initialised from torch's seed)."""
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    im_end, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
     config = Qwen3Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=im_end, pad_token_id=pad, **MODEL_CONFIG)
     model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=im_end, pad_token_id=pad, bos_token_id=None)
-    n_params = sum(p.numel() for p in model.parameters())
-    progress(f"tiny model: Qwen3, {n_params / 1e6:.2f} M parameters, vocabulary {len(tokenizer)}; warm-up until validation pass@1 >= {WARMUP_TARGET_PASS_AT_1}")
+    return model
+
+
+def _warm_up(model, tokenizer, splits: dict, rng: random.Random, max_steps: int, progress, started: float) -> int:
+    """Supervised steps on the train split until validation pass@1 reaches the target (or `max_steps`);
+    the number of steps taken."""
+    import torch
+
+    from .evaluate import pass_at_1
 
     train = _encode_examples(tokenizer, splits["train"])
     eval_rows = splits["validation"][:EVAL_ROWS]
@@ -192,7 +209,7 @@ def _build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int 
             rng.shuffle(epoch)
             order.extend(epoch)
         batch_ids, order = order[:WARMUP_BATCH_SIZE], order[WARMUP_BATCH_SIZE:]
-        input_ids, attention_mask, labels = _batch([train[i] for i in batch_ids], pad)
+        input_ids, attention_mask, labels = _batch([train[i] for i in batch_ids], tokenizer.pad_token_id)
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -202,11 +219,21 @@ def _build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int 
             val_pass = pass_at_1(model, tokenizer, eval_rows, max_new_tokens=EVAL_MAX_NEW_TOKENS)
             progress(f"tiny model: step {step:4d}  loss {loss.item():.3f}  validation pass@1 {val_pass:.3f}  ({time.monotonic() - started:.0f} s)")
             if val_pass >= WARMUP_TARGET_PASS_AT_1:
-                break
-    else:
-        progress(f"tiny model: stopped at the step limit {max_steps} with validation pass@1 {val_pass:.3f}")
-    warmup_seconds = time.monotonic() - started
+                return step
+    progress(f"tiny model: stopped at the step limit {max_steps} with validation pass@1 {val_pass:.3f}")
+    return step
 
+
+def _save(model, tokenizer, splits: dict, out_dir: Path, *, seed: int, steps: int, started: float) -> dict:
+    """Score the warmed-up model on the whole validation and held-out splits, save it, and write the build's
+    facts (returned) last: their file marks a finished build."""
+    import tokenizers
+    import torch
+    import transformers
+
+    from .evaluate import pass_at_1
+
+    warmup_seconds = time.monotonic() - started
     validation_pass = pass_at_1(model, tokenizer, splits["validation"], max_new_tokens=EVAL_MAX_NEW_TOKENS)
     heldout_pass = pass_at_1(model, tokenizer, splits["heldout"], max_new_tokens=EVAL_MAX_NEW_TOKENS)
     model.save_pretrained(out_dir)
@@ -215,10 +242,10 @@ def _build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int 
     facts = {
         "recipe": RECIPE_VERSION,
         "seed": seed,
-        "steps": step,
+        "steps": steps,
         "seconds": round(time.monotonic() - started, 1),
         "warmup_seconds": round(warmup_seconds, 1),
-        "parameters": n_params,
+        "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),
         "target_validation_pass_at_1": WARMUP_TARGET_PASS_AT_1,
         "validation_pass_at_1": validation_pass,
@@ -228,13 +255,8 @@ def _build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int 
         "transformers": transformers.__version__,
         "tokenizers": tokenizers.__version__,
     }
-    # Written last: its presence marks a finished build.
     (out_dir / BUILD_FACTS_FILE).write_text(json.dumps(facts, indent=2) + "\n")
-    progress(
-        f"tiny model: built in {facts['seconds']:.0f} s ({step} steps): validation pass@1 {validation_pass:.3f}, "
-        f"held-out pass@1 {heldout_pass:.3f} -> {out_dir}"
-    )
-    return out_dir
+    return facts
 
 
 def _name_tokenizer_class(tokenizer_config: Path) -> None:
