@@ -66,10 +66,9 @@ def test_no_nvidia_smi_no_crash(monkeypatch, tmp_path):
 
 
 def test_driver_from_nvidia_smi(monkeypatch, tmp_path):
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 580.95.05\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    from test_doctor import fake_tool, NVIDIA_SMI_H200
+
+    fake_tool(tmp_path, monkeypatch, "nvidia-smi", NVIDIA_SMI_H200)
     assert driver_version() == ("580.95.05", "nvidia-smi")
 
 
