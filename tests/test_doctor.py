@@ -401,3 +401,24 @@ def test_trl_vllm_range_from_installed_metadata():
         assert vllm_in_trl_range(f"{major}.{int(minor) + 2}.0") is False
     if any(s.startswith(">=") for s in declared):
         assert vllm_in_trl_range("0.0.1") is False
+
+
+def test_gpu_scripts_judge_accepts_an_h200_with_a_cu130_torch_and_catches_a_wrong_item():
+    """images/gpu/check_doctor.py, which the GPU script runs on a real machine, fed the report of one we lack."""
+    sys.path.insert(0, str(REPO / "images" / "gpu"))
+    from check_doctor import judge
+
+    facts = {"arch": "sm_90", "arch_list": CU130.arch_list, "cuda": "13.0", "name": "NVIDIA H200"}
+    good = doctor_report(ctx=context("n", CU130, H200, HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0")))
+    good["fingerprint"].update(device_type="cuda", device_arch="sm_90", torch_cuda="13.0")  # what the fingerprint reads there
+    assert judge(good, facts) == []
+    old_driver = doctor_report(ctx=context("n", CU130, H200, HostFacts(nvidia_driver="550.54", driver_cuda="12.4")))
+    old_driver["fingerprint"].update(device_type="cuda", device_arch="sm_90", torch_cuda="13.0")
+    assert [p for p in judge(old_driver, facts) if p.startswith("gpu driver: expected ok")]
+
+
+def test_gpu_script_refuses_without_a_gpu(tmp_path):
+    if environment_fingerprint()["device_type"] == "cuda":
+        pytest.skip("this machine has a GPU: the script runs for real")
+    done = subprocess.run(["bash", str(REPO / "images" / "gpu" / "check_doctor.sh")], capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path)}, timeout=120)
+    assert done.returncode == 1 and "FAIL  no CUDA GPU visible to torch" in done.stdout
