@@ -61,10 +61,12 @@ def valid(report):
     return report
 
 
-def context(track="c", build=None, devices=None, host=None, rollout=None, server_url=None) -> Context:
-    """The doctor's inputs, with the torch build, devices and host facts of a machine we lack in place of ours."""
+def context(track="c", build=None, devices=None, host=None, rollout=None, server_url=None, packages=None) -> Context:
+    """The doctor's inputs, with the torch build, devices and host facts of a machine we lack in place of ours
+    (and, with `packages`, installed versions as that machine's fingerprint would list them)."""
     real = gather(track, rollout, server_url)
-    return Context(real.track, build or real.build, devices or real.devices, host or real.host, real.fingerprint, rollout or real.rollout, server_url)
+    fingerprint = {**real.fingerprint, "packages": {**real.fingerprint["packages"], **(packages or {})}}
+    return Context(real.track, build or real.build, devices or real.devices, host or real.host, fingerprint, rollout or real.rollout, server_url)
 
 
 # --- on this machine, for real ---------------------------------------------------------------------------
@@ -422,3 +424,53 @@ def test_gpu_script_refuses_without_a_gpu(tmp_path):
         pytest.skip("this machine has a GPU: the script runs for real")
     done = subprocess.run(["bash", str(REPO / "images" / "gpu" / "check_doctor.sh")], capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path)}, timeout=120)
     assert done.returncode == 1 and "FAIL  no CUDA GPU visible to torch" in done.stdout
+
+
+def test_memory_nearly_exhausted():
+    low = named(valid(doctor_report(ctx=context(host=HostFacts(mem_total_gb=128.0, mem_available_gb=6.0)))), "memory")
+    assert low["status"] == "warn" and "under a tenth is free" in low["summary"]
+    assert named(doctor_report(ctx=context(host=HostFacts(mem_total_gb=128.0, mem_available_gb=90.0))), "memory")["status"] == "ok"
+
+
+def test_torch_item_verdicts():
+    broken = TorchBuild("2.13.0+cu130", "cuda", cuda="13.0", import_error="OSError: libcudart.so.13: cannot open shared object file")
+    assert named(valid(doctor_report(ctx=context("n", broken))), "torch")["status"] == "fail"
+    assert "needs a hip build" in named(doctor_report(ctx=context("x", CU130, Devices(), HostFacts(**AMD))), "torch")["summary"]
+    assert named(doctor_report(ctx=context("c", TorchBuild())), "torch")["summary"] == "torch is not installed"
+
+
+def test_missing_core_packages_fail():
+    report = valid(doctor_report(ctx=context(packages={"trl": None, "peft": None})))
+    assert named(report, "packages")["status"] == "fail" and "missing trl, peft" in named(report, "packages")["summary"]
+
+
+def test_vllm_outside_trls_range_and_a_broken_install():
+    if trl_vllm_range() is None:
+        pytest.skip("TRL is not installed: no range to judge against")
+    outside = named(valid(doctor_report(ctx=context(rollout="inprocess", packages={"vllm": "0.99.0"}))), "vllm")
+    assert outside["status"] == "warn" and f"outside TRL's declared range {trl_vllm_range()}" in outside["summary"]
+    assert named(doctor_report(ctx=context(rollout="vllm-colocate", packages={"vllm": "0.99.0"})), "vllm")["status"] == "fail"
+    if importlib.util.find_spec("vllm") is None:
+        broken = named(doctor_report(ctx=context(packages={"vllm": "0.30.0"})), "vllm")
+        assert broken["status"] == "fail" and "its module is missing" in broken["summary"]
+
+
+def test_llamacpp_missing_from_a_track_whose_lock_has_it():
+    missing = named(valid(doctor_report(ctx=context("c", packages={"llama_cpp_python": None}))), "llama.cpp")
+    assert missing["status"] == "warn" and "re-sync" in missing["action"]
+    assert named(doctor_report(ctx=context("n", packages={"llama_cpp_python": None})), "llama.cpp")["status"] == "ok"
+
+
+def test_disk_thresholds_on_this_machines_real_free_space(monkeypatch):
+    import grpolab.doctor as doctor
+
+    monkeypatch.setattr(doctor, "DISK_WARN_GB", 1e9)  # more than any disk: the real free space reads as low
+    assert named(valid(doctor_report("c")), "disk")["status"] == "warn"
+    monkeypatch.setattr(doctor, "DISK_FAIL_GB", 1e9)
+    disk = named(doctor_report("c"), "disk")
+    assert disk["status"] == "fail" and "HF_HOME" in disk["action"]
+
+
+def test_gpu_driver_on_an_amd_machine():
+    amd = named(valid(doctor_report(ctx=context("x", THEROCK, STRIX, HostFacts(**AMD, amdgpu_version="6.16.6")))), "gpu driver")
+    assert amd["status"] == "ok" and amd["summary"] == "amdgpu 6.16.6 for gfx1151; torch's HIP 7.11.0"

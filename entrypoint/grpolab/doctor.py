@@ -307,11 +307,11 @@ def vllm_item(ctx: Context) -> dict:
     importable = vllm is not None and importlib.util.find_spec("vllm") is not None
     details = {"version": vllm, "trl_vllm_range": vrange, "inside_trl_range": inside, "importable": importable, "rollout": ctx.rollout}
     wants = ctx.rollout.startswith("vllm")
-    if vllm and not importable:
-        return item("vllm", FAIL, f"vllm {vllm} is installed but its module is missing", "reinstall the lock", **details)
     if vllm and inside is False:
         return item("vllm", WARN if not wants else FAIL, f"vllm {vllm} is outside TRL's declared range {vrange}",
                     f"install a vllm in {vrange} (TRL only warns; its server protocol may not match)", **details)
+    if vllm and not importable:
+        return item("vllm", FAIL, f"vllm {vllm} is installed but its module is missing", "reinstall the lock", **details)
     if not vllm:
         if wants:
             return item("vllm", FAIL, f"not installed, but the rollout path is {ctx.rollout}", f"install vllm in TRL's range {vrange}, or use --rollout inprocess", **details)
