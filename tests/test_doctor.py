@@ -23,7 +23,6 @@ from grpolab.fingerprint import environment_fingerprint
 from grpolab.machine import HostFacts, host_facts
 from grpolab.runlog import append_run
 from grpolab.torchbuild import Devices, TorchBuild
-from grpolab.tracks import get_track
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads(SCHEMA_FILE.read_text())
@@ -474,3 +473,32 @@ def test_disk_thresholds_on_this_machines_real_free_space(monkeypatch):
 def test_gpu_driver_on_an_amd_machine():
     amd = named(valid(doctor_report(ctx=context("x", THEROCK, STRIX, HostFacts(**AMD, amdgpu_version="6.16.6")))), "gpu driver")
     assert amd["status"] == "ok" and amd["summary"] == "amdgpu 6.16.6 for gfx1151; torch's HIP 7.11.0"
+
+
+def image_exists(tag: str) -> bool:
+    import shutil
+
+    return shutil.which("docker") is not None and subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(not image_exists("grpolab:c"), reason="no grpolab:c image here (invoke build --track c makes it)")
+def test_compose_doctor_on_track_c_prints_the_short_form(tmp_path):
+    """`docker compose run doctor` in the track c image, with this checkout's package mounted over the image's."""
+    env_file = tmp_path / "env"
+    env_file.write_text("COMPOSE_FILE=compose/base.yaml\nLAB_IMAGE=grpolab:c\nLAB_UID=1000\nLAB_GID=1000\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "LAB_", "HF_", "GRPOLAB_", "VLLM_"))}
+
+    def compose_run(*args):
+        cmd = ["docker", "compose", "--env-file", str(env_file), "run", "--rm", "-T", "-v", f"{REPO / 'entrypoint'}:/opt/grpolab/entrypoint:ro", *args]
+        return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=clean, timeout=300)
+
+    short = compose_run("doctor")
+    assert short.returncode == 0, short.stderr
+    as_json = compose_run("doctor", "doctor", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    report = valid(json.loads(as_json.stdout))
+    lines = short.stdout.splitlines()
+    assert lines[0].startswith("grpolab doctor: track c") and report["track"] == "c"
+    assert len([line for line in lines if re.match(r"  \[(ok  |warn|FAIL)\] ", line)]) == len(report["items"])
+    assert named(report, "device")["status"] == "ok" and "as track c expects" in named(report, "device")["summary"]

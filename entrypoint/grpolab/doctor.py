@@ -304,7 +304,7 @@ def vllm_item(ctx: Context) -> dict:
     vllm = (ctx.fingerprint.get("packages") or {}).get("vllm")
     vrange = trl_vllm_range()
     inside = vllm_in_trl_range(vllm) if vllm else None
-    importable = vllm is not None and importlib.util.find_spec("vllm") is not None
+    importable = vllm is not None and importlib.util.find_spec("vllm") is not None  # found, not imported: that is slow
     details = {"version": vllm, "trl_vllm_range": vrange, "inside_trl_range": inside, "importable": importable, "rollout": ctx.rollout}
     wants = ctx.rollout.startswith("vllm")
     if vllm and inside is False:
