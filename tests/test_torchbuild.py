@@ -124,3 +124,14 @@ def test_device_verdicts_for_machines_we_lack(build, devices, host, track, statu
 def test_gfx1151_failures_point_at_amds_wheel():
     for build, devices in ((PLAIN_AMD_INDEX, STRIX), (PYTORCH_ROCM, NO_GPU), (CU130, NO_GPU), (CPU_WHEEL, NO_GPU)):
         assert "torch[device-gfx1151]" in diagnose_device(build, devices, AMD_HOST, get_track("x")).action
+
+
+def test_gpu_device_nodes_decide_whether_torch_is_imported(tmp_path):
+    from grpolab.torchbuild import gpu_nodes_present
+
+    assert not gpu_nodes_present("cuda", tmp_path) and not gpu_nodes_present("hip", tmp_path) and not gpu_nodes_present("cpu", tmp_path)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "kfd").write_text("")
+    assert gpu_nodes_present("hip", tmp_path) and not gpu_nodes_present("cuda", tmp_path)
+    (tmp_path / "dev" / "dxg").write_text("")  # WSL2's CUDA
+    assert gpu_nodes_present("cuda", tmp_path)

@@ -3,7 +3,7 @@
 Each item is ok, warn or fail, with one line of what to do; `-v` adds the details, `--json` prints the
 report in the versioned format of doctor.schema.json. Nothing trains, nothing downloads, nothing prints a
 secret's value. On a machine without a GPU the whole report takes a few seconds (torch is imported only
-when its build can reach an accelerator). The torch and device items are the smoke test's own
+when its build has device nodes to reach). The torch and device items are the smoke test's own
 judgement (torchbuild.py); the machine's facts come from machine.py.
 """
 

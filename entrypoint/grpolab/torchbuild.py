@@ -102,13 +102,23 @@ def build_kind(cuda: str | None, hip: str | None, system: str = sys.platform) ->
     return "mps" if system == "darwin" else "cpu"
 
 
+# Device nodes without which a CUDA or HIP build sees no GPU (/dev/dxg: CUDA under WSL2).
+GPU_NODES = {"cuda": ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg"), "hip": ("/dev/kfd",)}
+
+
+def gpu_nodes_present(kind: str | None, dev: Path = Path("/")) -> bool:
+    return any((dev / node.lstrip("/")).exists() for node in GPU_NODES.get(kind or "", ()))
+
+
 def torch_build() -> TorchBuild:
-    """The installed torch's build. Imports torch only for an accelerator build (to read its arch list)."""
+    """The installed torch's build. torch is imported (to read its arch list) only for a CUDA or HIP build on
+    a machine with that vendor's device nodes, or when it is imported already: a CUDA wheel on a machine
+    without a GPU (track c's image) can see nothing, and importing it would take most of the doctor's time."""
     info = _version_literals()
     if info is None:
         return TorchBuild()
     build = TorchBuild(version=info["__version__"], kind=build_kind(info["cuda"], info["hip"]), cuda=info["cuda"], hip=info["hip"])
-    if build.kind in ("cuda", "hip"):
+    if build.kind in ("cuda", "hip") and (gpu_nodes_present(build.kind) or "torch" in sys.modules):
         try:
             import torch
 
@@ -129,6 +139,8 @@ def torch_devices(build: TorchBuild) -> Devices:
     """What this torch sees; only an accelerator build imports torch."""
     if build.kind not in ACCELERATOR_BUILDS or build.import_error:
         return Devices()
+    if build.kind != "mps" and not (gpu_nodes_present(build.kind) or "torch" in sys.modules):
+        return Devices()  # no device nodes: nothing to see, and no need to pay for importing torch
     try:
         import torch
     except Exception:  # noqa: BLE001 - already reported as build.import_error on the cuda/hip path
