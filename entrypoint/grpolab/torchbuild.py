@@ -7,8 +7,8 @@ archs it carries kernels for). `torch_devices()` says what it sees (device type,
 failures: the wrong wheel (CUDA or CPU) on an AMD machine, a torch without kernels for the device,
 `device_count() == 0` although `/dev/kfd` is there, a driver older than the CUDA the wheel was built for.
 
-torch is imported only when its build can reach an accelerator: on a CPU-only wheel the build is read
-from torch/version.py (importing torch takes seconds).
+The build is read from torch/version.py; torch itself is imported (seconds, tens of them on a busy machine)
+only when its build can reach a device: MPS, or CUDA/HIP with the vendor's device nodes present.
 """
 
 from __future__ import annotations
