@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpolab.fingerprint import PACKAGES, driver_version, environment_fingerprint, fingerprint_drift, torch_version_info
+from grpolab.fingerprint import PACKAGES, driver_version, environment_fingerprint, fingerprint_drift
+from grpolab.machine import HostFacts
+from grpolab.torchbuild import torch_build
 
 ENTRYPOINT = str(Path(__file__).resolve().parents[1] / "entrypoint")
 
@@ -41,9 +43,19 @@ def test_torch_build_read_without_importing_torch():
     build, imported = json.loads(out.stdout)
     if build == "cpu":
         assert not imported
-    info = torch_version_info()
-    if info is not None:
-        assert info["__version__"] == installed("torch")
+    assert torch_build().version == installed("torch")
+
+
+def test_fingerprint_and_smoke_share_one_build_answer():
+    """The fingerprint's torch fields are torchbuild's answer, field for field (MPS included)."""
+    fp, build = environment_fingerprint(), torch_build()
+    assert (fp["torch_version"], fp["torch_build"], fp["torch_cuda"], fp["torch_hip"], fp["torch_arch_list"]) == (build.version, build.kind, build.cuda, build.hip, build.arch_list)
+
+
+def test_driver_from_the_machines_facts():
+    assert driver_version(HostFacts(nvidia_driver="580.95.05")) == ("580.95.05", "nvidia-smi")
+    assert driver_version(HostFacts(amdgpu_version="6.16.6")) == ("6.16.6", "/sys/module/amdgpu/version")
+    assert driver_version(HostFacts()) == (None, None)
 
 
 def test_no_nvidia_smi_no_crash(monkeypatch, tmp_path):
@@ -54,10 +66,9 @@ def test_no_nvidia_smi_no_crash(monkeypatch, tmp_path):
 
 
 def test_driver_from_nvidia_smi(monkeypatch, tmp_path):
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 580.95.05\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    from test_doctor import fake_tool, NVIDIA_SMI_H200
+
+    fake_tool(tmp_path, monkeypatch, "nvidia-smi", NVIDIA_SMI_H200)
     assert driver_version() == ("580.95.05", "nvidia-smi")
 
 

@@ -175,3 +175,89 @@ def test_lock_refuses_vllm_outside_trls_range(fake_resolver, tmp_path):
 def test_lock_refuses_vllm_for_a_track_without_it(tmp_path):
     with pytest.raises(HostError, match="has no vLLM"):
         locks.make_lock(get_track("m"), vllm="0.30.0", lock_dir=tmp_path)
+
+
+# --- track x: AMD's multi-arch index, which answers 403 for what it does not host ---------------------------
+
+
+def test_track_x_lock_command_is_exactly_right():
+    track = get_track("x")
+    assert track.lock_inputs[0] == "torch[device-gfx1151]" and track.python == "3.12"
+    assert track.index_urls == ["https://rocm.nightlies.amd.com/whl-multi-arch/"] and track.index_ignore_error_codes == [403]
+    assert locks.compile_command(track, "requirements.in", "lockfiles/x.txt") == [
+        "uv", "pip", "compile", "requirements.in", "--config-file", "uv.toml",
+        "--python-platform", "x86_64-manylinux_2_40", "--python-version", "3.12",
+        "--generate-hashes", "--no-header", "--output-file", "lockfiles/x.txt", "--emit-index-url",
+    ]  # no --index: on the command line it would replace the uv.toml entry that carries ignore-error-codes
+    assert locks.uv_config(track) == '[[index]]\nurl = "https://rocm.nightlies.amd.com/whl-multi-arch/"\nignore-error-codes = [403]\n'
+    assert locks.lock_inputs(track)[:2] == ["torch[device-gfx1151]", "trl[peft]"] and not locks.uses_vllm(locks.lock_inputs(track))
+    readme = locks.instructions(track)
+    assert locks.display_command(track) in readme and "ignore-error-codes = [403]" in readme and "Unverified" in readme
+    # Tracks whose indexes need no such setting keep plain --index flags.
+    assert "--config-file" not in locks.compile_command(get_track("n"), "requirements.in", "n.txt")
+
+
+def wheel(folder: Path, name: str, requires: list[str]) -> None:
+    """A minimal pure-Python wheel: what an index serves and a resolver reads (METADATA)."""
+    import zipfile
+
+    dist = f"{name.replace('-', '_')}-1.0"
+    with zipfile.ZipFile(folder / f"{dist}-py3-none-any.whl", "w") as whl:
+        whl.writestr(f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires))
+        whl.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(f"{dist}.dist-info/RECORD", "")
+
+
+@pytest.fixture
+def stand_in_indexes(tmp_path, monkeypatch):
+    """Two local indexes: one like AMD's (hosts probe-torch, 403 for anything else) and a default one like PyPI."""
+    import hashlib
+    import http.server
+    import threading
+
+    roots = {}
+    for label, hosted in (("amd", {"probe-torch": ["probe-dep"]}), ("pypi", {"probe-dep": []})):
+        root = tmp_path / label
+        for project, requires in hosted.items():
+            (root / project).mkdir(parents=True)
+            wheel(root / project, project, requires)
+            whl = next((root / project).glob("*.whl"))
+            digest = hashlib.sha256(whl.read_bytes()).hexdigest()
+            (root / project / "index.html").write_text(f'<a href="{whl.name}#sha256={digest}">{whl.name}</a>')
+        roots[label] = root
+
+    def handler(root, forbid_others):
+        class Index(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **k):
+                super().__init__(*a, directory=str(root), **k)
+
+            def do_GET(self):  # noqa: N802
+                if forbid_others and not (root / self.path.strip("/").split("/")[0]).is_dir():
+                    return self.send_error(403)
+                return super().do_GET()
+
+            def log_message(self, *args):
+                pass
+
+        return Index
+
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(roots[label], label == "amd")) for label in ("amd", "pypi")]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    urls = [f"http://127.0.0.1:{s.server_port}/" for s in servers]
+    monkeypatch.setenv("UV_DEFAULT_INDEX", urls[1])
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    yield urls[0]
+    for server in servers:
+        server.shutdown()
+
+
+def test_uv_goes_past_an_index_that_answers_403_only_with_the_tracks_setting(stand_in_indexes):
+    """The real uv, through the lock maker's own command: the x row's ignore-error-codes is what makes it resolve."""
+    from dataclasses import replace
+
+    track = replace(get_track("x"), index_urls=[stand_in_indexes])
+    body = locks._compile(track, ["probe-torch"])
+    assert "probe-torch==1.0" in body and "probe-dep==1.0" in body and f"--extra-index-url {stand_in_indexes}" in body
+    with pytest.raises(HostError, match="403"):
+        locks._compile(replace(track, index_ignore_error_codes=[]), ["probe-torch"])

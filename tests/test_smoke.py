@@ -10,7 +10,7 @@ import pytest
 from grpolab.errors import EXIT_STATUS, LayerFailure
 from grpolab.runlog import read_runs
 from grpolab.settings import resolve_settings
-from grpolab.smoke import arch_covered, run_smoke
+from grpolab.smoke import run_smoke
 from grpolab.tracks import get_track, load_tracks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,18 +96,3 @@ def test_unknown_track_and_bad_groups_are_refused(tiny_model_env):
         resolve_settings(get_track("c"), overrides={"num_generations": 1})
     with pytest.raises(ValueError, match="multiple of num_generations"):
         resolve_settings(get_track("c"), overrides={"num_generations": 3, "per_device_train_batch_size": 64})
-
-
-@pytest.mark.parametrize(
-    "arch, arch_list, covered",
-    [
-        ("sm_121", ["sm_80", "sm_90", "sm_100", "sm_120"], "sm_120"),  # GB10 runs sm_120 cubins
-        ("sm_121", ["sm_80", "sm_90"], None),
-        ("sm_121", ["sm_90", "compute_90"], "compute_90"),  # PTX is compiled at load time
-        ("sm_89", ["sm_80", "sm_86", "sm_90"], "sm_86"),
-        ("gfx1151", ["gfx1100", "gfx1151"], "gfx1151"),
-        ("gfx1151", ["gfx1100", "gfx1150"], None),  # ROCm needs the exact target
-    ],
-)
-def test_arch_coverage(arch, arch_list, covered):
-    assert arch_covered(arch, arch_list) == covered

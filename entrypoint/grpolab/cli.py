@@ -10,7 +10,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 
 from .errors import EXIT_STATUS, LayerFailure
-from .settings import LabSettings
+from .settings import ROLLOUT_PATHS, LabSettings
 
 EXIT_CODES_HELP = "exit status: " + ", ".join(f"{code} {layer}" for layer, code in EXIT_STATUS.items()) + ", 0 passed"
 
@@ -86,8 +86,8 @@ def cmd_estimate(args) -> int:
 def cmd_doctor(args) -> int:
     from .doctor import doctor_report, render_report
 
-    report = doctor_report()
-    print(json.dumps(report, indent=2, default=str) if args.json else render_report(report))
+    report = doctor_report(args.track, rollout=args.rollout, server_url=args.vllm_server_url)
+    print(json.dumps(report, indent=2, default=str) if args.json else render_report(report, verbose=args.verbose))
     return 0
 
 
@@ -169,7 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     estimate.add_argument("--device-memory-gb", type=float, help="total accelerator (or unified) memory; default: this machine's")
     estimate.set_defaults(model_for_estimate=None)
     doctor = add("doctor", cmd_doctor, "A read-only report of every layer, without training.", settings=False)
-    doctor.add_argument("--json", action="store_true")
+    doctor.add_argument("--json", action="store_true", help="the whole report as JSON (format: grpolab/doctor.schema.json)")
+    doctor.add_argument("-v", "--verbose", action="store_true", help="the details of every item")
+    doctor.add_argument("--rollout", choices=ROLLOUT_PATHS, help="judge the rollout engine for this path (default: the track's)")
+    doctor.add_argument("--vllm-server-url", help="check that this vLLM server answers (also done when --rollout is vllm-server)")
     export = add("export", cmd_export, "Write a self-contained bundle that runs this lab on a cluster engine (verl on Ray): data, reward module, launch commands, README.")
     export.add_argument("--engine", default="verl", help="the distributed engine (supported: verl)")
     export.add_argument("--nodes", type=int, default=1, help="machines in the Ray cluster")

@@ -205,9 +205,9 @@ def os_reserved_default_gb(total_gb: float) -> float:
 
 def device_total_memory_gb() -> tuple[float, str]:
     """This machine's accelerator memory (or host RAM without one), in GB, and where the number came from."""
-    from .fingerprint import torch_build_of, torch_version_info
+    from .torchbuild import ACCELERATOR_BUILDS, torch_build
 
-    if torch_build_of(torch_version_info()) not in ("cuda", "hip", "mps"):
+    if torch_build().kind not in ACCELERATOR_BUILDS:
         return host_memory_gb(), "host RAM"  # a CPU-only torch (or none): no need to pay for importing it
     try:
         import torch

@@ -3,21 +3,18 @@
 The smoke test stores `environment_fingerprint()` with each run; the doctor compares the last passing one
 with now (`fingerprint_drift`), so "it worked last week" comes with a list of what is different.
 
-Nothing here needs a GPU, CUDA or nvidia-smi. torch's build is read from torch/version.py without importing
-torch; torch is imported (slow: seconds) only when its build can reach an accelerator.
+Nothing here needs a GPU, CUDA or nvidia-smi. What torch was built for and what it sees come from
+torchbuild.py (the same answer the smoke test's device layer and the doctor use), the driver from machine.py.
 """
 
 from __future__ import annotations
 
-import ast
-import importlib.metadata
-import importlib.util
 import os
 import platform
-import shutil
-import subprocess
-import sys
-from pathlib import Path
+
+from .machine import HostFacts, host_facts
+from .torchbuild import installed_version as package_version
+from .torchbuild import torch_build, torch_devices
 
 # The packages whose versions the images pin and the lab depends on, by distribution name.
 PACKAGES = ("torch", "trl", "transformers", "peft", "accelerate", "datasets", "vllm", "llama_cpp_python", "triton")
@@ -35,128 +32,42 @@ DRIFT_FIELDS = (
 )
 
 
-def package_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def run_quiet(cmd: list[str], timeout: float = 10) -> str | None:
-    """stdout of a command, or None when it is missing, fails or hangs."""
-    if not shutil.which(cmd[0]):
-        return None
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def torch_version_info() -> dict | None:
-    """torch/version.py's literals (__version__, cuda, hip), read without importing torch; None without torch."""
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "version"):
-        return {"__version__": torch.__version__, "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)}
-    try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "version.py"
-    info: dict = {"__version__": package_version("torch"), "cuda": None, "hip": None}
-    try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError):
-        return info
-    for node in tree.body:
-        target, value = None, None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            target, value = node.targets[0].id, node.value
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            target, value = node.target.id, node.value
-        if target in info:
-            try:
-                info[target] = ast.literal_eval(value)
-            except ValueError:
-                pass
-    return info
-
-
-def driver_version() -> tuple[str | None, str | None]:
-    """(version, where it came from): nvidia-smi, the amdgpu kernel module, or rocm-smi; (None, None) without."""
-    out = run_quiet(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-    if out:
-        return out.splitlines()[0].strip(), "nvidia-smi"
-    amdgpu = Path("/sys/module/amdgpu/version")
-    if amdgpu.is_file():
-        text = amdgpu.read_text().strip()
-        if text:
-            return text, "/sys/module/amdgpu/version"
-    out = run_quiet(["rocm-smi", "--showdriverversion"])
-    if out:
-        for line in out.splitlines():
-            if "driver version" in line.lower():
-                return line.split(":")[-1].strip(), "rocm-smi"
+def driver_version(host: HostFacts | None = None) -> tuple[str | None, str | None]:
+    """(version, where it came from): nvidia-smi or the amdgpu kernel module; (None, None) without."""
+    host = host or host_facts()
+    if host.nvidia_driver:
+        return host.nvidia_driver, "nvidia-smi"
+    if host.amdgpu_version:
+        return host.amdgpu_version, "/sys/module/amdgpu/version"
     return None, None
 
 
-def torch_build_of(info: dict | None) -> str | None:
-    if info is None:
-        return None
-    if info.get("hip"):
-        return "hip"
-    if info.get("cuda"):
-        return "cuda"
-    if sys.platform == "darwin" and platform.machine() == "arm64":
-        return "mps"  # macOS arm64 wheels are built with MPS
-    return "cpu"
-
-
-def _device(build: str | None) -> dict:
-    """Device type, name and arch, importing torch only when its build can reach an accelerator."""
-    cpu = {"device_type": "cpu", "device_name": platform.processor() or platform.machine(), "device_arch": platform.machine(), "torch_arch_list": []}
-    if build not in ("cuda", "hip", "mps"):
-        return cpu
-    try:
-        import torch
-    except Exception as exc:  # a broken install is a finding, not a crash
-        return {**cpu, "torch_import_error": f"{type(exc).__name__}: {exc}"}
-    arch_list = list(torch.cuda.get_arch_list()) if hasattr(torch.cuda, "get_arch_list") else []
-    if build in ("cuda", "hip") and torch.cuda.is_available():
-        name = torch.cuda.get_device_name(0)
-        if build == "hip":
-            arch = str(getattr(torch.cuda.get_device_properties(0), "gcnArchName", "")).split(":")[0] or None
-        else:
-            major, minor = torch.cuda.get_device_capability(0)
-            arch = f"sm_{major}{minor}"
-        return {"device_type": "cuda", "device_name": name, "device_arch": arch, "torch_arch_list": arch_list, "device_count": torch.cuda.device_count()}
-    if build == "mps" and torch.backends.mps.is_available():
-        return {"device_type": "mps", "device_name": platform.processor() or "Apple silicon", "device_arch": "mps", "torch_arch_list": arch_list}
-    return {**cpu, "torch_arch_list": arch_list}
-
-
-def environment_fingerprint() -> dict:
+def environment_fingerprint(host: HostFacts | None = None) -> dict:
     """One flat dict describing this environment; safe (and reasonably fast) on a machine without a GPU."""
-    info = torch_version_info()
-    build = torch_build_of(info)
-    driver, driver_source = driver_version()
+    build = torch_build()
+    devices = torch_devices(build)
+    driver, driver_source = driver_version(host)
     fp = {
         "python": platform.python_version(),
         "machine": platform.machine(),
         "platform": platform.platform(),
-        "torch_version": info["__version__"] if info else None,
-        "torch_build": build,
-        "torch_cuda": info.get("cuda") if info else None,
-        "torch_hip": info.get("hip") if info else None,
+        "torch_version": build.version,
+        "torch_build": build.kind,
+        "torch_cuda": build.cuda,
+        "torch_hip": build.hip,
         "driver": driver,
         "driver_source": driver_source,
-        **_device(build),
+        "device_type": devices.type,
+        "device_name": devices.names[0] if devices.names else platform.processor() or platform.machine(),
+        "device_arch": devices.arch or platform.machine(),
+        "device_count": devices.count,
+        "torch_arch_list": build.arch_list,
         "packages": {name: package_version(name) for name in PACKAGES},
         "lock_sha256": os.environ.get("GRPOLAB_LOCK_SHA256") or None,
         "track": os.environ.get("GRPOLAB_TRACK") or None,
     }
+    if build.import_error:
+        fp["torch_import_error"] = build.import_error
     return fp
 
 

@@ -5,7 +5,6 @@ Each layer is one function. They raise LayerFailure (errors.py) naming the layer
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 
@@ -22,97 +21,17 @@ def say_layer(say, layer: str, text: str) -> None:
 # --- layer 1: accelerator, driver and PyTorch build ------------------------------------------------------
 
 
-def torch_build() -> dict:
-    """What this PyTorch was built for: cuda, hip, mps or cpu, with the toolkit version."""
-    import torch
-
-    if torch.version.hip:
-        return {"build": "hip", "version": torch.version.hip, "torch": torch.__version__}
-    if torch.version.cuda:
-        return {"build": "cuda", "version": torch.version.cuda, "torch": torch.__version__}
-    if torch.backends.mps.is_built():
-        return {"build": "mps", "version": None, "torch": torch.__version__}
-    return {"build": "cpu", "version": None, "torch": torch.__version__}
-
-
-def arch_covered(arch: str, arch_list: list[str]) -> str | None:
-    """The entry of torch's compiled arch list that runs on `arch`, or None.
-
-    CUDA: a cubin built for sm_XY runs on sm_XZ with Z >= Y (same major), and PTX (compute_XY) is
-    compiled at load time for any newer device; so sm_120 kernels serve GB10's sm_121. ROCm: gfx targets
-    must match exactly.
-    """
-    if arch in arch_list:
-        return arch
-    match = re.fullmatch(r"sm_(\d+)(\d)", arch)
-    if not match:
-        return None
-    major, minor = int(match[1]), int(match[2])
-    usable = []  # (prefer native cubins over PTX, newest first)
-    for entry in arch_list:
-        found = re.fullmatch(r"(sm|compute)_(\d+)(\d)[a-z]?", entry)
-        if not found:
-            continue
-        kind, entry_major, entry_minor = found[1], int(found[2]), int(found[3])
-        if kind == "sm" and entry_major == major and entry_minor <= minor:
-            usable.append(((1, entry_major, entry_minor), entry))
-        elif kind == "compute" and (entry_major, entry_minor) <= (major, minor):
-            usable.append(((0, entry_major, entry_minor), entry))
-    return max(usable)[1] if usable else None
-
-
 def check_device(track: Track, expect_device: str | None = None) -> tuple[str, str]:
-    """Layer 1. Returns (device type to train on, the line to print)."""
-    try:
-        import torch
-    except Exception as error:  # noqa: BLE001
-        raise LayerFailure("device", f"PyTorch does not import: {error}", "reinstall the environment from its lock (invoke build / invoke venv)") from error
+    """Layer 1. Returns (device type to train on, the line to print). The judgement is torchbuild's, the
+    same the doctor gives."""
+    from .machine import host_facts
+    from .torchbuild import diagnose_device, torch_build, torch_devices
+
     build = torch_build()
-    expected = expect_device or track.expected_device
-    built = f"torch {build['torch']} ({build['build']}{' ' + build['version'] if build['version'] else ''} build)"
-    if expected == "cpu":
-        return "cpu", f"{built} · cpu, as track {track.name} expects"
-    if expected == "mps":
-        if not torch.backends.mps.is_available():
-            raise LayerFailure(
-                "device", f"{built} sees no MPS device: training would fall back to the CPU",
-                "this is the PyTorch build or macOS, not the trainer: use macOS 14+ on Apple silicon and the arm64 torch from lockfiles/m.txt (invoke venv --track m)",
-            )
-        return "mps", f"{built} · mps"
-    # cuda: NVIDIA (CUDA build) or AMD (HIP build; ROCm devices appear as cuda in torch).
-    wanted_build = track.expected_build
-    if wanted_build in ("cuda", "hip") and build["build"] != wanted_build:
-        raise LayerFailure(
-            "device", f"{built}, but track {track.name} needs a {wanted_build.upper()} build of PyTorch",
-            f"this is the PyTorch build, not the trainer: reinstall from lockfiles/{track.name}.txt (invoke build --track {track.name})",
-        )
-    if not torch.cuda.is_available():
-        raise LayerFailure(
-            "device",
-            f"{built} sees no GPU: the device is cpu on a track that expects {expected} ({track.description})",
-            "cpu on a machine with an accelerator is the PyTorch build or the driver, not the trainer: check "
-            + ("nvidia-smi on the host, the NVIDIA Container Toolkit, and a driver new enough for this CUDA (>= 580 for CUDA 13)"
-               if wanted_build != "hip" else "/dev/kfd and /dev/dri are passed to the container and your user is in the video and render groups")
-            + "; run `grpolab doctor` for the details",
-        )
-    name = torch.cuda.get_device_name(0)
-    if build["build"] == "hip":
-        arch = torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
-    else:
-        major, minor = torch.cuda.get_device_capability(0)
-        arch = f"sm_{major}{minor}"
-    arch_list = torch.cuda.get_arch_list()
-    covered = arch_covered(arch, arch_list)
-    if covered is None:
-        raise LayerFailure(
-            "device", f"{built} has no kernels for {name} ({arch}); it was compiled for {', '.join(arch_list) or 'nothing'}",
-            "this is the PyTorch build: install one whose arch list covers this device (the track's lock)",
-        )
-    if track.expected_arch and arch != track.expected_arch:
-        note = f" (track {track.name} was made for {track.expected_arch}; it runs, but the track's defaults may not fit)"
-    else:
-        note = ""
-    return "cuda", f"{built} · cuda:0 {name} ({arch}, kernels from {covered}){note}"
+    finding = diagnose_device(build, torch_devices(build), host_facts(), track, expect_device)
+    if finding.status == "fail":
+        raise LayerFailure("device", finding.summary, finding.action + ("; run `grpolab doctor` for the details" if build.kind else ""))
+    return finding.device_type, finding.summary
 
 
 # --- layer 2: the adapter ------------------------------------------------------------------------------

@@ -37,6 +37,8 @@ class Track:
     device_access: str
     unified_memory: bool
     extras: list[str] = field(default_factory=list)
+    index_ignore_error_codes: list[int] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     lab: dict[str, object] = field(default_factory=dict)
 
