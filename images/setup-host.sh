@@ -35,8 +35,8 @@ as_root() {
 apt_install() {
     local ask
     ask="run \`apt-get install -y $*\` and add you ($(id -un)) to the docker group"
-    log "apt-get install $*"
     as_root "$ask" apt-get update -qq
+    log "apt-get install $*"
     as_root "$ask" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 

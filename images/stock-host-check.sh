@@ -4,9 +4,10 @@
 # Debian ships its Python, made with debootstrap and imported once as grpolab-stock:<suite> (kept, so re-runs
 # skip it). In a fresh container of it, with this machine's Docker socket and the repository at the same path
 # (Compose's relative volumes then resolve), run `bash images/setup-host.sh` twice (a first run and a re-run,
-# both timed), then the README's activation, `invoke --list` and `docker compose version`. The container after
-# the first command is kept as grpolab-stock:<suite>-set-up (tests/test_setup_host.py runs the not-in-the-
-# docker-group case in it). Timings go to bench/stock-host-<suite>.json.
+# both timed), then the README's activation, `invoke --list`, `docker compose version`, and `docker compose
+# config` of every compose file. The container after the first command is kept as
+# grpolab-stock:<suite>-set-up (tests/test_setup_host.py runs the docker-group cases in it). Timings go to
+# bench/stock-host-<suite>.json.
 #
 # Ubuntu's archive is not reachable from our machines, so Ubuntu is not checked here: what differs there
 # (docker-compose-v2, python3.11 on 22.04) is the table in hostlab/hostpackages.py, which has its own test.
@@ -46,6 +47,10 @@ t0=$(date +%s.%N); bash images/setup-host.sh; t1=$(date +%s.%N)
 bash images/setup-host.sh; t2=$(date +%s.%N)
 . .venvs/host/bin/activate && invoke --list >/dev/null && invoke --list | head -3
 docker compose version
+for file in compose/*.yaml; do  # this Compose reads every compose file of ours
+    LAB_IMAGE=check LAB_CA_BUNDLE=/run/host-ca.crt VIDEO_GID=0 RENDER_GID=0 \
+        docker compose -f compose/base.yaml -f "$file" config --quiet
+done
 echo "timings: first_run_s=$(python3 -c "print(round($t1 - $t0, 1))") rerun_s=$(python3 -c "print(round($t2 - $t1, 2))")"
 '
 
