@@ -48,7 +48,7 @@ bash images/setup-host.sh; t2=$(date +%s.%N)
 . .venvs/host/bin/activate && invoke --list >/dev/null && invoke --list | head -3
 docker compose version
 for file in compose/*.yaml; do  # this Compose reads every compose file of ours
-    LAB_IMAGE=check LAB_CA_BUNDLE=/run/host-ca.crt VIDEO_GID=0 RENDER_GID=0 \
+    LAB_IMAGE=check LAB_CA_BUNDLE=/run/host-ca.crt VIDEO_GID=44 RENDER_GID=993 \
         docker compose -f compose/base.yaml -f "$file" config --quiet
 done
 echo "timings: first_run_s=$(python3 -c "print(round($t1 - $t0, 1))") rerun_s=$(python3 -c "print(round($t2 - $t1, 2))")"
