@@ -30,6 +30,7 @@ from hostlab.hostpackages import (  # noqa: E402
 
 SETUP = REPO / "images" / "setup-host.sh"
 SOCKET = Path("/var/run/docker.sock")
+CA_BUNDLE = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")  # pip behind a re-signing proxy
 
 OS_RELEASE = {
     "debian12": 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\nID=debian\n',
@@ -236,3 +237,43 @@ def test_a_user_just_added_to_the_docker_group_is_told_to_log_in_again(stock_che
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "were added to the docker group after this login began" in proc.stderr
     assert "newgrp docker" in proc.stderr
+
+
+@needs_engine
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_user_with_sudo_sets_up_a_stock_system_after_joining_the_engines_group(stock_check):
+    """Stock Debian 12 plus sudo, as a user allowed to use it: apt through sudo, then the docker-group message
+    (a fresh engine's socket belongs to root and its group); once in the socket's group (a new login), the
+    rest: the venv in the user's checkout, Compose's fallback for that user alone, `invoke --list`."""
+    stock_check("bookworm")
+    apt_cache = Path.home() / ".cache" / "grpolab" / "stock-host" / "bookworm" / "apt"
+    as_student = "setpriv --reuid student --regid student --init-groups env HOME=/home/student"
+    script = f"""
+set -u
+apt-get update -qq && apt-get install -y -qq sudo >/dev/null
+useradd -m student && echo 'student ALL=(ALL) NOPASSWD:ALL' >/etc/sudoers.d/student
+mkdir /home/student/grpolab && cd /home/student/grpolab
+tar -C /repo --exclude=./.venvs --exclude=./.cache --exclude=./runs -c . | tar -x && chown -R student: .
+{as_student} bash images/setup-host.sh; echo "first run exited $?"
+groupadd -g "$(stat -c %g {SOCKET})" engine && usermod -aG engine student
+{as_student} bash images/setup-host.sh || exit 1
+{as_student} bash -c '. .venvs/host/bin/activate && invoke --list >/dev/null && docker compose version'
+"""
+    mounts = [
+        "-v", f"{SOCKET}:{SOCKET}", "-v", f"{apt_cache}:/var/cache/apt/archives",
+        "-v", f"{CA_BUNDLE}:/run/host-ca.crt:ro", "-e", "PIP_CERT=/run/host-ca.crt",
+    ]
+    repo_copy = ["--mount", f"type=bind,src={REPO},dst=/repo,readonly"]
+    proc = subprocess.run(
+        ["docker", "run", "--rm", *mounts, *repo_copy, "grpolab-stock:bookworm", "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert "apt-get install docker.io debootstrap python3-venv" in out
+    assert "refuses you (student): you are not in the docker group" in out and "first run exited 1" in out
+    assert "into /home/student/.docker/cli-plugins" in out  # not root: Compose for this user alone
+    assert "Docker Compose version v2." in out
