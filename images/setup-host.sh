@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { echo "[setup-host] $*"; }
 fail() { echo "[setup-host] $*" >&2; exit 1; }
+AGAIN="run \`bash images/setup-host.sh\` again"
 VENV=.venvs/host
 STAMP=$VENV/grpolab-pyproject.toml  # the pyproject.toml last installed: unchanged means nothing to install
 
@@ -28,7 +29,7 @@ as_root() {
     elif command -v sudo >/dev/null && { sudo -n true 2>/dev/null || { [ -t 0 ] && sudo -v; }; }; then
         sudo "$@"
     else
-        fail "You are not root and may not use sudo, so ask your administrator to $ask, then run \`bash images/setup-host.sh\` again."
+        fail "You are not root and may not use sudo, so ask your administrator to $ask, then $AGAIN."
     fi
 }
 
@@ -65,9 +66,12 @@ check_engine_access() {
     user=$(id -un)
     if [ -S "$socket" ] && [ ! -w "$socket" ]; then
         if id -nG "$user" | tr ' ' '\n' | grep -qx docker && ! id -nG | tr ' ' '\n' | grep -qx docker; then
-            fail "You ($user) were added to the docker group after this login began, and group changes apply only to new logins: log out and back in (or run \`newgrp docker\`), then run \`bash images/setup-host.sh\` again."
+            fail "You ($user) were added to the docker group after this login began, and group changes apply" \
+                "only to new logins: log out and back in (or run \`newgrp docker\`), then $AGAIN."
         fi
-        fail "The Docker engine is running but refuses you ($user): you are not in the docker group. Fix: \`sudo usermod -aG docker $user\` (or ask your administrator), then log out and back in (the group applies only to new logins), then run \`bash images/setup-host.sh\` again."
+        fail "The Docker engine is running but refuses you ($user): you are not in the docker group." \
+            "Fix: \`sudo usermod -aG docker $user\` (or ask your administrator), then log out and back in" \
+            "(the group applies only to new logins), then $AGAIN."
     fi
     fail "the Docker engine does not answer: $(docker info 2>&1 | tail -n 1)"
 }
@@ -118,12 +122,13 @@ setup_linux() {
     python=$(python3 hostlab/hostpackages.py python | sed 's/^python: //') || exit 1
     make_host_venv "$python"
     [ "$(field compose_fallback)" = no ] || install_compose_fallback
-    docker compose version || fail "Compose v2 does not run here: install Docker's docker-compose-plugin, then run this again"
+    docker compose version || fail "Compose v2 does not run here: install Docker's docker-compose-plugin, then $AGAIN"
 }
 
 setup_macos() {
     xcode-select -p >/dev/null 2>&1 ||
-        fail "Xcode's command line tools are missing (llama-cpp-python compiles at install): run \`xcode-select --install\`, then run \`bash images/setup-host.sh\` again."
+        fail "Xcode's command line tools are missing (llama-cpp-python compiles at install):" \
+            "run \`xcode-select --install\`, then $AGAIN."
     local python
     python=$(python3 hostlab/hostpackages.py macos-python | sed 's/^python: //') || exit 1
     make_host_venv "$python"

@@ -51,7 +51,8 @@ for file in compose/*.yaml; do  # this Compose reads every compose file of ours
     LAB_IMAGE=check LAB_CA_BUNDLE=/run/host-ca.crt VIDEO_GID=44 RENDER_GID=993 \
         docker compose -f compose/base.yaml -f "$file" config --quiet
 done
-echo "timings: first_run_s=$(python3 -c "print(round($t1 - $t0, 1))") rerun_s=$(python3 -c "print(round($t2 - $t1, 2))")"
+seconds() { python3 -c "print(round($2 - $1, 2))"; }
+echo "timings: first_run_s=$(seconds "$t0" "$t1") rerun_s=$(seconds "$t1" "$t2")"
 '
 
 check_suite() {

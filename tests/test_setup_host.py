@@ -83,8 +83,16 @@ def test_a_system_without_apt_is_told_what_to_install_itself():
     "release, apt, fallback",
     [
         ("bookworm", ["docker.io", "debootstrap", "python3-venv"], True),  # Compose v1 only: the pinned sdist
-        ("trixie", ["docker.io", "docker-cli", "docker-compose", "docker-buildx", "debootstrap", "python3-venv"], False),
-        ("jammy", ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "python3.11", "python3.11-venv"], False),
+        (
+            "trixie",
+            ["docker.io", "docker-cli", "docker-compose", "docker-buildx", "debootstrap", "python3-venv"],
+            False,
+        ),
+        (
+            "jammy",
+            ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "python3.11", "python3.11-venv"],
+            False,
+        ),
         ("noble", ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "python3-venv"], False),
     ],
 )
@@ -189,8 +197,10 @@ def test_the_readmes_first_command_works_on_stock_debian(stock_check, suite):
 def _as_student(image: str, setup_user: str, run_as: str, socket: bool) -> subprocess.CompletedProcess:
     """The real script in `image` as a new non-root user `student` (made by root first, with `setup_user`)."""
     mounts = ["-v", f"{REPO}:/repo:ro"] + (["-v", f"{SOCKET}:{SOCKET}"] if socket else [])
-    script = f"useradd -m student {setup_user} && cd /repo && {run_as} env HOME=/home/student bash images/setup-host.sh"
-    return subprocess.run(["docker", "run", "--rm", *mounts, image, "bash", "-c", script], capture_output=True, text=True)
+    setup = f"{run_as} env HOME=/home/student bash images/setup-host.sh"
+    script = f"useradd -m student {setup_user} && cd /repo && {setup}"
+    command = ["docker", "run", "--rm", *mounts, image, "bash", "-c", script]
+    return subprocess.run(command, capture_output=True, text=True)
 
 
 @needs_engine
