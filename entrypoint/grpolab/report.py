@@ -214,11 +214,19 @@ def smoke_figures(smoke: dict) -> dict:
         "smoke_wall_clock_s": number(smoke.get("wall_clock_s")),
         "projected_lab_seconds_per_step": number(noted.get("projected_lab_seconds_per_step")),
         "projected_lab_wall_clock_s": number(noted.get("projected_lab_wall_clock_s")),
+        "projected_for": lab_shape(noted.get("lab_model"), noted.get("lab_steps"), noted.get("lab_completions_per_step"), noted.get("lab_completion_tokens")),
         "projection": noted.get("projection"),
         "peak_memory_gb_measured": number(noted.get("peak_memory_gb_measured")),
         "peak_memory_gb_predicted": number(noted.get("peak_memory_gb_predicted")),
         "peak_memory_from": "smoke" if noted.get("peak_memory_gb_measured") is not None else None,
     }
+
+
+def lab_shape(model, steps, completions, tokens) -> str | None:
+    """A lab's size in one string, to tell whether a projection and a measurement are of the same lab."""
+    if not steps:
+        return None
+    return f"{model}, {steps} steps" + (f" of {completions} x {tokens} tokens" if completions and tokens else "")
 
 
 def lab_figures(lab: dict) -> dict:
@@ -230,6 +238,7 @@ def lab_figures(lab: dict) -> dict:
         "lab_run_id": lab.get("run_id"),
         "lab_model": settings.get("model") or lab.get("model"),
         "lab_steps": steps[-1].get("step") if steps else settings.get("max_steps"),
+        "lab_ran": lab_shape(settings.get("model"), settings.get("max_steps"), settings.get("per_device_train_batch_size"), settings.get("max_completion_length")),
         "lab_wall_clock_s": number(lab.get("wall_clock_s")),
         "lab_seconds_per_step": number(lab.get("seconds_per_step")),
         "generation_s": number(split.get("generation")),
@@ -251,8 +260,8 @@ def lab_figures(lab: dict) -> dict:
 COLUMNS = (
     "machine", "track", "rollout", "status", "failed_layer", "error", "runs",
     "smoke_run_id", "smoke_model", "smoke_steps", "smoke_steps_s", "smoke_wall_clock_s",
-    "projected_lab_seconds_per_step", "projected_lab_wall_clock_s", "projection",
-    "lab_run_id", "lab_model", "lab_steps", "lab_wall_clock_s", "lab_seconds_per_step", "generation_s", "reward_s", "update_s",
+    "projected_lab_seconds_per_step", "projected_lab_wall_clock_s", "projected_for", "projection",
+    "lab_run_id", "lab_model", "lab_ran", "lab_steps", "lab_wall_clock_s", "lab_seconds_per_step", "generation_s", "reward_s", "update_s",
     "peak_memory_gb_measured", "peak_memory_gb_predicted", "peak_memory_ratio", "peak_memory_from",
     "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "collapse_first_step", "stale", "max_lag_steps",
     "torch", "torch_build", "driver", "device", "arch", "vllm", "lock",
@@ -349,24 +358,35 @@ def cells(row: dict, with_lesson: bool = False) -> dict[str, str]:
     peak = "–"
     if row["peak_memory_gb_measured"] is not None:
         ratio = f", x{row['peak_memory_ratio']:.2f}" if row["peak_memory_ratio"] else ""
-        peak = f"{row['peak_memory_gb_measured']:.2f} / {show(row['peak_memory_gb_predicted'], '.2f')}{ratio} ({row['peak_memory_from']})"
+        peak = f"{row['peak_memory_gb_measured']:.3g} / {show(row['peak_memory_gb_predicted'], '.3g')}{ratio} ({row['peak_memory_from']})"
     stale = "–" if row["stale"] is None else f"stale, lag {row['max_lag_steps']}" if row["stale"] else "on-policy"
-    env = ", ".join(f"{k} {row[k]}" for k in ("torch", "torch_build", "driver", "device", "arch", "vllm", "lock") if row[k])
+    env = [f"torch {row['torch']} ({row['torch_build']})" if row["torch"] else None,
+           f"driver {row['driver']}" if row["driver"] else None,
+           f"vLLM {row['vllm']}" if row["vllm"] else None,
+           f"lock {row['lock']}" if row["lock"] else None]
     shown = {
         "machine": row["machine"], "track": row["track"], "rollout": row["rollout"], "status": status,
         "smoke: steps": f"{row['smoke_steps']} in {duration(row['smoke_steps_s'])} (run {duration(row['smoke_wall_clock_s'])})" if row["smoke_steps"] else "–",
-        "lab wall clock: projected / measured": f"{duration(row['projected_lab_wall_clock_s'])} / {duration(row['lab_wall_clock_s'])}",
+        "lab wall clock: projected / measured": wall_clocks(row),
         "lab s/step (generation / reward / update)": split,
         "peak GB measured / predicted": peak,
         "pass@1": f"{show(row['pass_at_1_before'])} -> {show(row['pass_at_1_after'])}" if row["pass_at_1_before"] is not None else "–",
         "reward first -> last": f"{show(row['first_reward'])} -> {show(row['last_reward'])}" if row["first_reward"] is not None else "–",
         "collapse, step 1": show(row["collapse_first_step"], ".0%"),
         "rollouts": stale,
-        "environment": env or "–",
+        "environment": ", ".join(filter(None, env)) or "–",
     }
     if with_lesson:
         shown["lesson says"] = against_lesson(row)
     return shown
+
+
+def wall_clocks(row: dict) -> str:
+    """The smoke test's projection of the lab and the lab's measured wall clock, saying when they are of different labs."""
+    projected, measured = duration(row["projected_lab_wall_clock_s"]), duration(row["lab_wall_clock_s"])
+    if row["projected_for"] and row["lab_ran"] and row["projected_for"] != row["lab_ran"]:
+        return f"{projected} for {row['projected_for']} / {measured} for {row['lab_ran']}"
+    return f"{projected} / {measured}"
 
 
 def markdown_table(rows: list[dict], with_lesson: bool = False) -> str:
@@ -516,6 +536,8 @@ def lab_projection(seconds_per_step: float, smoke_settings, smoke_model: str, la
     return {
         "lab_model": lab_settings.model,
         "lab_steps": lab_settings.max_steps,
+        "lab_completions_per_step": lab_settings.per_device_train_batch_size,
+        "lab_completion_tokens": lab_settings.max_completion_length,
         "projection_factor": round(parameters * tokens, 4),
         "projected_lab_seconds_per_step": round(per_step, 4),
         "projected_lab_wall_clock_s": round(per_step * lab_settings.max_steps, 1),
@@ -559,7 +581,7 @@ def before_scaling_up(record: dict, settings, track, say=print) -> list[str]:
     noted.update(rollout_path=rollout.get("path", settings.rollout), stale=rollout.get("stale"))
     record["before_scaling_up"] = noted
     ratio = noted["peak_memory_ratio"]
-    memory = f"{noted['peak_memory_gb_measured']:.2f} GB measured ({noted['peak_memory_source']})"
+    memory = f"{noted['peak_memory_gb_measured']:.2f} GB measured by {noted['peak_memory_source']}"
     if ratio:
         memory += f" against {noted['peak_memory_gb_predicted']:.2f} GB predicted: x{ratio:.2f}"
         if not 0.5 <= ratio <= 2:

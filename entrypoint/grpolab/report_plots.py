@@ -68,12 +68,12 @@ def time_split(rows: list[dict], path: Path) -> Path | None:
     left = [0.0] * len(rows)
     for part, color in (("generation_s", "tab:blue"), ("reward_s", "tab:orange"), ("update_s", "tab:green")):
         widths = [row[part] or 0.0 for row in rows]
-        axis.barh(labels, widths, left=left, color=color, label=part.removesuffix("_s"))
+        axis.barh(labels, widths, left=left, height=0.6, color=color, label=part.removesuffix("_s"))
         left = [a + b for a, b in zip(left, widths)]
     axis.set_xlabel("seconds per optimiser step (lab, mean over logged steps)")
     axis.set_title("Where a step's time goes")
     axis.invert_yaxis()
-    axis.legend()
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
     figure.tight_layout()
     return save(figure, path)
 
