@@ -297,9 +297,13 @@ def test_report_to_refused_before_the_model_loads(backend, message, tiny_model_e
 
 
 def test_report_to_tensorboard_writes_into_the_run_folder(tiny_model_env, tmp_path):
-    pytest.importorskip("tensorboard", reason="tensorboard is not installed here (it is in the s and n locks)")
+    import os
+
+    tensorboard = pytest.importorskip("tensorboard", reason="tensorboard is not installed here (it is in the s and n locks)")
+    where = str(Path(tensorboard.__path__[0]).parent)  # the lab sees the tensorboard this test sees
+    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path), "PYTHONPATH": tiny_model_env["PYTHONPATH"] + os.pathsep + where}
     result = python_grpolab("lab", "--track", "c", "--report-to", "tensorboard", "--smoke", "never", "--max-steps", "2", "--logging-steps", "1",
-                            "--heldout-size", "10", "--train-size", "64", env={**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path)})
+                            "--heldout-size", "10", "--train-size", "64", "--per-device-train-batch-size", "16", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     run = read_runs(tmp_path / "runlog.jsonl")[-1]
     assert run["settings"]["report_to"] == "tensorboard"

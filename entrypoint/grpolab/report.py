@@ -555,14 +555,15 @@ def peak_against_estimate(model_path: str, settings) -> dict:
 
     measured = measured_peak_memory()
     try:
-        predicted = estimate_memory(model_path, settings).peak_gb
+        predicted = round(estimate_memory(model_path, settings).peak_gb, 6)  # a tiny model's estimate is megabytes
     except (UnknownModel, OSError, ValueError):
         predicted = None
+    gb = round(measured["gb"], 3)
     return {
-        "peak_memory_gb_measured": round(measured["gb"], 3),
+        "peak_memory_gb_measured": gb,
         "peak_memory_source": measured["source"],
-        "peak_memory_gb_predicted": round(predicted, 3) if predicted else None,
-        "peak_memory_ratio": round(measured["gb"] / predicted, 3) if predicted else None,
+        "peak_memory_gb_predicted": predicted,
+        "peak_memory_ratio": round(gb / predicted, 3) if predicted else None,
     }
 
 
