@@ -14,6 +14,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,7 +167,10 @@ def group_key(run: dict) -> tuple[str, str, str]:
 
 
 def number(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite number, or None (missing, text, or a value a newer or broken writer left)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def environment(run: dict) -> dict:
@@ -350,8 +354,10 @@ def show(value, spec: str = ".3f") -> str:
 def cells(row: dict, with_lesson: bool = False) -> dict[str, str]:
     """The row as the Markdown and HTML tables show it."""
     status = row["status"]
-    if row["failed_layer"] or row["error"]:
-        status += f" at {row['failed_layer'] or '?'}: {(row['error'] or '')[:160]}"
+    if row["failed_layer"]:
+        status += f" at {row['failed_layer']}"
+    if row["error"]:
+        status += f": {row['error'][:160]}"
     split = "–"
     if row["lab_seconds_per_step"] is not None:
         split = f"{row['lab_seconds_per_step']:.3f} ({show(row['generation_s'])} / {show(row['reward_s'])} / {show(row['update_s'])})"
@@ -584,14 +590,14 @@ def before_scaling_up(record: dict, settings, track, say=print) -> list[str]:
     ratio = noted["peak_memory_ratio"]
     memory = f"{noted['peak_memory_gb_measured']:.2f} GB measured by {noted['peak_memory_source']}"
     if ratio:
-        memory += f" against {noted['peak_memory_gb_predicted']:.2f} GB predicted: x{ratio:.2f}"
+        memory += f" against {noted['peak_memory_gb_predicted']:.3g} GB predicted: x{ratio:.2f}"
         if not 0.5 <= ratio <= 2:
             memory += " - off by more than a factor of two: worth understanding before you make the run larger"
     lines = [
         "what to write down before you scale up:",
         f"  seconds per step   {per_step:.3f} s x {steps} steps = {duration(per_step * steps)} here; x your step count is the wall clock you commit to",
-        f"  the lab, projected {duration(noted['projected_lab_wall_clock_s'])} for track {track.name}'s lab "
-        f"({noted['projected_lab_seconds_per_step']:.3f} s/step): a projection, not a measurement: {noted['projection']}",
+        f"  lab wall clock     {duration(noted['projected_lab_wall_clock_s'])} for track {track.name}'s lab as configured "
+        f"({noted['projected_lab_seconds_per_step']:.3f} s/step), a projection, not a measurement: {noted['projection']}",
         f"  peak memory        {memory}",
         f"  rollout path       {noted['rollout_path']}" + (" (stale rollouts)" if noted["stale"] else ""),
     ]
