@@ -184,7 +184,11 @@ def report(c, logs="", all=False, against_lesson=False, out=None):
 
     from grpolab.report import run_report
 
-    status = run_report([Path(p) for p in shlex.split(logs)], out=Path(out) if out else None, against_lesson=against_lesson, every_run=all)
+    from hostlab import REPO
+
+    # The images and the host tasks write the run log to the repository's runs/, wherever invoke is started.
+    paths = [Path(p) for p in shlex.split(logs)] or [REPO / "runs" / "runlog.jsonl"]
+    status = run_report(paths, out=Path(out) if out else REPO / "runs" / "report", against_lesson=against_lesson, every_run=all)
     if status:
         raise Exit(code=status)
 
