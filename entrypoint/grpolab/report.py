@@ -218,7 +218,8 @@ def smoke_figures(smoke: dict) -> dict:
         "smoke_wall_clock_s": number(smoke.get("wall_clock_s")),
         "projected_lab_seconds_per_step": number(noted.get("projected_lab_seconds_per_step")),
         "projected_lab_wall_clock_s": number(noted.get("projected_lab_wall_clock_s")),
-        "projected_for": lab_shape(noted.get("lab_model"), noted.get("lab_steps"), noted.get("lab_completions_per_step"), noted.get("lab_completion_tokens")),
+        "projected_for": lab_shape(noted.get("lab_model"), noted.get("lab_completions_per_step"), noted.get("lab_completion_tokens")),
+        "projected_lab_steps": noted.get("lab_steps"),
         "projection": noted.get("projection"),
         "peak_memory_gb_measured": number(noted.get("peak_memory_gb_measured")),
         "peak_memory_gb_predicted": number(noted.get("peak_memory_gb_predicted")),
@@ -226,11 +227,9 @@ def smoke_figures(smoke: dict) -> dict:
     }
 
 
-def lab_shape(model, steps, completions, tokens) -> str | None:
-    """A lab's size in one string, to tell whether a projection and a measurement are of the same lab."""
-    if not steps:
-        return None
-    return f"{model}, {steps} steps" + (f" of {completions} x {tokens} tokens" if completions and tokens else "")
+def lab_shape(model, completions, tokens) -> str | None:
+    """A lab step's size in one string, to tell whether a projection and a measurement are of the same step."""
+    return f"{model}, {completions} x {tokens} tokens" if model and completions and tokens else None
 
 
 def lab_figures(lab: dict) -> dict:
@@ -242,7 +241,7 @@ def lab_figures(lab: dict) -> dict:
         "lab_run_id": lab.get("run_id"),
         "lab_model": settings.get("model") or lab.get("model"),
         "lab_steps": steps[-1].get("step") if steps else settings.get("max_steps"),
-        "lab_ran": lab_shape(settings.get("model"), settings.get("max_steps"), settings.get("per_device_train_batch_size"), settings.get("max_completion_length")),
+        "lab_ran": lab_shape(settings.get("model"), settings.get("per_device_train_batch_size"), settings.get("max_completion_length")),
         "lab_wall_clock_s": number(lab.get("wall_clock_s")),
         "lab_seconds_per_step": number(lab.get("seconds_per_step")),
         "generation_s": number(split.get("generation")),
@@ -264,7 +263,7 @@ def lab_figures(lab: dict) -> dict:
 COLUMNS = (
     "machine", "track", "rollout", "status", "failed_layer", "error", "runs",
     "smoke_run_id", "smoke_model", "smoke_steps", "smoke_steps_s", "smoke_wall_clock_s",
-    "projected_lab_seconds_per_step", "projected_lab_wall_clock_s", "projected_for", "projection",
+    "projected_lab_seconds_per_step", "projected_lab_wall_clock_s", "projected_lab_steps", "projected_for", "projection",
     "lab_run_id", "lab_model", "lab_ran", "lab_steps", "lab_wall_clock_s", "lab_seconds_per_step", "generation_s", "reward_s", "update_s",
     "peak_memory_gb_measured", "peak_memory_gb_predicted", "peak_memory_ratio", "peak_memory_from",
     "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "collapse_first_step", "stale", "max_lag_steps",
@@ -360,7 +359,8 @@ def cells(row: dict, with_lesson: bool = False) -> dict[str, str]:
         status += f": {row['error'][:160]}"
     split = "–"
     if row["lab_seconds_per_step"] is not None:
-        split = f"{row['lab_seconds_per_step']:.3f} ({show(row['generation_s'])} / {show(row['reward_s'])} / {show(row['update_s'])})"
+        split = (f"{row['lab_seconds_per_step']:.3f} ({show(row['generation_s'])} / {show(row['reward_s'])} / {show(row['update_s'])}); "
+                 f"{row['lab_steps']} steps, run {duration(row['lab_wall_clock_s'])}")
     peak = "–"
     if row["peak_memory_gb_measured"] is not None:
         ratio = f", x{row['peak_memory_ratio']:.2f}" if row["peak_memory_ratio"] else ""
@@ -373,8 +373,8 @@ def cells(row: dict, with_lesson: bool = False) -> dict[str, str]:
     shown = {
         "machine": row["machine"], "track": row["track"], "rollout": row["rollout"], "status": status,
         "smoke: steps": f"{row['smoke_steps']} in {duration(row['smoke_steps_s'])} (run {duration(row['smoke_wall_clock_s'])})" if row["smoke_steps"] else "–",
-        "lab wall clock: projected / measured": wall_clocks(row),
-        "lab s/step (generation / reward / update)": split,
+        "lab s/step projected by the smoke test": projected(row),
+        "lab s/step (generation / reward / update); wall clock": split,
         "peak GB measured / predicted": peak,
         "pass@1": f"{show(row['pass_at_1_before'])} -> {show(row['pass_at_1_after'])}" if row["pass_at_1_before"] is not None else "–",
         "reward first -> last": f"{show(row['first_reward'])} -> {show(row['last_reward'])}" if row["first_reward"] is not None else "–",
@@ -387,12 +387,15 @@ def cells(row: dict, with_lesson: bool = False) -> dict[str, str]:
     return shown
 
 
-def wall_clocks(row: dict) -> str:
-    """The smoke test's projection of the lab and the lab's measured wall clock, saying when they are of different labs."""
-    projected, measured = duration(row["projected_lab_wall_clock_s"]), duration(row["lab_wall_clock_s"])
+def projected(row: dict) -> str:
+    """The smoke test's projection of a lab step (and of the configured lab's wall clock), saying when the
+    lab that was measured ran a different step (another model, batch or completion length)."""
+    if row["projected_lab_seconds_per_step"] is None:
+        return "–"
+    text = f"{row['projected_lab_seconds_per_step']:.3f} ({duration(row['projected_lab_wall_clock_s'])} for {row['projected_lab_steps']} steps)"
     if row["projected_for"] and row["lab_ran"] and row["projected_for"] != row["lab_ran"]:
-        return f"{projected} for {row['projected_for']} / {measured} for {row['lab_ran']}"
-    return f"{projected} / {measured}"
+        text += f", for {row['projected_for']}; the lab ran {row['lab_ran']}"
+    return text
 
 
 def markdown_table(rows: list[dict], with_lesson: bool = False) -> str:

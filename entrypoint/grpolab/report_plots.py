@@ -114,9 +114,12 @@ def pass_at_1(rows: list[dict], path: Path) -> Path | None:
     plt = pyplot()
     figure, axis = plt.subplots(figsize=FIGURE_INCHES)
     positions = range(len(rows))
-    axis.bar([p - 0.2 for p in positions], [row["pass_at_1_before"] for row in rows], width=0.4, label="before", color="tab:grey")
-    axis.bar([p + 0.2 for p in positions], [row["pass_at_1_after"] or 0.0 for row in rows], width=0.4, label="after", color="tab:green")
+    before = axis.bar([p - 0.2 for p in positions], [row["pass_at_1_before"] for row in rows], width=0.4, label="before", color="tab:grey")
+    after = axis.bar([p + 0.2 for p in positions], [row["pass_at_1_after"] or 0.0 for row in rows], width=0.4, label="after", color="tab:green")
+    for bars in (before, after):
+        axis.bar_label(bars, fmt="%.2f")
     axis.set_xticks(list(positions), [row_label(row) for row in rows], rotation=15, ha="right", fontsize=8)
+    axis.set_xlim(-0.6, max(len(rows), 4) - 0.4)  # a lone row keeps bars of the usual width
     axis.set_ylim(0, 1)
     axis.set_ylabel("held-out pass@1 (greedy)")
     axis.set_title("pass@1 before and after GRPO, per track")
