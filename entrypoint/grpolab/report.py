@@ -414,14 +414,15 @@ def markdown(rows: list[dict], loaded: LoadedRuns, with_lesson: bool, every_run:
         "",
         f"From {len(loaded.runs)} run(s) in {len(loaded.files)} log(s): {', '.join(str(f) for f in loaded.files)}. "
         f"Rows: {what}. Seconds per step split into generation / reward / update; peak memory measured against "
-        "the estimate made before the run (x the ratio); the projected lab wall clock is the smoke test's seconds per "
-        "step scaled to the lab's model and batch, a projection, not a measurement.",
+        "the estimate made before the run (x the ratio); the smoke test's seconds per step scaled to the lab's model "
+        "and completion tokens per step is a projection, not a measurement: compare it with the lab's.",
         "",
         markdown_table(rows, with_lesson),
     ]
     if with_lesson:
-        text += ["", f"The lesson: \"{LESSON_SMOKE}\"; memory from its two diagrams (sums of their rows, without the "
-                 "operating system's share). Track c is this project's CPU track, not one of the lesson's."]
+        text += ["", f"The lesson: \"{LESSON_SMOKE}\" (read as at most {LESSON_SMOKE_S // 60} minutes for the whole smoke run); "
+                 "memory from its two diagrams (sums of their rows, without the operating system's share). "
+                 "Track c is this project's CPU track, not one of the lesson's."]
     if loaded.warnings:
         text += ["", "Skipped or merged:", ""] + [f"- {warning}" for warning in loaded.warnings]
     return "\n".join(text) + "\n"
