@@ -49,14 +49,19 @@ def python_grpolab(*args, env, cwd=REPO):
 def track_c(tiny_model_path, tmp_path_factory):
     """Track c's run log, made for real: the smoke test, a short lab, then a smoke test failing its device layer.
 
-    The smoke test runs at seed 1: at seed 0 the tiny model (recipe 2) collapses on its first step on this
-    machine's torch, which is the smoke test's business (tests/test_smoke.py), not the report's."""
+    The smoke test runs at the first of seeds 1, 2, 3 whose first step has reward spread: at seed 0 the tiny
+    model (recipe 2) collapses on its first step here (torch 2.13.0+cpu, and 2.15.0 in the image), which is the
+    smoke test's business (tests/test_smoke.py), not the report's."""
     import os
 
     runs = tmp_path_factory.mktemp("runs-c")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "entrypoint"), str(REPO / "tests")]),
            "GRPOLAB_CACHE_DIR": str(tiny_model_path.parents[1]), "GRPOLAB_TRACK": "c", "GRPOLAB_RUNS_DIR": str(runs)}
-    smoke = python_grpolab("smoke", "--track", "c", "--seed", "1", env=env)
+    for seed in ("1", "2", "3"):
+        smoke = python_grpolab("smoke", "--track", "c", "--seed", seed, env=env)
+        if smoke.returncode != 13:  # 13: group collapse on the first step; try the next seed
+            break
+        (runs / "runlog.jsonl").unlink()
     assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
     lab = python_grpolab("lab", "--track", "c", "--smoke", "never", "--max-steps", "4", "--logging-steps", "2", "--heldout-size", "20",
                          "--train-size", "100", "--per-device-train-batch-size", "16", env=env)
