@@ -169,6 +169,30 @@ def export(c, engine="verl", nodes=1, gpus_per_node=1, out=None, track="cluster"
     _lab("export", track, f"{extra} {args}")
 
 
+@task(
+    help={
+        "logs": "run logs or folders holding them, space-separated (default: runs/runlog.jsonl)",
+        "all": "one row per run, failed ones included (default: latest passing per machine, track, rollout path)",
+        "against_lesson": "beside each row, what the lesson predicts for that track",
+        "out": "output folder (default: runs/report)",
+    }
+)
+def report(c, logs="", all=False, against_lesson=False, out=None):
+    """The lesson's validation table from run logs (several machines' logs merge): Markdown, CSV, plots, HTML."""
+    import shlex
+    from pathlib import Path
+
+    from grpolab.report import run_report
+
+    from hostlab import REPO
+
+    # The images and the host tasks write the run log to the repository's runs/, wherever invoke is started.
+    paths = [Path(p) for p in shlex.split(logs)] or [REPO / "runs" / "runlog.jsonl"]
+    status = run_report(paths, out=Path(out) if out else REPO / "runs" / "report", against_lesson=against_lesson, every_run=all)
+    if status:
+        raise Exit(code=status)
+
+
 # --------------------------------------------------------------------------------------- benches, CI
 @task(help={"build": "time image builds instead: cold build of c, rebuild after a code change, sizes"})
 def bench(c, build=False):

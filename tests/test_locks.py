@@ -33,7 +33,10 @@ def test_lock_inputs_take_the_extras_from_pyproject():
     assert any(r.startswith("llama-cpp-python") for r in llamacpp)
     # Tracks that may sample from llama.cpp lock it; the others don't.
     assert locks.lock_inputs(get_track("c")) == get_track("c").lock_inputs + lab + llamacpp
-    assert locks.lock_inputs(get_track("n")) == get_track("n").lock_inputs + lab
+    # The GPU tracks keep tensorboard for --report-to; the CPU track does not.
+    assert locks.lock_inputs(get_track("n")) == get_track("n").lock_inputs + lab + locks.extra_requirements("tensorboard")
+    assert "tensorboard" in locks.parse_lock(locks.lock_path(get_track("n")).read_text()).packages
+    assert "tensorboard" not in locks.parse_lock(locks.lock_path(get_track("c")).read_text()).packages
     assert "llama-cpp-python" in locks.parse_lock(locks.lock_path(get_track("c")).read_text()).packages
     assert "llama-cpp-python" not in locks.parse_lock(locks.lock_path(get_track("n")).read_text()).packages
 

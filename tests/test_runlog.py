@@ -10,7 +10,7 @@ import pytest
 
 from grpolab.errors import LayerFailure
 from grpolab.run import recorded_run
-from grpolab.runlog import append_run, last_passing_smoke, read_runs
+from grpolab.runlog import SCHEMA_VERSION, append_run, last_passing_smoke, read_runs
 from grpolab.settings import LabSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,8 +37,9 @@ def test_line_after_a_torn_line_starts_on_its_own(tmp_path):
     path = tmp_path / "runlog.jsonl"
     path.write_text('{"kind": "smoke", "status": "pass')  # a writer killed by SIGKILL mid-line
     append_run({"kind": "smoke", "status": "passed"}, path)
-    assert read_runs(path) == [{"kind": "smoke", "status": "passed"}]
-    assert last_passing_smoke(path) == {"kind": "smoke", "status": "passed"}
+    written = {"kind": "smoke", "status": "passed", "schema": SCHEMA_VERSION}  # every line says its schema
+    assert read_runs(path) == [written]
+    assert last_passing_smoke(path) == written
 
 
 def test_unserialisable_record_leaves_the_log_untouched(tmp_path):
@@ -46,7 +47,7 @@ def test_unserialisable_record_leaves_the_log_untouched(tmp_path):
     append_run({"n": 1}, path)
     with pytest.raises(ValueError):
         append_run({"n": float("nan")}, path)
-    assert path.read_text() == '{"n": 1}\n'
+    assert path.read_text() == f'{{"n": 1, "schema": {SCHEMA_VERSION}}}\n'
 
 
 def test_recorded_run_logs_failures_with_their_layer(tmp_path):

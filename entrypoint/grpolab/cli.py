@@ -1,4 +1,4 @@
-"""Command line: grpolab {smoke,lab,estimate,doctor,serve,export,export-gguf,tiny-model}. Every setting of the lab is a flag."""
+"""Command line: grpolab {smoke,lab,estimate,doctor,report,serve,export,export-gguf,tiny-model}. Every setting of the lab is a flag."""
 
 from __future__ import annotations
 
@@ -137,8 +137,15 @@ def cmd_serve(args) -> int:
     return 0  # not reached: the server replaced this process
 
 
+def cmd_report(args) -> int:
+    from .report import run_report
+
+    return run_report(args.logs, out=args.out, against_lesson=args.against_lesson, every_run=args.every_run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .lab import SMOKE_MODES
+    from .report import add_arguments as add_report_arguments
     from .serve import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PORT
     from .tracks import current_track_name, load_tracks
 
@@ -173,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("-v", "--verbose", action="store_true", help="the details of every item")
     doctor.add_argument("--rollout", choices=ROLLOUT_PATHS, help="judge the rollout engine for this path (default: the track's)")
     doctor.add_argument("--vllm-server-url", help="check that this vLLM server answers (also done when --rollout is vllm-server)")
+    report_help = "The lesson's validation table from run logs (several machines' logs merge): Markdown, CSV, plots and one HTML page in runs/report/."
+    report = sub.add_parser("report", help=report_help, description=report_help)
+    report.set_defaults(func=cmd_report)
+    add_report_arguments(report)
     export = add("export", cmd_export, "Write a self-contained bundle that runs this lab on a cluster engine (verl on Ray): data, reward module, launch commands, README.")
     export.add_argument("--engine", default="verl", help="the distributed engine (supported: verl)")
     export.add_argument("--nodes", type=int, default=1, help="machines in the Ray cluster")

@@ -16,6 +16,10 @@ from pathlib import Path
 
 from .paths import runlog_path
 
+# Version of a run-log line's fields, written into every line as "schema". Lines without it are schema 1
+# (written before it existed); grpolab.report reads both. 2 added the smoke test's "before_scaling_up".
+SCHEMA_VERSION = 2
+
 
 def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
@@ -24,7 +28,7 @@ def new_run_id() -> str:
 def append_run(record: dict, path: Path | None = None) -> Path:
     path = Path(path or runlog_path())
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, sort_keys=True, default=str, allow_nan=False).encode() + b"\n"
+    line = json.dumps({**record, "schema": SCHEMA_VERSION}, sort_keys=True, default=str, allow_nan=False).encode() + b"\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -14,6 +14,8 @@ from pathlib import Path
 from .tracks import Track
 
 ROLLOUT_PATHS = ("inprocess", "vllm-colocate", "vllm-server", "llamacpp")
+# Live logging backends TRL's report_to accepts that we offer, each with the package it needs.
+REPORT_TO_PACKAGES = {"none": None, "tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -52,6 +54,9 @@ class LabSettings:
     vllm_server_url: str = "http://localhost:8000"
     llamacpp_refresh_every: int = 0  # 0: never refresh the sampler (stale); K: re-export every K steps
 
+    # Live logging: TRL's report_to, into the run's folder (none, tensorboard, trackio, wandb where installed).
+    report_to: str = "none"
+
     # Evaluation.
     eval_max_new_tokens: int = 0  # 0: same as max_completion_length
 
@@ -70,8 +75,22 @@ class LabSettings:
             raise ValueError(f"unknown dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
         if not 0 < self.vllm_gpu_memory_utilization < 1:
             raise ValueError("vllm_gpu_memory_utilization must be between 0 and 1")
+        self.validate_report_to()
         if not self.reward_weights:
             raise ValueError("reward_weights is empty: a run needs at least one reward function")
+
+    def validate_report_to(self) -> None:
+        """Refuse a live-logging backend that is unknown or not installed, before any model loads."""
+        import importlib.util
+
+        if self.report_to not in REPORT_TO_PACKAGES:
+            raise ValueError(f"unknown --report-to {self.report_to!r}: choose one of {', '.join(REPORT_TO_PACKAGES)}")
+        package = REPORT_TO_PACKAGES[self.report_to]
+        if package and importlib.util.find_spec(package) is None:
+            raise ValueError(
+                f"--report-to {self.report_to} needs the {package} package, which this environment does not have; "
+                f"install it (pip install {package}) or use a track whose lock has it, or leave --report-to at none"
+            )
 
     def as_dict(self) -> dict:
         return asdict(self)

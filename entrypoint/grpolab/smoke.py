@@ -161,6 +161,7 @@ def run_smoke(settings: LabSettings, track: Track, expect_device: str | None = N
     """Run the six layers. Returns the run-log record; raises LayerFailure at the first failing layer."""
     from .data import load_lab_datasets
     from .fingerprint import environment_fingerprint
+    from .report import before_scaling_up
     from .tiny_model import resolve_model_name
     from .training import load_model, load_tokenizer, step_recorder, torch_dtype
 
@@ -199,5 +200,6 @@ def run_smoke(settings: LabSettings, track: Track, expect_device: str | None = N
         record["seconds_per_step"] = round(sum(r.seconds for r in steps) / len(steps), 4)
         record["last_reward"] = steps[-1].reward
         record["fingerprint"] = environment_fingerprint()
+        before_scaling_up(record, settings, track, say)
         passed.append("runlog")
     return record

@@ -141,12 +141,28 @@ def _failing_row(func, completions, kwargs) -> str:
     return "unknown"
 
 
+LIVE_LOG_DIR_VARIABLES = {"tensorboard": "TENSORBOARD_LOGGING_DIR", "wandb": "WANDB_DIR"}
+_live_log_dirs_set: set[str] = set()
+
+
+def log_live_into(report_to: str, run_dir: Path) -> None:
+    """Point the live-logging backend at the run's folder. transformers 5 reads these variables (it has no
+    logging_dir argument); one the user set before the run wins. trackio keeps its own store."""
+    import os
+
+    variable = LIVE_LOG_DIR_VARIABLES.get(report_to)
+    if variable and (variable not in os.environ or variable in _live_log_dirs_set):
+        os.environ[variable] = str(run_dir)
+        _live_log_dirs_set.add(variable)
+
+
 def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, reward_funcs, device_type: str, output_dir: Path, rollout: dict, callbacks=()):
     """Build the GRPOTrainer. `rollout` holds GRPOConfig keyword arguments and an optional rollout_func."""
     from trl import GRPOConfig, GRPOTrainer
 
     rollout = dict(rollout)
     rollout_func = rollout.pop("rollout_func", None)
+    log_live_into(settings.report_to, Path(output_dir).parent)
     dtype = torch_dtype(settings, device_type)
     import torch
 
@@ -168,7 +184,7 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
         # Checkpointing trades compute for memory: worth it on an accelerator, only slower on a CPU.
         gradient_checkpointing=device_type != "cpu",
         save_strategy="no",
-        report_to="none",
+        report_to=settings.report_to,
         disable_tqdm=True,
         **rollout,
     )
