@@ -433,6 +433,74 @@ def check_uv_lock(lock_dir: Path = LOCK_DIR) -> LockReport:
     return report
 
 
+# ------------------------------------------------------------- the test tools, for CI's test environment
+TEST_TOOLS_LOCK = "test-tools.txt"
+TEST_TOOLS_EXTRAS = ("host", "test")  # pyproject.toml extras: the host tasks' needs, then the test-only tools
+TEST_TOOLS_TRACK = "c"  # CI's tests run in a venv from this track's lock, with these tools added on top
+
+
+def test_tools_lock_path(lock_dir: Path = LOCK_DIR) -> Path:
+    return lock_dir / TEST_TOOLS_LOCK
+
+
+def test_tools_inputs(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
+    return [spec for extra in TEST_TOOLS_EXTRAS for spec in extra_requirements(extra, pyproject)]
+
+
+def make_test_tools_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml") -> Path:
+    """lockfiles/test-tools.txt: pytest, hadolint and the host tasks' packages, hashed, for the track's Python and
+    platform, constrained to the versions the track's lock (and lockfiles/uv.txt) pin, so one venv holds both locks."""
+    inputs = test_tools_inputs(pyproject)
+    with tempfile.TemporaryDirectory(prefix="grpolab-lock-") as tmp:
+        Path(tmp, "requirements.in").write_text("\n".join(inputs) + "\n")
+        pins = parse_lock(lock_path(track, lock_dir).read_text()).packages
+        pins.update(parse_body(uv_lock_path(lock_dir).read_text())[0])  # the uv the locks were made with
+        Path(tmp, "track-pins.txt").write_text("".join(f"{name}=={version}\n" for name, version in sorted(pins.items())))
+        cmd = compile_command(track, "requirements.in", "test-tools.txt") + ["--constraint", "track-pins.txt"]
+        say("$ " + shlex.join(cmd) + f"   # inputs: {', '.join(inputs)}")
+        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", **platform_env(track)}
+        proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise HostError(f"uv could not resolve the test-tools lock:\n{proc.stderr.strip()}")
+        body = Path(tmp, "test-tools.txt").read_text()
+    path = test_tools_lock_path(lock_dir)
+    path.write_text(render_test_tools_header(track, inputs) + body)
+    say(f"wrote {path.name}: {len(parse_body(body)[0])} packages")
+    return path
+
+
+def render_test_tools_header(track: Track, inputs: list[str]) -> str:
+    return (
+        f"# test tools for CI's venv (made by `invoke lock`; never edit): pyproject.toml's "
+        f"{' and '.join(TEST_TOOLS_EXTRAS)} extras, resolved for track {track.name} ({track.uv_platform}, "
+        f"Python {track.python}) within lockfiles/{track.name}.txt's pins.\n# inputs: {json.dumps(inputs)}\n"
+    )
+
+
+def check_test_tools_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml") -> LockReport:
+    """Current (same inputs, same track), every package hashed, and no version apart from the track's lock."""
+    report = LockReport("test-tools")
+    path = test_tools_lock_path(lock_dir)
+    if not path.exists():
+        report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} does not exist: run `invoke lock`")
+        return report
+    text = path.read_text()
+    inputs = test_tools_inputs(pyproject)
+    if not text.startswith(render_test_tools_header(track, inputs)):
+        report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} is stale (its inputs or track changed): run `invoke lock`")
+    packages, hashes = parse_body(text)
+    unhashed = sorted(n for n, hs in hashes.items() if not hs)
+    if unhashed:
+        report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} has packages without hashes ({', '.join(unhashed)}): run `invoke lock`")
+    if lock_path(track, lock_dir).exists():
+        pins = parse_lock(lock_path(track, lock_dir).read_text()).packages
+        apart = sorted(f"{n} {v} (lockfiles/{track.name}.txt: {pins[n]})" for n, v in packages.items() if n in pins and pins[n] != v)
+        if apart:
+            report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} disagrees with the track's lock on {', '.join(apart)}: run `invoke lock`")
+    report.note = f"{len(packages)} packages"
+    return report
+
+
 # ------------------------------------------------------------------------------ locks made elsewhere (x)
 def instructions(track: Track, pyproject: Path = REPO / "pyproject.toml") -> str:
     """The exact inputs and command for a lock that must be made where the track's indexes are reachable."""

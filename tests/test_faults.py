@@ -1,0 +1,176 @@
+"""Faults, each with what the user sees and what was kept (README.md, "Faults"). Nothing here is mocked: real
+processes, real signals, real file-size limits and a real full filesystem where this user may mount one."""
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from grpolab.errors import EXIT_STATUS
+from grpolab.runlog import append_run, read_runs, runs_with_unfinished, unfinished_runs
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "entrypoint"), str(REPO / "tests")])}
+
+
+def whole_lines(path: Path) -> list[dict]:
+    """Every line of the log parsed; fails on any partial or glued line."""
+    text = path.read_text()
+    assert text.endswith("\n"), f"the log ends mid-line: {text[-80:]!r}"
+    return [json.loads(line) for line in text.splitlines()]
+
+
+# ------------------------------------------------------------------------------------- concurrent appends
+def _append_hundred(path, writer):
+    for n in range(100):
+        append_run({"writer": writer, "n": n, "padding": "x" * (1000 + 37 * n)}, path)
+
+
+def test_eight_processes_appending_a_hundred_lines_each_leave_every_line_whole(tmp_path):
+    path = tmp_path / "runlog.jsonl"
+    writers = [multiprocessing.Process(target=_append_hundred, args=(path, w)) for w in range(8)]
+    for p in writers:
+        p.start()
+    for p in writers:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    lines = whole_lines(path)
+    assert sorted((r["writer"], r["n"]) for r in lines) == [(w, n) for w in range(8) for n in range(100)]
+
+
+# ------------------------------------------------------------------------------------------- disk full
+# A run whose end record can't be written because the file may not grow: the run-log layer's exit status,
+# no partial line, every earlier line intact, and the run still visible (its start record) as unfinished.
+RUN_UNTIL_LOG_FULL = textwrap.dedent(
+    """
+    import os, resource, signal, sys
+    from grpolab.cli import main
+    from grpolab.run import recorded_run
+    from grpolab.errors import LayerFailure
+    from grpolab.settings import LabSettings
+
+    log, limit = sys.argv[1], sys.argv[2]
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a size limit then fails the write (EFBIG) instead of killing us
+    try:
+        with recorded_run("lab", LabSettings(), log_path=log) as record:
+            record["padding"] = "y" * 4000  # the end record can't fit in what is left
+            if limit == "rlimit":
+                resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(log) + 700, resource.RLIM_INFINITY))
+            else:  # a small filesystem: fill it up to the last few hundred bytes
+                free = os.statvfs(os.path.dirname(log))
+                with open(os.path.join(os.path.dirname(log), "filler"), "wb") as f:
+                    try:
+                        f.write(b"0" * (free.f_bavail * free.f_frsize))
+                    except OSError:
+                        pass
+    except LayerFailure as failure:
+        print(failure)
+        sys.exit(failure.exit_status)
+    """
+)
+
+
+def _fill_log_until_full(log: Path, limit: str) -> subprocess.CompletedProcess:
+    append_run({"run_id": "earlier-1", "kind": "smoke", "status": "passed"}, log)
+    append_run({"run_id": "earlier-2", "kind": "lab", "status": "passed", "note": "z" * 300}, log)
+    return subprocess.run(
+        [sys.executable, "-c", RUN_UNTIL_LOG_FULL, str(log), limit], env=PYTHON_ENV, capture_output=True, text=True, timeout=300
+    )
+
+
+def _assert_log_full_kept_everything(log: Path, proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == EXIT_STATUS["runlog"], proc.stdout + proc.stderr
+    assert "[runlog] could not write the run log" in proc.stdout
+    lines = whole_lines(log)
+    assert [line.get("run_id") for line in lines][:2] == ["earlier-1", "earlier-2"]
+    assert lines[1]["note"] == "z" * 300
+    assert [line.get("record") for line in lines[2:]] == ["start"]  # the end record is absent, not partial
+    (unfinished,) = unfinished_runs(log)
+    assert unfinished["run_id"] == lines[2]["run_id"] and unfinished["status"] == "unfinished"
+
+
+def test_file_size_limit_while_writing_the_end_record_fails_in_the_runlog_layer_with_no_partial_line(tmp_path):
+    log = tmp_path / "runlog.jsonl"
+    _assert_log_full_kept_everything(log, _fill_log_until_full(log, "rlimit"))
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 64 KiB tmpfs (root only: mounting needs CAP_SYS_ADMIN)."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], capture_output=True).returncode:
+        pytest.skip("this user can't mount a small tmpfs; the file-size-limit test covers the same code path")
+    yield mount_point
+    subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_full_filesystem_while_writing_the_end_record_fails_in_the_runlog_layer_with_no_partial_line(small_filesystem):
+    log = small_filesystem / "runlog.jsonl"
+    _assert_log_full_kept_everything(log, _fill_log_until_full(log, "tmpfs"))
+
+
+# ----------------------------------------------------------------------------------------- SIGKILL
+HOLD_A_RUN_OPEN = textwrap.dedent(
+    """
+    import sys, time
+    from grpolab.run import recorded_run
+    from grpolab.settings import LabSettings
+
+    with recorded_run("lab", LabSettings(), log_path=sys.argv[1]):
+        print("running", flush=True)
+        time.sleep(600)
+    """
+)
+
+
+def test_a_run_killed_with_sigkill_shows_as_unfinished_and_the_next_run_names_it(tmp_path):
+    log = tmp_path / "runlog.jsonl"
+    append_run({"run_id": "before", "kind": "smoke", "status": "passed"}, log)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_A_RUN_OPEN, str(log)], env=PYTHON_ENV, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "running"
+    proc.kill()
+    proc.wait(timeout=30)
+    lines = whole_lines(log)
+    (killed,) = unfinished_runs(log)
+    assert killed["kind"] == "lab" and killed["pid"] == proc.pid
+    assert [run.get("run_id") for run in runs_with_unfinished(log)] == ["before", killed["run_id"]]
+    assert [run["run_id"] for run in read_runs(log)] == ["before"]  # finished runs only, as before
+    assert len(lines) == 2
+
+    from grpolab.run import recorded_run
+    from grpolab.settings import LabSettings
+
+    said = []
+    with recorded_run("smoke", LabSettings(), log_path=log, say=said.append):
+        pass
+    assert any(killed["run_id"] in line and "never finished" in line for line in said), said
+    assert unfinished_runs(log) == [killed]  # the next run ended, the killed one stays unfinished
+
+
+@pytest.mark.slow
+def test_a_lab_killed_with_sigkill_mid_training_leaves_no_partial_line_and_shows_unfinished(tmp_path, tiny_model_env):
+    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "grpolab", "lab", "--track", "c", "--smoke", "never", "--max-steps", "500"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    output, deadline = "", time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        line = process.stdout.readline()
+        output += line
+        if "step " in line and "/500" in line:  # training is under way
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL, output
+    log = tmp_path / "runlog.jsonl"
+    whole_lines(log)
+    assert [(run["kind"], run["status"]) for run in runs_with_unfinished(log)] == [("lab", "unfinished")], output
