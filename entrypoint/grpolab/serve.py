@@ -9,6 +9,10 @@ build it with the same function (`trl.scripts.vllm_serve.build_command`), so the
 - `VLLM_SERVER_DEV_MODE=1` in its environment: exposes /server_info, which TRL reads to set up the transfer.
 The model, dtype and context length come from the settings the lab resolves (track row, config, flags), so
 the server holds the model the trainer will stream into it.
+
+Safe by default: it listens on the loopback interface. The server has no authentication: vLLM's `--api-key`
+would lock TRL out, since TRL 1.16's client (trl/generation/vllm_client.py) sends no key and has no setting
+for one. Listening on another address prints what that exposes (EXPOSED_WARNING).
 """
 
 from __future__ import annotations
@@ -22,6 +26,15 @@ from .rollouts import check_vllm_version, installed_vllm_version
 
 TRL_SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 DEFAULT_PORT = 8000  # TRL's vllm_server_port
+DEFAULT_HOST = "127.0.0.1"  # this machine only; another address is an explicit choice (EXPOSED_WARNING)
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+EXPOSED_WARNING = (
+    "the vLLM server listens on {host}: it answers every machine that can reach this one there (in a container: "
+    "whatever reaches the container's network or a port published from it), with no authentication (TRL's client "
+    "cannot send vLLM's API key): anyone there can generate with the model, call vLLM's development endpoints "
+    "(VLLM_SERVER_DEV_MODE: server info, sleep/wake, collective RPC) and replace the model's weights through "
+    "the weight-transfer endpoints. Expose it only on a network you trust (or behind a firewall or an SSH tunnel)."
+)
 # The server has its GPU to itself (server mode's rule), so vLLM's own default, not colocate's 0.3.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
@@ -29,7 +42,7 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 def serve_command(
     settings,
     model: str,
-    host: str = "0.0.0.0",
+    host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     extra: tuple[str, ...] = (),
@@ -53,6 +66,13 @@ def serve_command(
         max_model_len=settings.max_prompt_length + settings.max_completion_length,
     )
     return build_command(server, ["--seed", str(settings.seed), *extra])
+
+
+def exposure_warning(host: str) -> str | None:
+    """What listening on `host` exposes, in words; None for the loopback interface."""
+    if host in LOOPBACK_HOSTS:
+        return None
+    return "WARNING: " + EXPOSED_WARNING.format(host=host)
 
 
 def display(argv: list[str]) -> str:
