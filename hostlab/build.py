@@ -221,6 +221,7 @@ def build(
     track = resolve_track(track_name)
     if not track.is_container:
         raise HostError(f"track {track.name} is a native venv, not an image: `invoke venv --track {track.name}`")
+    engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
     lock_dir = repo / "lockfiles"
     report = check_lock(track, lock_dir=lock_dir, pyproject=repo / "pyproject.toml")
     blocking = [p for p in report.problems if not (report.hand_edited and "changed after" in p)]
@@ -228,7 +229,6 @@ def build(
         raise HostError("\n".join(blocking))
     if report.hand_edited:
         warn(f"lockfiles/{track.name}.txt differs from what `invoke lock` wrote; the install checks every hash")
-    engine.client()  # a clear error now rather than a stack trace from the CLI
     if not skip_host_check:
         problems = host_problems(track, engine_runtimes=engine.runtimes())
         if problems:

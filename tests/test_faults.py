@@ -174,3 +174,66 @@ def test_a_lab_killed_with_sigkill_mid_training_leaves_no_partial_line_and_shows
     log = tmp_path / "runlog.jsonl"
     whole_lines(log)
     assert [(run["kind"], run["status"]) for run in runs_with_unfinished(log)] == [("lab", "unfinished")], output
+
+
+# ------------------------------------------------------------------------------- Docker engine unreachable
+sys.path.insert(0, str(REPO))  # hostlab/ (host-side code) at the repo root
+
+
+def _engine_message(docker_host: str, uid: int | None, answers) -> None:
+    """In a forked child (as `uid` when given): engine.client()'s error, sent back through `answers`."""
+    import docker  # noqa: F401  imported before dropping privileges
+
+    from hostlab import HostError, engine
+
+    os.environ["DOCKER_HOST"] = docker_host
+    if uid is not None:
+        os.setgid(uid)
+        os.setuid(uid)
+    try:
+        engine.client()
+        answers.put("connected")
+    except HostError as err:
+        answers.put(str(err))
+
+
+def engine_message(docker_host: str, uid: int | None = None) -> str:
+    import docker  # noqa: F401
+
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    child = context.Process(target=_engine_message, args=(docker_host, uid, answers))
+    child.start()
+    message = answers.get(timeout=120)
+    child.join(timeout=30)
+    return message
+
+
+def test_a_stopped_engine_is_named_with_how_to_start_it(tmp_path):
+    message = engine_message(f"unix://{tmp_path}/docker.sock")  # no engine there
+    assert "the Docker engine is not running" in message and "systemctl start docker" in message
+    assert "permission denied" not in message
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a socket another user may not use")
+def test_a_user_not_allowed_to_use_the_engine_is_told_how_to_get_access(tmp_path):
+    import socket
+
+    path = tmp_path / "docker.sock"
+    with socket.socket(socket.AF_UNIX) as listener:  # an engine that runs, on a socket only root may use
+        listener.bind(str(path))
+        listener.listen()
+        os.chmod(path, 0o600)
+        os.chmod(tmp_path, 0o755)
+        message = engine_message(f"unix://{path}", uid=65534)
+    assert "permission denied" in message and "may not use it" in message
+    assert "usermod -aG docker" in message and "not running" not in message
+
+
+@pytest.mark.parametrize("task", ["build", "up"])
+def test_invoke_build_and_up_name_a_stopped_engine_before_anything_else(task, tmp_path):
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/docker.sock"}
+    proc = subprocess.run(["invoke", task, "--track", "c"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == ""  # nothing was done or printed before
+    assert proc.stderr.startswith("ERROR: the Docker engine is not running"), proc.stderr
