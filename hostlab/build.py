@@ -224,11 +224,8 @@ def build(
     engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
     lock_dir = repo / "lockfiles"
     report = check_lock(track, lock_dir=lock_dir, pyproject=repo / "pyproject.toml")
-    blocking = [p for p in report.problems if not (report.hand_edited and "changed after" in p)]
-    if blocking:
-        raise HostError("\n".join(blocking))
-    if report.hand_edited:
-        warn(f"lockfiles/{track.name}.txt differs from what `invoke lock` wrote; the install checks every hash")
+    if report.problems:  # a hand-edited lock too: refused here, before anything is downloaded
+        raise HostError("\n".join(report.problems))
     if not skip_host_check:
         problems = host_problems(track, engine_runtimes=engine.runtimes())
         if problems:

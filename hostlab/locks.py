@@ -354,9 +354,12 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
             )
     if hashlib.sha256(lock.body.encode()).hexdigest() != h["body-sha256"]:
         report.hand_edited = True
+        where = edited_lines(path)
         report.problems.append(
-            f"{path.name} was changed after `invoke lock` wrote it (its body no longer matches "
-            f"the sha256 in its header): tampered or hand-edited; {redo}"
+            f"lockfiles/{path.name} was changed after `invoke lock` wrote it (its body no longer matches "
+            f"the sha256 in its header): tampered or hand-edited"
+            + (f", at {'; '.join(where[:3])}" if where else "")
+            + f"; {redo}, or restore it (`git checkout lockfiles/{path.name}`)"
         )
     unhashed = sorted(n for n, hs in lock.hashes.items() if not hs)
     if unhashed:
@@ -383,6 +386,30 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
         + [f"{len(lock.packages)} packages"]
     )
     return report
+
+
+def edited_lines(path: Path) -> list[str]:
+    """Where a hand-edited lock differs from its last committed version, when that version is what `invoke lock`
+    wrote (its body matches its header): "line N (package P): TEXT". Empty without such a version (no git)."""
+    import difflib
+
+    proc = subprocess.run(["git", "-C", str(path.parent), "show", f"HEAD:./{path.name}"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return []
+    try:
+        committed = parse_lock(proc.stdout)
+    except ValueError:
+        return []
+    if hashlib.sha256(committed.body.encode()).hexdigest() != committed.header["body-sha256"]:
+        return []
+    old, new = proc.stdout.splitlines(), path.read_text().splitlines()
+    found = []
+    for tag, _, _, first, last in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        for number in range(first, max(last, first + 1) if tag != "equal" else first):
+            text = new[number].strip() if number < len(new) else "(end of file: lines removed)"
+            owner = next((m.group(1) for line in reversed(new[: number + 1]) if (m := _REQ_LINE.match(line))), None)
+            found.append(f"line {number + 1}" + (f" (package {owner})" if owner else "") + f": {text[:90]}")
+    return found
 
 
 # ---------------------------------------------------------------------- uv itself, for the image builds

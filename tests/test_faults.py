@@ -237,3 +237,43 @@ def test_invoke_build_and_up_name_a_stopped_engine_before_anything_else(task, tm
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout.strip() == ""  # nothing was done or printed before
     assert proc.stderr.startswith("ERROR: the Docker engine is not running"), proc.stderr
+
+
+# ------------------------------------------------------------------------------------- a lock edited by hand
+def committed_copy(tmp_path: Path) -> Path:
+    """What a build reads (entrypoint/, images/, lockfiles/, pyproject.toml), committed to a git repo of its own."""
+    import shutil
+
+    for name in ("entrypoint", "images", "lockfiles"):
+        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "pyproject.toml", tmp_path)
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "locks as invoke lock wrote them"], check=True)
+    return tmp_path
+
+
+def test_a_version_changed_by_hand_is_refused_before_downloading_naming_the_line(tmp_path):
+    from grpolab.tracks import get_track
+
+    from hostlab import HostError, engine
+    from hostlab.build import build
+    from hostlab.locks import check_lock
+
+    repo = committed_copy(tmp_path)
+    lock = repo / "lockfiles" / "c.txt"
+    lines = lock.read_text().splitlines(keepends=True)
+    number = next(i for i, line in enumerate(lines) if line.startswith("idna=="))
+    lines[number] = "idna==9.9.9 \\\n"  # a new version, the old version's hashes below it
+    lock.write_text("".join(lines))
+    expected = f"line {number + 1} (package idna): idna==9.9.9"
+    report = check_lock(get_track("c"), lock_dir=repo / "lockfiles", pyproject=repo / "pyproject.toml")
+    assert report.hand_edited and any(expected in p for p in report.problems), report.problems
+    if not engine.running():
+        pytest.skip("no Docker engine: the refusal is checked on the lock above; the build needs an engine")
+    before = len(engine.client().images.list())
+    with pytest.raises(HostError) as refused:
+        build("c", repo=repo, write_env=False, tag="grpolab-test:hand-edited")
+    assert expected in str(refused.value) and "invoke lock --track c" in str(refused.value)
+    assert engine.image_or_none("grpolab-test:hand-edited") is None and len(engine.client().images.list()) == before
