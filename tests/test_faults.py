@@ -277,3 +277,203 @@ def test_a_version_changed_by_hand_is_refused_before_downloading_naming_the_line
         build("c", repo=repo, write_env=False, tag="grpolab-test:hand-edited")
     assert expected in str(refused.value) and "invoke lock --track c" in str(refused.value)
     assert engine.image_or_none("grpolab-test:hand-edited") is None and len(engine.client().images.list()) == before
+
+
+# ------------------------------------------------------------------------- runs/ read-only, the cache unwritable
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A read-only filesystem (root only), which even root can't write: runs/ mounted read-only."""
+    mount_point = tmp_path / "read-only"
+    mount_point.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mount_point)], capture_output=True).returncode:
+        pytest.skip("this user can't mount a read-only tmpfs")
+    yield mount_point
+    subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_read_only_runs_folder_fails_in_the_runlog_layer_before_training(read_only_folder, tiny_model_env):
+    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(read_only_folder)}
+    proc = subprocess.run([sys.executable, "-m", "grpolab", "smoke", "--track", "c"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == EXIT_STATUS["runlog"], proc.stdout + proc.stderr
+    assert "[runlog] could not write the run log" in proc.stderr and "Read-only file system" in proc.stderr
+    assert "step " not in proc.stdout  # refused before training, not after it
+    assert list(read_only_folder.iterdir()) == []
+
+
+def _tiny_model_as(uid: int, cache: str, answers) -> None:
+    import grpolab.errors  # noqa: F401  imported before dropping privileges
+    from grpolab.errors import LayerFailure
+    from grpolab.tiny_model import ensure_tiny_model
+
+    os.environ["GRPOLAB_CACHE_DIR"] = cache
+    os.setgid(uid)
+    os.setuid(uid)
+    try:
+        ensure_tiny_model(progress=lambda *_: None)
+        answers.put(("built", ""))
+    except LayerFailure as failure:
+        answers.put((failure.layer, str(failure)))
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a cache that belongs to another user")
+def test_a_cache_owned_by_another_user_says_so_and_how_to_fix_it(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)  # root's; the build runs as nobody (65534)
+    os.chmod(tmp_path, 0o755)
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    child = context.Process(target=_tiny_model_as, args=(65534, str(cache), answers))
+    child.start()
+    layer, message = answers.get(timeout=120)
+    child.join(timeout=30)
+    assert layer == "input" and child.exitcode == 0
+    assert "may not write the cache folder" in message and "chown -R 65534:65534" in message
+    assert list(cache.iterdir()) == []
+
+
+BUILD_WITH_A_SIZE_LIMIT = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from grpolab.errors import LayerFailure
+    from grpolab.tiny_model import ensure_tiny_model
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))  # the weights are ~2 MB
+    try:
+        ensure_tiny_model(progress=print, max_steps=2)
+    except LayerFailure as failure:
+        print(failure)
+        sys.exit(failure.exit_status)
+    """
+)
+
+
+def test_a_full_cache_while_the_tiny_model_is_written_keeps_nothing_half_written(tmp_path):
+    cache = tmp_path / "cache"
+    env = {**PYTHON_ENV, "GRPOLAB_CACHE_DIR": str(cache)}
+    proc = subprocess.run([sys.executable, "-c", BUILD_WITH_A_SIZE_LIMIT], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == EXIT_STATUS["input"], proc.stdout + proc.stderr
+    assert "[input] could not write the tiny model" in proc.stdout and "nothing half-written was kept" in proc.stdout
+    assert list((cache / "models").iterdir()) == []  # neither the model folder nor its staging folder
+
+
+# --------------------------------------------------------- invoke build interrupted, failing, or run twice at once
+def _engine_and_image(name: str):
+    from hostlab import engine
+
+    if not engine.running():
+        pytest.skip("no Docker engine reachable (CI starts one)")
+    if engine.image_or_none(name) is None:
+        pytest.skip(f"no {name} image here (CI builds it with `invoke up --track c` before pytest)")
+
+
+def build_copy(tmp_path: Path) -> Path:
+    """A committed copy of what a build reads plus compose/, with a .env naming grpolab:c, the image last built."""
+    import shutil
+
+    from grpolab.tracks import get_track
+
+    from hostlab.compose import compose_env, write_env_file
+
+    _engine_and_image("grpolab:c")
+    repo = committed_copy(tmp_path / "repo")
+    shutil.copytree(REPO / "compose", repo / "compose")
+    write_env_file(compose_env(get_track("c"), "grpolab:c"), repo / ".env")
+    (repo / ".env").write_text((repo / ".env").read_text() + "HF_TOKEN=hf_user_line_kept\n")
+    return repo
+
+
+def build_in_a_process(repo: Path, tag: str) -> subprocess.Popen:
+    from hostlab.base import host_arch, standin_name
+
+    code = (f"from hostlab.build import build; build('c', base={standin_name(host_arch())!r}, repo=__import__('pathlib')"
+            f".Path({str(repo)!r}), tag={tag!r}, skip_host_check=True)")  # fmt: skip
+    env = {**PYTHON_ENV, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "entrypoint")])}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def compose_still_runs_the_last_image(repo: Path, env_before: str) -> None:
+    assert (repo / ".env").read_text() == env_before
+    proc = subprocess.run(["docker", "compose", "run", "--rm", "-T", "--entrypoint", "sh", "lab", "-c", "echo $GRPOLAB_TRACK"],
+                          cwd=repo, capture_output=True, text=True, timeout=300)  # fmt: skip
+    subprocess.run(["docker", "compose", "down", "--volumes"], cwd=repo, capture_output=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "c", proc.stdout + proc.stderr
+
+
+@pytest.mark.docker
+def test_ctrl_c_during_invoke_build_keeps_env_naming_the_last_image(tmp_path):
+    repo = build_copy(tmp_path)
+    env_before = (repo / ".env").read_text()
+    (repo / "entrypoint" / "grpolab" / "changed.py").write_text("# a code change: the build has a layer to make\n")
+    build = build_in_a_process(repo, "grpolab-test:interrupted")
+    output, deadline = "", time.time() + 300
+    while time.time() < deadline and build.poll() is None:
+        line = build.stdout.readline()
+        output += line
+        if line.startswith("#") or "DONE" in line:  # BuildKit's progress: the build is under way
+            break
+    build.send_signal(signal.SIGINT)
+    output += build.communicate(timeout=300)[0]
+    assert build.returncode != 0, output
+    compose_still_runs_the_last_image(repo, env_before)
+
+
+@pytest.mark.docker
+def test_a_build_failing_midway_keeps_env_naming_the_last_image(tmp_path):
+    repo = build_copy(tmp_path)
+    env_before = (repo / ".env").read_text()
+    dockerfile = repo / "images" / "Dockerfile"
+    text = dockerfile.read_text()
+    dockerfile.write_text(text.replace("COPY entrypoint/", "RUN echo 'failing midway' && exit 3\nCOPY entrypoint/", 1))
+    build = build_in_a_process(repo, "grpolab-test:failed")
+    output = build.communicate(timeout=900)[0]
+    assert build.returncode != 0 and "failing midway" in output, output
+    compose_still_runs_the_last_image(repo, env_before)
+
+
+@pytest.mark.docker
+def test_two_builds_of_the_same_track_at_once_both_finish_whole(tmp_path):
+    from hostlab import engine
+    from hostlab.compose import read_env_file
+
+    repo = build_copy(tmp_path)
+    builds = [build_in_a_process(repo, "grpolab-test:concurrent") for _ in range(2)]
+    outputs = [b.communicate(timeout=900)[0] for b in builds]
+    assert [b.returncode for b in builds] == [0, 0], outputs
+    env = read_env_file(repo / ".env")
+    assert env["LAB_IMAGE"] == "grpolab-test:concurrent" and env["HF_TOKEN"] == "hf_user_line_kept"
+    assert [p.name for p in repo.iterdir() if p.name.startswith(".env")] == [".env"]  # no temporary left
+    image = engine.image_or_none("grpolab-test:concurrent")
+    assert image.labels["io.grpolab.track"] == "c"
+    proc = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", "grpolab-test:concurrent", "-c",
+                           "import grpolab.runlog, torch; print('ok')"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.stdout.strip() == "ok", proc.stderr
+    subprocess.run(["docker", "rmi", "-f", "grpolab-test:concurrent"], capture_output=True)
+
+
+# ------------------------------------------------------------------- the GGUF converter's sdist: the lock's hash only
+def test_the_sdist_is_fetched_only_with_the_locks_hash(monkeypatch):
+    from grpolab import gguf
+
+    monkeypatch.delenv(gguf.LOCK_FILE_ENV, raising=False)
+    monkeypatch.setenv("GRPOLAB_TRACK", "c")
+    lock_text = (REPO / "lockfiles" / "c.txt").read_text()
+    (hash_,) = gguf.locked_sdist_hashes(gguf.LLAMA_CPP_PYTHON_VERSION)
+    assert f"llama-cpp-python=={gguf.LLAMA_CPP_PYTHON_VERSION} \\\n    --hash=sha256:{hash_}" in lock_text
+
+
+def test_a_version_the_lock_does_not_pin_is_refused_with_the_command_that_adds_it(monkeypatch, tmp_path):
+    from grpolab import gguf
+    from grpolab.errors import LayerFailure
+
+    monkeypatch.setenv("GRPOLAB_TRACK", "c")
+    monkeypatch.setenv("GRPOLAB_CACHE_DIR", str(tmp_path))
+    with pytest.raises(LayerFailure) as refused:
+        gguf.download_sdist("0.3.1")  # refused before pip runs: nothing lands in the cache
+    assert refused.value.layer == "rollout" and "pins llama-cpp-python 0.3.36, not 0.3.1" in str(refused.value)
+    assert "invoke lock --track c" in refused.value.action and "extras" in refused.value.action
+    assert not (tmp_path / "sdist").exists() or list((tmp_path / "sdist").iterdir()) == []
+    monkeypatch.setenv(gguf.LOCK_FILE_ENV, str(tmp_path / "no-lock.txt"))
+    with pytest.raises(LayerFailure, match="only fetched with a hash from the lock"):
+        gguf.download_sdist(gguf.LLAMA_CPP_PYTHON_VERSION)

@@ -30,8 +30,16 @@ def test_fingerprint_on_this_machine(monkeypatch):
         assert fp["packages"][name] == installed(name)
     assert fp["torch_version"] == installed("torch")
     assert fp["lock_sha256"] == "ab" * 32 and fp["track"] == "c"
+    # Every build asserts something: CI has PyPI's torch (a CUDA build) on a machine without a GPU.
+    assert fp["torch_build"] in ("cpu", "cuda", "hip", "mps")
     if fp["torch_build"] == "cpu":
         assert fp["device_type"] == "cpu" and fp["torch_cuda"] is None
+    elif fp["torch_build"] == "cuda":
+        assert fp["torch_cuda"] and fp["torch_cuda"][0].isdigit()  # e.g. "13.2"
+        import torch
+
+        assert fp["device_type"] == ("cuda" if torch.cuda.is_available() else "cpu")
+        assert fp["torch_arch_list"] == list(torch.cuda.get_arch_list())  # the compiled arch list, GPU or not
 
 
 def test_torch_build_read_without_importing_torch():
@@ -39,8 +47,8 @@ def test_torch_build_read_without_importing_torch():
     code = "import sys, json; from grpolab.fingerprint import environment_fingerprint as f; fp = f(); print(json.dumps([fp['torch_build'], 'torch' in sys.modules]))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ENTRYPOINT})
     build, imported = json.loads(out.stdout)
-    if build == "cpu":
-        assert not imported
+    # Only a build that can reach an accelerator is imported (to ask it which device); a CPU build never is.
+    assert imported == (build in ("cuda", "hip", "mps")), (build, imported)
     info = torch_version_info()
     if info is not None:
         assert info["__version__"] == installed("torch")
