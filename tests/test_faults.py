@@ -384,12 +384,12 @@ def build_copy(tmp_path: Path) -> Path:
     return repo
 
 
-def build_in_a_process(repo: Path, tag: str) -> subprocess.Popen:
+def build_in_a_process(repo: Path, tag: str, extra_env: dict | None = None) -> subprocess.Popen:
     from hostlab.base import host_arch, standin_name
 
     code = (f"from hostlab.build import build; build('c', base={standin_name(host_arch())!r}, repo=__import__('pathlib')"
             f".Path({str(repo)!r}), tag={tag!r}, skip_host_check=True)")  # fmt: skip
-    env = {**PYTHON_ENV, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "entrypoint")])}
+    env = {**PYTHON_ENV, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "entrypoint")]), **(extra_env or {})}
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -477,3 +477,54 @@ def test_a_version_the_lock_does_not_pin_is_refused_with_the_command_that_adds_i
     monkeypatch.setenv(gguf.LOCK_FILE_ENV, str(tmp_path / "no-lock.txt"))
     with pytest.raises(LayerFailure, match="only fetched with a hash from the lock"):
         gguf.download_sdist(gguf.LLAMA_CPP_PYTHON_VERSION)
+
+
+# ---------------------------------------------------------------------------------- secrets stay out of everything
+CANARY = "hf_CanaryTokenNeverPrinted0123456789"
+
+
+def test_hf_token_never_reaches_a_run_log_line(tmp_path, monkeypatch):
+    from grpolab.errors import LayerFailure
+    from grpolab.run import recorded_run
+    from grpolab.settings import LabSettings
+
+    monkeypatch.setenv("HF_TOKEN", CANARY)
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", CANARY)
+    log = tmp_path / "runlog.jsonl"
+    with recorded_run("smoke", LabSettings(), log_path=log, say=lambda *_: None):
+        pass
+    with pytest.raises(LayerFailure):
+        with recorded_run("lab", LabSettings(), log_path=log, say=lambda *_: None):
+            raise LayerFailure("rewards", "a reward failed", "fix it")
+    assert len(whole_lines(log)) == 4 and CANARY not in log.read_text()
+
+
+def test_hf_token_never_reaches_the_doctors_output(tmp_path):
+    env = {**PYTHON_ENV, "HF_TOKEN": CANARY, "GRPOLAB_RUNS_DIR": str(tmp_path), "GRPOLAB_TRACK": "c"}
+    for flags in ([], ["--json"]):
+        proc = subprocess.run([sys.executable, "-m", "grpolab", "doctor", *flags], env=env, capture_output=True, text=True, timeout=600)
+        assert "HF_TOKEN" in proc.stdout and CANARY not in proc.stdout + proc.stderr
+
+
+@pytest.mark.docker
+def test_hf_token_never_reaches_an_image_layer_its_config_or_docker_inspect(tmp_path):
+    repo = build_copy(tmp_path)
+    (repo / ".env").write_text((repo / ".env").read_text() + f"HF_TOKEN={CANARY}\n")
+    (repo / "entrypoint" / "grpolab" / "changed.py").write_text("# a code change: the build has layers to make\n")
+    build = build_in_a_process(repo, "grpolab-test:secrets", {"HF_TOKEN": CANARY})
+    output = build.communicate(timeout=900)[0]
+    assert build.returncode == 0, output
+    try:
+        seen = {
+            "docker inspect": subprocess.run(["docker", "inspect", "grpolab-test:secrets"], capture_output=True, text=True).stdout,
+            "docker history": subprocess.run(["docker", "history", "--no-trunc", "grpolab-test:secrets"], capture_output=True, text=True).stdout,
+            # the files of every layer the build made or could have touched (the base's and the venv's are the lock's)
+            "image files": subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", "grpolab-test:secrets", "-c",
+                                           "grep -rl hf_Canary /opt/grpolab /home/lab /work /etc /root 2>/dev/null; env"],
+                                          capture_output=True, text=True).stdout,  # fmt: skip
+        }
+        assert "grpolab-test:secrets" in seen["docker inspect"] and "GRPOLAB_TRACK=c" in seen["image files"]
+        for where, text in seen.items():
+            assert CANARY not in text, where
+    finally:
+        subprocess.run(["docker", "rmi", "-f", "grpolab-test:secrets"], capture_output=True)
