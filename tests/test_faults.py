@@ -356,6 +356,7 @@ def test_a_full_cache_while_the_tiny_model_is_written_keeps_nothing_half_written
     assert proc.returncode == EXIT_STATUS["input"], proc.stdout + proc.stderr
     assert "[input] could not write the tiny model" in proc.stdout and "nothing half-written was kept" in proc.stdout
     assert list((cache / "models").iterdir()) == []  # neither the model folder nor its staging folder
+    assert "Traceback" not in proc.stdout + proc.stderr
 
 
 # --------------------------------------------------------- invoke build interrupted, failing, or run twice at once

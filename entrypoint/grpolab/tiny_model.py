@@ -273,8 +273,11 @@ def ensure_tiny_model(progress=print, *, max_steps: int = WARMUP_MAX_STEPS) -> P
     progress(f"tiny model: not built yet at {target}; building it (about a minute, once)")
     try:
         return _build_into_place(target, progress, max_steps)
-    except OSError as error:
-        raise cache_write_failure(target, error) from error
+    except Exception as error:  # noqa: BLE001 - only write errors become a layer failure; the rest is re-raised
+        os_error = as_os_error(error)
+        if os_error is None:
+            raise
+        raise cache_write_failure(target, os_error) from error
 
 
 def _build_into_place(target: Path, progress, max_steps: int) -> Path:
@@ -286,11 +289,24 @@ def _build_into_place(target: Path, progress, max_steps: int) -> Path:
             return target
         if target.exists():
             shutil.rmtree(target)  # an incomplete or outdated build
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would hide the model from other users of a shared cache
         os.replace(staging, target)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def as_os_error(error: Exception) -> OSError | None:
+    """The OSError behind a write failure: itself, or the one safetensors reports only in words ("os error 27")."""
+    import re
+
+    if isinstance(error, OSError):
+        return error
+    found = re.search(r"I/O error: .*\(os error (\d+)\)", str(error))
+    return OSError(int(found.group(1)), os.strerror(int(found.group(1)))) if found else None
 
 
 def cache_write_failure(target: Path, error: OSError):
