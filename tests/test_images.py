@@ -132,8 +132,8 @@ def test_engine_not_running(monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{dead}")
     with pytest.raises(HostError) as err:
         engine.client()
-    assert "not reachable" in str(err.value) and str(dead) in str(err.value) and "dockerd" in str(err.value)
-    with pytest.raises(HostError, match="not reachable"):
+    assert "not running" in str(err.value) and str(dead) in str(err.value) and "dockerd" in str(err.value)
+    with pytest.raises(HostError, match="not running"):
         build("c", write_env=False)
 
 
