@@ -93,17 +93,18 @@ def up(c, track=None):
 @task(
     help={
         "gpu": "the GPU the server takes (default 1; the trainer uses the first GPU it sees)",
-        "port": "port published on this host (default 8000)",
+        "port": "port published on this host (default 8000), on its loopback interface unless --expose",
+        "expose": "publish it on every interface: other machines reach it, with no authentication (it says what that exposes)",
         "detach": "start it in the background and wait until it answers /health",
         "wait": "seconds to wait for /health with --detach (loading a model takes minutes)",
     }
 )
-def serve(c, gpu="1", port=8000, detach=False, wait=900):
+def serve(c, gpu="1", port=8000, detach=False, wait=900, expose=False):
     """Start `vllm serve` with TRL's server-mode flags (Compose service `vllm`) for the image last built."""
     from hostlab.serve import serve as start_server
 
     with user_errors():
-        status = start_server(gpu=str(gpu), port=int(port), detach=detach, wait_s=float(wait))
+        status = start_server(gpu=str(gpu), port=int(port), detach=detach, wait_s=float(wait), expose=expose)
     if status:
         raise Exit(code=status)
 

@@ -212,13 +212,11 @@ def check_buildable(track: Track, lock_dir: Path, pyproject: Path, skip_host_che
     breaks the rules, no container engine, or (unless skipped) a host that can't run the image."""
     if not track.is_container:
         raise HostError(f"track {track.name} is a native venv, not an image: `invoke venv --track {track.name}`")
+    engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
     report = check_lock(track, lock_dir=lock_dir, pyproject=pyproject)
-    blocking = [p for p in report.problems if not (report.hand_edited and "changed after" in p)]
-    if blocking:
-        raise HostError("\n".join(blocking))
-    if report.hand_edited:
-        warn(f"lockfiles/{track.name}.txt differs from what `invoke lock` wrote; the install checks every hash")
-    engine.client()  # a clear error now rather than a stack trace from the CLI
+    if report.problems:  # a hand-edited lock too: refused here, before anything is downloaded
+        raise HostError("
+".join(report.problems))
     if not skip_host_check:
         problems = host_problems(track, engine_runtimes=engine.runtimes())
         if problems:

@@ -80,5 +80,25 @@ def write_env_file(values: dict[str, str], path: Path = ENV_FILE) -> Path:
                 kept.append(line)
     lines = [f"# Written by `invoke build --track {values['LAB_TRACK']}`: the keys below are rewritten by each build."]
     lines += [f"{k}={v}" for k, v in values.items()] + kept
-    path.write_text("\n".join(lines) + "\n")
+    replace_atomically(path, "\n".join(lines) + "\n")
     return path
+
+
+def replace_atomically(path: Path, text: str) -> None:
+    """Write a sibling temporary file, then rename it over `path`: Ctrl-C, a full disk or a second build at the
+    same moment leaves either the old .env or the new one, never half of one (`docker compose` reads it whole)."""
+    import os
+    import tempfile
+
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():
+            os.chmod(temporary, path.stat().st_mode & 0o777)  # .env may hold HF_TOKEN: keep its mode
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise

@@ -17,7 +17,8 @@ from . import HostError
 
 
 def client():
-    """A connected Docker SDK client, or a HostError saying how to start the engine."""
+    """A connected Docker SDK client, or a HostError saying whether the engine is stopped or this user may not
+    use it, and how to fix that."""
     import docker
     from docker.errors import DockerException
 
@@ -27,11 +28,32 @@ def client():
         c.ping()
         return c
     except DockerException as err:
-        raise HostError(
-            f"the Docker engine is not reachable at {where} ({_short(err)}). Start it (`sudo systemctl start docker`, "
-            "or `dockerd &` where there is no systemd; Docker Desktop on macOS/Windows), check DOCKER_HOST, "
-            "and that your user may use it (`docker info`)."
-        ) from None
+        raise HostError(unreachable_message(where, err)) from None
+
+
+def unreachable_message(where: str, err: Exception) -> str:
+    """Permission denied (the engine runs, this user may not talk to it) or not running: which, and the fix."""
+    if "permission denied" in str(err).lower():
+        user = _user_name()
+        return (
+            f"permission denied talking to the Docker engine at {where}: it is running, but user {user} may not use "
+            f"it. Fix: `sudo usermod -aG docker {user}`, then log out and in again (or `newgrp docker`); or use "
+            "rootless Docker / Docker Desktop. Check with `docker info`."
+        )
+    return (
+        f"the Docker engine is not running, or not at {where} ({_short(err)}). Start it: `sudo systemctl start "
+        "docker` (or `sudo dockerd &` where there is no systemd; Docker Desktop on macOS/Windows), or point "
+        "DOCKER_HOST at it. Check with `docker info`."
+    )
+
+
+def _user_name() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a uid without a passwd entry
+        return str(os.getuid())
 
 
 def running() -> bool:

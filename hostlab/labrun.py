@@ -51,9 +51,8 @@ def make_venv(track_name: str) -> Path:
     """A native virtual environment from the track's lock, with uv (hash-checked)."""
     track = get_track(track_name)
     report = check_lock(track)
-    blocking = [p for p in report.problems if "changed after" not in p]
-    if blocking:
-        raise HostError("\n".join(blocking))
+    if report.problems:  # a hand-edited lock too: refused here, before anything is downloaded
+        raise HostError("\n".join(report.problems))
     started = time.monotonic()
     path = venv_dir(track)
     env = {

@@ -15,7 +15,10 @@ from .locks import (
     check_uv_lock,
     instructions_path,
     lock_path,
+    TEST_TOOLS_TRACK,
+    check_test_tools_lock,
     make_lock,
+    make_test_tools_lock,
     make_uv_lock,
     prove_installable,
     write_instructions,
@@ -31,6 +34,8 @@ def make(track_name: str | None, vllm: str | None = None) -> None:
     started = time.monotonic()
     if track_name:
         make_lock(get_track(track_name), vllm)
+        if track_name == TEST_TOOLS_TRACK:
+            make_test_tools_lock(get_track(track_name))
     else:
         if vllm:
             raise HostError("--vllm needs --track: it pins one track's vLLM")
@@ -45,6 +50,8 @@ def make(track_name: str | None, vllm: str | None = None) -> None:
                 say(f"track {track.name}: FAILED\n{err}")
                 failed.append(track.name)
         make_uv_lock()
+        if TEST_TOOLS_TRACK not in failed:
+            make_test_tools_lock(get_track(TEST_TOOLS_TRACK))
         if failed:
             raise HostError(f"no lock made for track(s) {', '.join(failed)} (reasons above)")
     say(f"done in {time.monotonic() - started:.0f} s")
@@ -69,11 +76,11 @@ def check(track_name: str | None = None, lock_dir=LOCK_DIR) -> bool:
             say(f"  - {problem}")
         ok &= report.ok
     if not track_name:
-        report = check_uv_lock(lock_dir)
-        say(f"uv: {'ok' if report.ok else 'FAILED'} ({report.note})")
-        for problem in report.problems:
-            say(f"  - {problem}")
-        ok &= report.ok
+        for report in (check_uv_lock(lock_dir), check_test_tools_lock(get_track(TEST_TOOLS_TRACK), lock_dir)):
+            say(f"{report.track}: {'ok' if report.ok else 'FAILED'} ({report.note})")
+            for problem in report.problems:
+                say(f"  - {problem}")
+            ok &= report.ok
     return ok
 
 

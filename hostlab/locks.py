@@ -405,9 +405,12 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
             )
     if hashlib.sha256(lock.body.encode()).hexdigest() != h["body-sha256"]:
         report.hand_edited = True
+        where = edited_lines(path)
         report.problems.append(
-            f"{path.name} was changed after `invoke lock` wrote it (its body no longer matches "
-            f"the sha256 in its header): tampered or hand-edited; {redo}"
+            f"lockfiles/{path.name} was changed after `invoke lock` wrote it (its body no longer matches "
+            f"the sha256 in its header): tampered or hand-edited"
+            + (f", at {'; '.join(where[:3])}" if where else "")
+            + f"; {redo}, or restore it (`git checkout lockfiles/{path.name}`)"
         )
     unhashed = sorted(n for n, hs in lock.hashes.items() if not hs)
     if unhashed:
@@ -421,6 +424,30 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
         + [f"{len(lock.packages)} packages"]
     )
     return report
+
+
+def edited_lines(path: Path) -> list[str]:
+    """Where a hand-edited lock differs from its last committed version, when that version is what `invoke lock`
+    wrote (its body matches its header): "line N (package P): TEXT". Empty without such a version (no git)."""
+    import difflib
+
+    proc = subprocess.run(["git", "-C", str(path.parent), "show", f"HEAD:./{path.name}"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return []
+    try:
+        committed = parse_lock(proc.stdout)
+    except ValueError:
+        return []
+    if hashlib.sha256(committed.body.encode()).hexdigest() != committed.header["body-sha256"]:
+        return []
+    old, new = proc.stdout.splitlines(), path.read_text().splitlines()
+    found = []
+    for tag, _, _, first, last in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        for number in range(first, max(last, first + 1) if tag != "equal" else first):
+            text = new[number].strip() if number < len(new) else "(end of file: lines removed)"
+            owner = next((m.group(1) for line in reversed(new[: number + 1]) if (m := _REQ_LINE.match(line))), None)
+            found.append(f"line {number + 1}" + (f" (package {owner})" if owner else "") + f": {text[:90]}")
+    return found
 
 
 # ---------------------------------------------------------------------- uv itself, for the image builds
@@ -468,6 +495,74 @@ def check_uv_lock(lock_dir: Path = LOCK_DIR) -> LockReport:
     if list(packages) != ["uv"] or not hashes["uv"]:
         report.problems.append("lockfiles/uv.txt must pin exactly uv, with hashes: run `invoke lock`")
     report.note = f"uv {packages.get('uv')}"
+    return report
+
+
+# ------------------------------------------------------------- the test tools, for CI's test environment
+TEST_TOOLS_LOCK = "test-tools.txt"
+TEST_TOOLS_EXTRAS = ("host", "test")  # pyproject.toml extras: the host tasks' needs, then the test-only tools
+TEST_TOOLS_TRACK = "c"  # CI's tests run in a venv from this track's lock, with these tools added on top
+
+
+def test_tools_lock_path(lock_dir: Path = LOCK_DIR) -> Path:
+    return lock_dir / TEST_TOOLS_LOCK
+
+
+def test_tools_inputs(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
+    return [spec for extra in TEST_TOOLS_EXTRAS for spec in extra_requirements(extra, pyproject)]
+
+
+def make_test_tools_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml") -> Path:
+    """lockfiles/test-tools.txt: pytest, hadolint and the host tasks' packages, hashed, for the track's Python and
+    platform, constrained to the versions the track's lock (and lockfiles/uv.txt) pin, so one venv holds both locks."""
+    inputs = test_tools_inputs(pyproject)
+    with tempfile.TemporaryDirectory(prefix="grpolab-lock-") as tmp:
+        Path(tmp, "requirements.in").write_text("\n".join(inputs) + "\n")
+        pins = parse_lock(lock_path(track, lock_dir).read_text()).packages
+        pins.update(parse_body(uv_lock_path(lock_dir).read_text())[0])  # the uv the locks were made with
+        Path(tmp, "track-pins.txt").write_text("".join(f"{name}=={version}\n" for name, version in sorted(pins.items())))
+        cmd = compile_command(track, "requirements.in", "test-tools.txt") + ["--constraint", "track-pins.txt"]
+        say("$ " + shlex.join(cmd) + f"   # inputs: {', '.join(inputs)}")
+        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", **platform_env(track)}
+        proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise HostError(f"uv could not resolve the test-tools lock:\n{proc.stderr.strip()}")
+        body = Path(tmp, "test-tools.txt").read_text()
+    path = test_tools_lock_path(lock_dir)
+    path.write_text(render_test_tools_header(track, inputs) + body)
+    say(f"wrote {path.name}: {len(parse_body(body)[0])} packages")
+    return path
+
+
+def render_test_tools_header(track: Track, inputs: list[str]) -> str:
+    return (
+        f"# test tools for CI's venv (made by `invoke lock`; never edit): pyproject.toml's "
+        f"{' and '.join(TEST_TOOLS_EXTRAS)} extras, resolved for track {track.name} ({track.uv_platform}, "
+        f"Python {track.python}) within lockfiles/{track.name}.txt's pins.\n# inputs: {json.dumps(inputs)}\n"
+    )
+
+
+def check_test_tools_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml") -> LockReport:
+    """Current (same inputs, same track), every package hashed, and no version apart from the track's lock."""
+    report = LockReport("test-tools")
+    path = test_tools_lock_path(lock_dir)
+    if not path.exists():
+        report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} does not exist: run `invoke lock`")
+        return report
+    text = path.read_text()
+    inputs = test_tools_inputs(pyproject)
+    if not text.startswith(render_test_tools_header(track, inputs)):
+        report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} is stale (its inputs or track changed): run `invoke lock`")
+    packages, hashes = parse_body(text)
+    unhashed = sorted(n for n, hs in hashes.items() if not hs)
+    if unhashed:
+        report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} has packages without hashes ({', '.join(unhashed)}): run `invoke lock`")
+    if lock_path(track, lock_dir).exists():
+        pins = parse_lock(lock_path(track, lock_dir).read_text()).packages
+        apart = sorted(f"{n} {v} (lockfiles/{track.name}.txt: {pins[n]})" for n, v in packages.items() if n in pins and pins[n] != v)
+        if apart:
+            report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} disagrees with the track's lock on {', '.join(apart)}: run `invoke lock`")
+    report.note = f"{len(packages)} packages"
     return report
 
 

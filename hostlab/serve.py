@@ -2,6 +2,8 @@
 
 The image's `grpolab serve` builds the command (TRL's flags, the lab's model); this side only checks the host
 and starts the service. The server takes one GPU (VLLM_GPU, default 1); the trainer needs another.
+It is published on this host's loopback interface (VLLM_BIND=127.0.0.1) unless `expose` says otherwise, in
+which case the image's own warning (what an unauthenticated server exposes) is printed first.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from grpolab.health import ServerNotReady, wait_for_health
+from grpolab.health import DEFAULT_HOST, ServerNotReady, exposure_warning, wait_for_health
 from grpolab.tracks import get_track, load_tracks
 
 from . import REPO, HostError, engine
@@ -38,8 +40,25 @@ def wait_until_healthy(port: int, timeout_s: float, interval_s: float = 5.0) -> 
         raise HostError(str(failure)) from None
 
 
+EVERY_INTERFACE = "0.0.0.0"
+
+
+def bind_address(expose: bool) -> str:
+    """The host address the server's port is published on: loopback, or every interface when asked (warned)."""
+    if not expose:
+        return DEFAULT_HOST
+    warn(exposure_warning(EVERY_INTERFACE).removeprefix("WARNING: "))
+    return EVERY_INTERFACE
+
+
 def serve(
-    gpu: str = "1", port: int = 8000, detach: bool = False, wait_s: float = 900.0, facts: HostFacts | None = None, env_file=ENV_FILE
+    gpu: str = "1",
+    port: int = 8000,
+    detach: bool = False,
+    wait_s: float = 900.0,
+    facts: HostFacts | None = None,
+    env_file=ENV_FILE,
+    expose: bool = False,
 ) -> int:
     recorded = recorded_track(env_file)
     if recorded is None:
@@ -62,16 +81,18 @@ def serve(
             "GPUs, so a trainer here would be refused. With one GPU use colocate mode (the track's default); this "
             "server can still feed a trainer on another machine"
         )
-    env = {**os.environ, "VLLM_GPU": str(gpu), "VLLM_PORT": str(port)}
+    bind = bind_address(expose)
+    env = {**os.environ, "VLLM_GPU": str(gpu), "VLLM_PORT": str(port), "VLLM_BIND": bind}
     cmd = compose_command(detach)
-    say(f"$ VLLM_GPU={gpu} VLLM_PORT={port} " + " ".join(cmd))
+    say(f"$ VLLM_GPU={gpu} VLLM_PORT={port} VLLM_BIND={bind} " + " ".join(cmd))
     status = subprocess.run(cmd, cwd=REPO, env=env).returncode
     if status or not detach:
         return status
     waited = wait_until_healthy(port, wait_s)
+    reach = f"http://<this host>:{port} from other machines" if expose else f"http://localhost:{port} (this host only)"
     say(
-        f"vLLM server ready on port {port} after {waited:.0f} s (GPU {gpu}). Next: `docker compose run lab-server`, "
-        f"or on this host `invoke lab --rollout vllm-server --args '--vllm-server-url http://<host>:{port}'`; "
+        f"vLLM server ready at {reach} after {waited:.0f} s (GPU {gpu}). Next: `docker compose run lab-server`, "
+        f"or on this host `invoke lab --rollout vllm-server --args '--vllm-server-url http://localhost:{port}'`; "
         "stop it with `docker compose --profile server down`"
     )
     return 0

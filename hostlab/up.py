@@ -19,6 +19,7 @@ def up(track_name: str | None = None) -> int:
     if not track.is_container:
         make_venv(track.name)
         return run_lab("lab", track.name)
+    engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
     base = None
     if engine.image_or_none(track.base_image) is None:
         say(f"pulling {track.base_image} ...")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from grpolab.fingerprint import PACKAGES, driver_version, environment_fingerprint, fingerprint_drift
 from grpolab.machine import HostFacts
-from grpolab.torchbuild import torch_build
+from grpolab.torchbuild import gpu_nodes_present, torch_build
 
 ENTRYPOINT = str(Path(__file__).resolve().parents[1] / "entrypoint")
 
@@ -30,10 +30,24 @@ def test_fingerprint_on_this_machine(monkeypatch):
     assert set(fp["packages"]) == set(PACKAGES)
     for name in PACKAGES:
         assert fp["packages"][name] == installed(name)
-    assert fp["torch_version"] == installed("torch")
+    assert public(fp["torch_version"]) == public(installed("torch"))  # torch says 2.15.0+cu132, its metadata 2.15.0
     assert fp["lock_sha256"] == "ab" * 32 and fp["track"] == "c"
+    # Every build asserts something: CI has PyPI's torch (a CUDA build) on a machine without a GPU.
+    assert fp["torch_build"] in ("cpu", "cuda", "hip", "mps")
     if fp["torch_build"] == "cpu":
         assert fp["device_type"] == "cpu" and fp["torch_cuda"] is None
+    elif fp["torch_build"] == "cuda":
+        assert fp["torch_cuda"] and fp["torch_cuda"][0].isdigit()  # e.g. "13.2"
+        import torch
+
+        assert fp["device_type"] == ("cuda" if torch.cuda.is_available() else "cpu")
+        # The compiled arch list, read only when torch was imported to look for a GPU (torchbuild.torch_build).
+        assert fp["torch_arch_list"] in ([], list(torch.cuda.get_arch_list()))
+
+
+def public(version: str) -> str:
+    """The version without its local label (+cu132): what the lock and the package metadata pin."""
+    return version.split("+", 1)[0]
 
 
 def test_torch_build_read_without_importing_torch():
@@ -41,9 +55,10 @@ def test_torch_build_read_without_importing_torch():
     code = "import sys, json; from grpolab.fingerprint import environment_fingerprint as f; fp = f(); print(json.dumps([fp['torch_build'], 'torch' in sys.modules]))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ENTRYPOINT})
     build, imported = json.loads(out.stdout)
-    if build == "cpu":
-        assert not imported
-    assert torch_build().version == installed("torch")
+    # torch is imported only where it could find a GPU (the vendor's device nodes are there), never for a CPU build.
+    if build != "mps":
+        assert imported == (build in ("cuda", "hip") and gpu_nodes_present(build)), (build, imported)
+    assert public(torch_build().version) == public(installed("torch"))  # on every build: 2.15.0+cu132 vs 2.15.0
 
 
 def test_fingerprint_and_smoke_share_one_build_answer():

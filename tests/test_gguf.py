@@ -1,5 +1,6 @@
 """GGUF files and the converter's source (no llama.cpp needed)."""
 
+import hashlib
 import json
 
 import pytest
@@ -50,6 +51,9 @@ def test_converter_is_taken_from_the_sdist_only(tmp_path, monkeypatch):
     sdist = gguf.sdist_path("9.9.9")
     sdist.parent.mkdir(parents=True)
     fake_sdist(sdist)
+    lock = tmp_path / "lock.txt"  # a cached sdist is used only when the track's lock lists its sha256
+    lock.write_text(f"llama-cpp-python==9.9.9 \\\n    --hash=sha256:{hashlib.sha256(sdist.read_bytes()).hexdigest()}\n")
+    monkeypatch.setenv(gguf.LOCK_FILE_ENV, str(lock))
     found = gguf.converter_dir("9.9.9", download=False, progress=lambda *_: None)
     assert found == tmp_path / "cache" / "llama.cpp-converter" / "9.9.9"
     files = sorted(str(p.relative_to(found)) for p in found.rglob("*") if p.is_file())
@@ -76,7 +80,10 @@ def test_sdist_without_converter_or_with_wrong_digest_is_refused(tmp_path, monke
     with pytest.raises(LayerFailure, match="does not carry"):
         gguf.extract_converter(fake_sdist(tmp_path / "no.tar.gz", with_converter=False), tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    monkeypatch.setitem(gguf.SDIST_SHA256, "9.9.9", "0" * 64)
+    lock = tmp_path / "lock.txt"
+    lock.write_text("llama-cpp-python==9.9.9 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    monkeypatch.setenv(gguf.LOCK_FILE_ENV, str(lock))
+    monkeypatch.delenv(gguf.SDIST_DIR_ENV, raising=False)
     with pytest.raises(LayerFailure, match="sha256"):
         gguf.verify_sdist(fake_sdist(tmp_path / "bad.tar.gz"), "9.9.9")
 

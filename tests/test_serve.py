@@ -127,3 +127,57 @@ def test_without_trl_the_dry_run_says_where_to_run_it():
     proc = python("-c", code)
     assert proc.returncode == 14 and "Traceback" not in proc.stderr
     assert "docker compose run --rm lab serve --dry-run" in proc.stderr
+
+
+# --- safe by default: loopback unless asked, and then it says what it exposes ---------------------------
+
+
+def test_the_server_listens_on_loopback_by_default():
+    argv = dry_run("--track", "n")
+    assert value(argv, "--host") == "127.0.0.1"
+
+
+def test_another_address_prints_what_it_exposes():
+    quiet = grpolab("serve", "--dry-run", "--track", "n")
+    assert quiet.returncode == 0 and "WARNING" not in quiet.stderr
+    loud = grpolab("serve", "--dry-run", "--track", "n", "--host", "0.0.0.0")
+    assert loud.returncode == 0
+    assert "listens on 0.0.0.0" in loud.stderr and "no authentication" in loud.stderr
+    assert "replace the model's weights" in loud.stderr and "development endpoints" in loud.stderr
+
+
+def test_trls_client_has_no_api_key_to_send():
+    # Why the server runs without vLLM's --api-key: TRL's client could not talk to it. When a TRL release adds
+    # one, this fails and the server should take a key.
+    import inspect
+
+    from trl.generation.vllm_client import VLLMClient
+
+    parameters = set(inspect.signature(VLLMClient.__init__).parameters)
+    assert not {p for p in parameters if "key" in p or "token" in p or "auth" in p or "header" in p}, parameters
+    assert "Authorization" not in inspect.getsource(VLLMClient)
+
+
+def test_invoke_serve_publishes_on_loopback_unless_exposed(capsys):
+    from hostlab.serve import bind_address
+
+    assert bind_address(expose=False) == "127.0.0.1"
+    assert "WARNING" not in capsys.readouterr().err
+    assert bind_address(expose=True) == "0.0.0.0"
+    warning = capsys.readouterr().err
+    assert "no authentication" in warning and "weight-transfer endpoints" in warning
+
+
+def test_compose_publishes_the_server_on_loopback_unless_told(tmp_path):
+    from test_compose import needs_compose, render
+
+    from grpolab.tracks import get_track
+    from hostlab.compose import compose_env
+
+    if needs_compose.args[0]:
+        pytest.skip(needs_compose.kwargs["reason"])
+    env = compose_env(get_track("n"), "grpolab:n", uid_gid=(1234, 2345))
+    (port,) = render(env, tmp_path, profiles=("server",))["services"]["vllm"]["ports"]
+    assert port["host_ip"] == "127.0.0.1" and port["published"] == "8000"
+    (port,) = render(env, tmp_path, {"VLLM_BIND": "0.0.0.0"}, profiles=("server",))["services"]["vllm"]["ports"]
+    assert port["host_ip"] == "0.0.0.0"

