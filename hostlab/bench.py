@@ -67,6 +67,36 @@ def lab_bench() -> Path:
     )
 
 
+LEARNING_SEEDS = (0, 1, 2)
+RANDOM_REWARD = "grpolab.rewards:random_reward=1"  # the control: a coin toss instead of the answer's check
+
+
+def learning_bench() -> Path:
+    """Does the lab on track c learn, and is it the reward that teaches it? The default lab (smoke test
+    skipped) on 3 seeds, plus one run on seed 0 trained on a random reward: held-out pass@1 before and after
+    each, read from each run's run-log line. Runs on the host's Python with this checkout's code (the
+    shared grpolab:c image may hold other code), the tiny model from GRPOLAB_CACHE_DIR."""
+    from grpolab.tracks import get_track
+
+    from .labrun import lab_command, lab_env
+
+    cases = [(f"seed {seed}", seed, []) for seed in LEARNING_SEEDS]
+    cases.append(("random reward (control), seed 0", 0, ["--reward-weights", RANDOM_REWARD]))
+    runs = []
+    for name, seed, extra in cases:
+        with tempfile.TemporaryDirectory(prefix="grpolab-bench-runs-") as runs_dir:
+            env = {**lab_env(get_track("c")), "GRPOLAB_RUNS_DIR": runs_dir}
+            argv = lab_command("lab", "c", {"seed": seed, "smoke": "never"}, extra)
+            timing = _timed(argv, env=env)
+            log = Path(runs_dir) / "runlog.jsonl"
+            line = json.loads(log.read_text().splitlines()[-1]) if log.exists() else {}
+        runs.append({"case": name, **timing, **{key: line.get(key) for key in LEARNING_FIELDS}})
+    return _write("lab-learning", {"track": "c", "where": "host python (PYTHONPATH=entrypoint)", "runs": runs})
+
+
+LEARNING_FIELDS = ("status", "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "seconds_per_step", "wall_clock_s", "settings")
+
+
 def _subset(into: Path) -> Path:
     for name in ("entrypoint", "images", "lockfiles", "compose"):
         shutil.copytree(REPO / name, into / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
