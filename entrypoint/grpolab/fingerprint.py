@@ -30,6 +30,8 @@ DRIFT_FIELDS = (
     ("torch_cuda", "torch CUDA"),
     ("torch_hip", "torch HIP"),
     ("driver", "driver"),
+    ("device_type", "device type"),
+    ("device_count", "device count"),
     ("device_arch", "device arch"),
     ("lock_sha256", "lock sha256"),
 )
@@ -116,7 +118,7 @@ def torch_build_of(info: dict | None) -> str | None:
 
 def _device(build: str | None) -> dict:
     """Device type, name and arch, importing torch only when its build can reach an accelerator."""
-    cpu = {"device_type": "cpu", "device_name": platform.processor() or platform.machine(), "device_arch": platform.machine(), "torch_arch_list": []}
+    cpu = {"device_type": "cpu", "device_name": platform.processor() or platform.machine(), "device_arch": platform.machine(), "torch_arch_list": [], "device_count": 0}
     if build not in ("cuda", "hip", "mps"):
         return cpu
     try:
@@ -133,7 +135,7 @@ def _device(build: str | None) -> dict:
             arch = f"sm_{major}{minor}"
         return {"device_type": "cuda", "device_name": name, "device_arch": arch, "torch_arch_list": arch_list, "device_count": torch.cuda.device_count()}
     if build == "mps" and torch.backends.mps.is_available():
-        return {"device_type": "mps", "device_name": platform.processor() or "Apple silicon", "device_arch": "mps", "torch_arch_list": arch_list}
+        return {"device_type": "mps", "device_name": platform.processor() or "Apple silicon", "device_arch": "mps", "torch_arch_list": arch_list, "device_count": 1}
     return {**cpu, "torch_arch_list": arch_list}
 
 
@@ -170,10 +172,11 @@ def _show(value) -> str:
 def fingerprint_drift(old: dict | None, new: dict | None) -> list[str]:
     """Lines like "torch 2.13.0 -> 2.14.1" for what changed that can break a run; [] when nothing did.
 
-    A field the old fingerprint never recorded is not reported (older logs carry fewer fields).
+    A field the old fingerprint never recorded is not reported (older logs carry fewer fields); a missing or
+    empty fingerprint is drift in itself: nothing says the environment is the same.
     """
     if not old or not new:
-        return []
+        return [f"no environment fingerprint {'recorded by the earlier run' if not old else 'of this environment'} to compare with"]
     lines = []
     for key, label in DRIFT_FIELDS:
         if key in old and old.get(key) != new.get(key):

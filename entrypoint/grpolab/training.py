@@ -141,16 +141,14 @@ def _failing_row(func, completions, kwargs) -> str:
     return "unknown"
 
 
-def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, reward_funcs, device_type: str, output_dir: Path, rollout: dict, callbacks=()):
-    """Build the GRPOTrainer. `rollout` holds GRPOConfig keyword arguments and an optional rollout_func."""
-    from trl import GRPOConfig, GRPOTrainer
-
-    rollout = dict(rollout)
-    rollout_func = rollout.pop("rollout_func", None)
-    dtype = torch_dtype(settings, device_type)
+def grpo_config(settings: LabSettings, reward_names: list[str], device_type: str, output_dir: Path, rollout: dict):
+    """GRPOConfig from the lab's settings, the rewards' weights in `reward_names` order; `rollout` adds the
+    rollout path's keyword arguments."""
     import torch
+    from trl import GRPOConfig
 
-    args = GRPOConfig(
+    dtype = torch_dtype(settings, device_type)
+    return GRPOConfig(
         output_dir=str(output_dir),
         max_steps=settings.max_steps,
         per_device_train_batch_size=settings.per_device_train_batch_size,
@@ -159,7 +157,7 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
         learning_rate=settings.learning_rate,
         beta=settings.beta,
         temperature=settings.temperature,
-        reward_weights=[settings.reward_weights[func.__name__] for func in reward_funcs],
+        reward_weights=[settings.reward_weights[name] for name in reward_names],
         logging_steps=settings.logging_steps,
         seed=settings.seed,
         use_cpu=device_type == "cpu",
@@ -172,6 +170,18 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
         disable_tqdm=True,
         **rollout,
     )
+
+
+def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, reward_funcs, device_type: str, output_dir: Path, rollout: dict, callbacks=()):
+    """Build the GRPOTrainer. `rollout` holds GRPOConfig keyword arguments and an optional rollout_func."""
+    from trl import GRPOTrainer
+
+    rollout = dict(rollout)
+    rollout_func = rollout.pop("rollout_func", None)
+    try:
+        args = grpo_config(settings, [func.__name__ for func in reward_funcs], device_type, output_dir, rollout)
+    except ValueError as error:  # TRL's own checks of the settings, before anything runs
+        raise LayerFailure("input", f"TRL refused these settings: {error}", "change the setting it names") from error
 
     class TimedGRPOTrainer(GRPOTrainer):
         """Counts the seconds spent producing completions, so each step splits into generation, reward, update."""

@@ -1,0 +1,248 @@
+"""The six layer checks, one function each, in the order a run meets them (the lesson's first-run checklist).
+
+    layer       exit  function          what it answers
+    device      10    check_device      accelerator, driver and PyTorch build: is the device the track expects there?
+    adapter     11    check_adapter     the trainable-parameter count: did LoRA match any module?
+    rewards     12    check_rewards     the reward line: does each reward resolve, and have the columns it needs?
+    first_step  13    check_first_step  the first logged step: finite metrics, and rewards that differ within a group
+    rollout     14    check_rollout     the rollout path: can this engine run here, and which one produces completions?
+    runlog      15    check_runlog      the run log: one JSON line per run, written whole
+
+Each returns what the run goes on with and the line to print, or raises LayerFailure naming the layer and what
+to do. grpolab.pipeline calls them at the right moment of every run; README.md's "Troubleshooting by layer"
+is this table.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from .errors import LayerFailure
+from .settings import LabSettings
+from .tracks import Track
+
+# Metrics every logged step must carry as finite numbers: the group-collapse verdict and the run log read them.
+STEP_METRICS = ("reward", "reward_std", "frac_reward_zero_std")
+
+
+def say_layer(say, layer: str, text: str) -> None:
+    say(f"  ok  {layer:<11} {text}")
+
+
+# --- device (1. the device line) -------------------------------------------------------------------------
+
+
+def torch_build() -> dict:
+    """What this PyTorch was built for: cuda, hip, mps or cpu, with the toolkit version."""
+    import torch
+
+    if torch.version.hip:
+        return {"build": "hip", "version": torch.version.hip, "torch": torch.__version__}
+    if torch.version.cuda:
+        return {"build": "cuda", "version": torch.version.cuda, "torch": torch.__version__}
+    if torch.backends.mps.is_built():
+        return {"build": "mps", "version": None, "torch": torch.__version__}
+    return {"build": "cpu", "version": None, "torch": torch.__version__}
+
+
+def arch_covered(arch: str, arch_list: list[str]) -> str | None:
+    """The entry of torch's compiled arch list that runs on `arch`, or None.
+
+    CUDA: a cubin built for sm_XY runs on sm_XZ with Z >= Y (same major), and PTX (compute_XY) is
+    compiled at load time for any newer device; so sm_120 kernels serve GB10's sm_121. ROCm: gfx targets
+    must match exactly.
+    """
+    if arch in arch_list:
+        return arch
+    match = re.fullmatch(r"sm_(\d+)(\d)", arch)
+    if not match:
+        return None
+    major, minor = int(match[1]), int(match[2])
+    usable = []  # (prefer native cubins over PTX, newest first)
+    for entry in arch_list:
+        found = re.fullmatch(r"(sm|compute)_(\d+)(\d)[a-z]?", entry)
+        if not found:
+            continue
+        kind, entry_major, entry_minor = found[1], int(found[2]), int(found[3])
+        if kind == "sm" and entry_major == major and entry_minor <= minor:
+            usable.append(((1, entry_major, entry_minor), entry))
+        elif kind == "compute" and (entry_major, entry_minor) <= (major, minor):
+            usable.append(((0, entry_major, entry_minor), entry))
+    return max(usable)[1] if usable else None
+
+
+def check_device(track: Track, expect_device: str | None = None) -> tuple[str, str]:
+    """Layer 1. Returns (device type to train on, the line to print)."""
+    try:
+        import torch
+    except Exception as error:  # noqa: BLE001
+        raise LayerFailure("device", f"PyTorch does not import: {error}", "reinstall the environment from its lock (invoke build / invoke venv)") from error
+    build = torch_build()
+    expected = expect_device or track.expected_device
+    built = f"torch {build['torch']} ({build['build']}{' ' + build['version'] if build['version'] else ''} build)"
+    if expected == "cpu":
+        return "cpu", f"{built} · cpu, as track {track.name} expects"
+    if expected == "mps":
+        if not torch.backends.mps.is_available():
+            raise LayerFailure(
+                "device", f"{built} sees no MPS device: training would fall back to the CPU",
+                "this is the PyTorch build or macOS, not the trainer: use macOS 14+ on Apple silicon and the arm64 torch from lockfiles/m.txt (invoke venv --track m)",
+            )
+        return "mps", f"{built} · mps"
+    # cuda: NVIDIA (CUDA build) or AMD (HIP build; ROCm devices appear as cuda in torch).
+    wanted_build = track.expected_build
+    if wanted_build in ("cuda", "hip") and build["build"] != wanted_build:
+        raise LayerFailure(
+            "device", f"{built}, but track {track.name} needs a {wanted_build.upper()} build of PyTorch",
+            f"this is the PyTorch build, not the trainer: reinstall from lockfiles/{track.name}.txt (invoke build --track {track.name})",
+        )
+    if not torch.cuda.is_available():
+        raise LayerFailure(
+            "device",
+            f"{built} sees no GPU: the device is cpu on a track that expects {expected} ({track.description})",
+            "cpu on a machine with an accelerator is the PyTorch build or the driver, not the trainer: check "
+            + ("nvidia-smi on the host, the NVIDIA Container Toolkit, and a driver new enough for this CUDA (>= 580 for CUDA 13)"
+               if wanted_build != "hip" else "/dev/kfd and /dev/dri are passed to the container and your user is in the video and render groups")
+            + "; run `grpolab doctor` for the details",
+        )
+    name = torch.cuda.get_device_name(0)
+    if build["build"] == "hip":
+        arch = torch.cuda.get_device_properties(0).gcnArchName.split(":")[0]
+    else:
+        major, minor = torch.cuda.get_device_capability(0)
+        arch = f"sm_{major}{minor}"
+    arch_list = torch.cuda.get_arch_list()
+    covered = arch_covered(arch, arch_list)
+    if covered is None:
+        raise LayerFailure(
+            "device", f"{built} has no kernels for {name} ({arch}); it was compiled for {', '.join(arch_list) or 'nothing'}",
+            "this is the PyTorch build: install one whose arch list covers this device (the track's lock)",
+        )
+    if track.expected_arch and arch != track.expected_arch:
+        note = f" (track {track.name} was made for {track.expected_arch}; it runs, but the track's defaults may not fit)"
+    else:
+        note = ""
+    return "cuda", f"{built} · cuda:0 {name} ({arch}, kernels from {covered}){note}"
+
+
+# --- adapter (2. the trainable-parameter count) ------------------------------------------------------------
+
+
+def check_adapter(model, settings: LabSettings) -> tuple[object, str]:
+    from .training import add_adapter
+
+    peft_model, trainable, total = add_adapter(model, settings)
+    return peft_model, f"LoRA rank {settings.lora_rank} on {settings.lora_target_modules}: {trainable:,} trainable of {total:,} parameters ({100 * trainable / total:.2f}%)"
+
+
+# --- rewards (3. the reward line) -----------------------------------------------------------------------
+
+
+def check_rewards(settings: LabSettings, columns: list[str]) -> tuple[list, str]:
+    """Resolve each reward, check the dataset has the columns it needs (before any model loads)."""
+    from .rewardset import resolve_reward, reward_columns
+    from .training import guarded_reward
+
+    funcs = []
+    for name, weight in settings.reward_weights.items():
+        try:
+            func = resolve_reward(name)
+        except ValueError as error:
+            raise LayerFailure("rewards", str(error), "fix --reward-weights") from error
+        missing = [column for column in reward_columns(func) if column not in columns]
+        if missing:
+            raise LayerFailure(
+                "rewards", f"reward {name} needs dataset column(s) {', '.join(missing)}, which dataset {settings.dataset!r} lacks (it has {', '.join(columns)})",
+                "use a dataset with those columns, or map yours to them",
+            )
+        funcs.append(guarded_reward(name, func))
+    listed = ", ".join(f"{name} x {weight:g}" for name, weight in settings.reward_weights.items())
+    return funcs, f"{listed}"
+
+
+# --- first_step (4. the first logged step) ------------------------------------------------------------------
+
+
+def check_step_metrics(record) -> None:
+    """Every logged step, not only the first: a metric missing or not finite (NaN, inf) is a verdict in words,
+    never a silent pass (NaN compares false with every threshold) nor a run log that cannot be written."""
+    bad = [f"{name} {'missing' if name not in record.metrics else record.metrics[name]}"
+           for name in STEP_METRICS if name not in record.metrics or not math.isfinite(record.metrics[name])]
+    if bad:
+        raise LayerFailure(
+            "first_step", f"step {record.step} logged {', '.join(bad)}: the trainer's metrics are not numbers, so no verdict on this run can be trusted",
+            "a reward that returns NaN, inf or None for every completion, or a loss that diverged: check the rewards on a few "
+            "completions, lower the learning rate, or use float32",
+        )
+
+
+def group_collapsed(record) -> bool:
+    """Every group's rewards identical: no advantage, no gradient. Judged with our own tolerance
+    (TRL's frac_reward_zero_std uses 1e-8 and misses weights floats cannot represent exactly)."""
+    return record.frac_reward_zero_std >= 1.0 or record.reward_std <= 1e-6
+
+
+def check_first_step(records) -> str:
+    if not records:
+        raise LayerFailure("first_step", "training logged no step", "check the trainer's output above")
+    first = records[0]
+    check_step_metrics(first)
+    if group_collapsed(first):
+        raise LayerFailure(
+            "first_step",
+            f"group collapse on step {first.step}: reward {first.reward:.3f} with std {first.reward_std:.3g} "
+            f"(frac_reward_zero_std {first.frac_reward_zero_std:.2f}): every completion in every group scored the same, so there is nothing to learn",
+            "the model cannot yet produce any rewarded answer, or the reward is constant: check the rewards on a few completions, "
+            "raise num_generations, or start from a model that sometimes succeeds",
+        )
+    return f"step {first.step}: reward {first.reward:.3f} ± {first.reward_std:.3f}, groups with no spread {first.frac_reward_zero_std:.0%}"
+
+
+# --- rollout (5. the rollout path) -------------------------------------------------------------------------
+
+
+def vllm_range_note() -> str:
+    """Where vLLM is installed: is its version inside the range TRL's own metadata declares?"""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .doctor import trl_vllm_range, vllm_in_trl_range
+
+    try:
+        installed = version("vllm")
+    except PackageNotFoundError:
+        return "vLLM not installed"
+    inside = vllm_in_trl_range(installed)
+    verdict = "inside" if inside else "OUTSIDE" if inside is False else "unknown against"
+    return f"vLLM {installed} {verdict} TRL's declared range {trl_vllm_range()}"
+
+
+def check_rollout(settings: LabSettings, track: Track, device_type: str, model_path: str, tokenizer, out_dir: Path) -> tuple[dict, str]:
+    """Configure the rollout path (refusing what cannot run) and say which engine produces completions.
+
+    Returns (GRPOTrainer keyword arguments, possibly with rollout_func and a "log" dict, the line to print).
+    """
+    if settings.rollout == "inprocess":
+        return {}, f"in-process: the policy's own generate(), always on-policy; {vllm_range_note()}"
+    from .rollouts import configure_rollout
+
+    return configure_rollout(settings, track, device_type=device_type, model_path=model_path, tokenizer=tokenizer, out_dir=out_dir)
+
+
+# --- runlog (6. the run log) ----------------------------------------------------------------------------
+
+
+def check_runlog(record: dict, log_path=None) -> Path:
+    """Append the run's line; the runlog layer's failure when it cannot be written or serialised."""
+    from .runlog import append_run
+
+    try:
+        return append_run(record, log_path)
+    except OSError as error:
+        raise LayerFailure(
+            "runlog", f"could not write the run log: {error}",
+            "make runs/ (or GRPOLAB_RUNS_DIR) writable by this user; in a container, check the runs volume's owner",
+        ) from error
+    except ValueError as error:  # a value JSON cannot hold (NaN, inf): the line is refused whole, the log untouched
+        raise LayerFailure("runlog", f"the run's line could not be written as JSON: {error}", "report this as a bug, with the output above") from error
