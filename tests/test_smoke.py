@@ -70,12 +70,12 @@ def test_constant_reward_is_group_collapse_on_the_first_step(tiny_model_path, ru
 
 
 def test_metrics_that_are_not_numbers_fail_the_first_step_layer_with_a_runlog_line(tiny_model_path, runs_dir):
-    # An infinite reward makes TRL log reward inf and reward_std NaN: NaN passes every threshold comparison,
-    # so without its own check the collapse verdict passes and the run log cannot be written.
+    # An infinite reward makes TRL log reward inf and reward_std None (a NaN): NaN passes every threshold
+    # comparison, so without its own check the collapse verdict passes and the run log cannot be written.
     settings = resolve_settings(get_track("c"), smoke=True, overrides={"reward_weights": {"rewards_for_tests:infinite_reward": 1.0}})
     with pytest.raises(LayerFailure) as failure:
         run_smoke(settings, get_track("c"), say=quiet)
-    assert failure.value.layer == "first_step" and "not numbers" in str(failure.value) and "reward_std nan" in str(failure.value)
+    assert failure.value.layer == "first_step" and "not numbers" in str(failure.value) and "reward inf" in str(failure.value)
     (run,) = read_runs(runs_dir / "runlog.jsonl")
     assert run["status"] == "failed" and run["failed_layer"] == "first_step"
 

@@ -168,8 +168,8 @@ def check_rewards(settings: LabSettings, columns: list[str]) -> tuple[list, str]
 def check_step_metrics(record) -> None:
     """Every logged step, not only the first: a metric missing or not finite (NaN, inf) is a verdict in words,
     never a silent pass (NaN compares false with every threshold) nor a run log that cannot be written."""
-    bad = [f"{name} {'missing' if name not in record.metrics else record.metrics[name]}"
-           for name in STEP_METRICS if name not in record.metrics or not math.isfinite(record.metrics[name])]
+    values = {name: record.metrics.get(name, "missing") for name in STEP_METRICS}
+    bad = [f"{name} {value}" for name, value in values.items() if not isinstance(value, float) or not math.isfinite(value)]
     if bad:
         raise LayerFailure(
             "first_step", f"step {record.step} logged {', '.join(bad)}: the trainer's metrics are not numbers, so no verdict on this run can be trusted",

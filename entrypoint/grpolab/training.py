@@ -211,6 +211,11 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
     return trainer
 
 
+def as_number(value) -> float:
+    """A logged metric as a float; NaN when TRL logged None or nothing (grpolab.checks.check_step_metrics says so)."""
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
 def step_recorder(reward_funcs, on_record=None, stop_on=None):
     """A TrainerCallback that turns TRL's logs into StepRecords (and can stop training on a verdict)."""
     from transformers import TrainerCallback
@@ -238,13 +243,14 @@ def step_recorder(reward_funcs, on_record=None, stop_on=None):
             steps = max(1, args.logging_steps)
             record = StepRecord(
                 step=state.global_step,
-                reward=float(logs["reward"]),
-                reward_std=float(logs.get("reward_std", math.nan)),
-                frac_reward_zero_std=float(logs.get("frac_reward_zero_std", math.nan)),
+                reward=as_number(logs.get("reward")),
+                reward_std=as_number(logs.get("reward_std")),
+                frac_reward_zero_std=as_number(logs.get("frac_reward_zero_std")),
                 seconds=self._seconds / steps,
                 generation_seconds=self._generation / steps,
                 reward_seconds=self._reward / steps,
-                metrics={key: float(value) for key, value in logs.items() if isinstance(value, (int, float))},
+                # None too: TRL logs a metric it could not compute (a NaN mean) as None.
+                metrics={key: as_number(value) if value is not None else None for key, value in logs.items() if value is None or isinstance(value, (int, float))},
             )
             self._seconds = self._generation = self._reward = 0.0
             self.records.append(record)
