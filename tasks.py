@@ -195,13 +195,14 @@ def report(c, logs="", all=False, against_lesson=False, out=None):
 
 
 # --------------------------------------------------------------------------------------- benches, CI
-@task(help={"build": "time image builds instead: cold build of c, rebuild after a code change, sizes"})
-def bench(c, build=False):
-    """Timings as JSON under bench/: the lab on track c, or (--build) the image build."""
+@task(help={"build": "time image builds instead: cold build of c, rebuild after a code change, sizes",
+            "learning": "held-out pass@1 before and after the lab on 3 seeds, plus a random-reward control (host Python)"})
+def bench(c, build=False, learning=False):
+    """Timings as JSON under bench/: the lab on track c, (--build) the image build, or (--learning) pass@1."""
     from hostlab import bench as benchmarks
 
     with user_errors():
-        benchmarks.build_bench() if build else benchmarks.lab_bench()
+        benchmarks.build_bench() if build else benchmarks.learning_bench() if learning else benchmarks.lab_bench()
 
 
 @task(help={"skip_image": "only lock --check and pytest (no `invoke up`)"})

@@ -67,6 +67,46 @@ def lab_bench() -> Path:
     )
 
 
+LEARNING_SEEDS = (0, 1, 2)
+RANDOM_REWARD = "grpolab.rewards:random_reward=1"  # the control: a coin toss instead of the answer's check
+
+
+def learning_bench() -> Path:
+    """Does the lab on track c learn, and is it the reward that teaches it? The default lab (smoke test
+    skipped) on 3 seeds, plus one run on seed 0 trained on a random reward: held-out pass@1 before and after
+    each, read from each run's run-log line. Runs on the host's Python with this checkout's code (the
+    shared grpolab:c image may hold other code), the tiny model from GRPOLAB_CACHE_DIR. The four runs run
+    at once (pass@1 does not depend on it; their seconds per step do, so they are not timings)."""
+    from grpolab.tracks import get_track
+
+    from .labrun import lab_command, lab_env
+
+    cases = [(f"seed {seed}", seed, []) for seed in LEARNING_SEEDS]
+    cases.append(("random reward (control), seed 0", 0, ["--reward-weights", RANDOM_REWARD]))
+    with tempfile.TemporaryDirectory(prefix="grpolab-bench-runs-") as tmp:
+        running = []
+        for index, (name, seed, extra) in enumerate(cases):
+            runs_dir = Path(tmp) / str(index)
+            argv = lab_command("lab", "c", {"seed": seed, "smoke": "never"}, extra)
+            say("$ " + " ".join(argv))
+            output = open(Path(tmp) / f"{index}.log", "w")  # closed with the folder; read on failure
+            process = subprocess.Popen(argv, cwd=REPO, env={**lab_env(get_track("c")), "GRPOLAB_RUNS_DIR": str(runs_dir)}, stdout=output, stderr=subprocess.STDOUT)
+            running.append((name, argv, runs_dir, process))
+        runs = [_learning_run(name, argv, runs_dir, process) for name, argv, runs_dir, process in running]
+    return _write("lab-learning", {"track": "c", "where": "host python (PYTHONPATH=entrypoint), the four runs at once", "runs": runs})
+
+
+def _learning_run(name: str, argv: list[str], runs_dir: Path, process) -> dict:
+    status = process.wait()
+    log = runs_dir / "runlog.jsonl"
+    line = json.loads(log.read_text().splitlines()[-1]) if log.exists() else {}
+    # wall_clock_s (from the run log) is each run's own; the runs shared the machine, so it is not a timing.
+    return {"case": name, "command": " ".join(argv), "exit_status": status, **{key: line.get(key) for key in LEARNING_FIELDS}}
+
+
+LEARNING_FIELDS = ("status", "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "seconds_per_step", "wall_clock_s", "settings")
+
+
 def _subset(into: Path) -> Path:
     for name in ("entrypoint", "images", "lockfiles", "compose"):
         shutil.copytree(REPO / name, into / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -13,3 +13,13 @@ def raising_reward(completions, answer, **kwargs):
 
 def needs_missing_column(completions, difficulty, **kwargs):
     return [0.0] * len(completions)
+
+
+def infinite_reward(completions, **kwargs):
+    # Not a number a mean or a std can use: TRL logs reward inf and reward_std NaN.
+    return [float("inf")] * len(completions)
+
+
+def text_reward(completions, **kwargs):
+    # One value per completion, but text: TRL's training step fails turning it into a tensor (a crash).
+    return ["good"] * len(completions)

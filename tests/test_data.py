@@ -1,6 +1,7 @@
 """The built-in problems and the Hugging Face mapping."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,25 @@ def test_splits_are_disjoint_complete_and_fixed(style):
     assert not keys["validation"] & keys["heldout"]
     assert arithmetic_splits(style=style) == splits  # deterministic
     assert arithmetic_splits(seed=1, style=style)["heldout"] != splits["heldout"]
+
+
+@pytest.mark.parametrize("style", ["arithmetic", "arithmetic-words"])
+def test_no_heldout_problem_has_a_twin_in_train_or_validation(style):
+    """Two problems are the same question when they use the same two numbers, in either order ("3 plus 5"
+    and "5 plus 3"; a subtraction's operands in the text). Read from the prompt text itself, not the split code."""
+
+    def operands(row):
+        return tuple(sorted(int(n) for n in re.findall(r"\d+", _key(row))))
+
+    splits = arithmetic_splits(style=style)
+    seen = {name: {operands(r) for r in splits[name]} for name in ("train", "validation")}
+    twins = [_key(r) for r in splits["heldout"] if operands(r) in seen["train"] | seen["validation"]]
+    assert not twins, f"{len(twins)} held-out problems have a twin, e.g. {twins[:3]}"
+    assert not seen["train"] & seen["validation"]
+    # The commuted twin of a held-out problem is held out too (the split keeps both orders together).
+    heldout = {_key(r) for r in splits["heldout"]}
+    if style == "arithmetic":
+        assert "What is 58 plus 52?" in heldout and "What is 52 plus 58?" in heldout
 
 
 def test_rows_have_the_contract_shape_and_correct_answers():

@@ -107,6 +107,8 @@ def test_drift_lines():
     assert fingerprint_drift(old, fp(torch_version="2.14.1", packages={"torch": "2.14.1"})) == ["torch 2.13.0 -> 2.14.1"]
     assert fingerprint_drift(fp(), fp(torch_build="hip", torch_cuda=None)) == ["torch build cuda -> hip", "torch CUDA 13.0 -> absent"]
     assert fingerprint_drift(fp(), fp(lock_sha256="b" * 64)) == ["lock sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb"]
+    # Device type and count are drift: the same image on a machine whose GPU is gone, or a second GPU added.
+    assert fingerprint_drift(fp(device_type="cuda", device_count=1), fp(device_type="cpu", device_count=0)) == ["device type cuda -> cpu", "device count 1 -> 0"]
 
 
 def test_drift_ignores_what_does_not_matter_and_what_was_never_recorded():
@@ -114,7 +116,9 @@ def test_drift_ignores_what_does_not_matter_and_what_was_never_recorded():
     old = fp()
     del old["driver"]
     assert fingerprint_drift(old, fp(driver="590.2")) == []
-    assert fingerprint_drift(None, fp()) == []
+    # A missing or empty earlier fingerprint is drift, not "nothing changed".
+    assert fingerprint_drift(None, fp()) == ["no environment fingerprint recorded by the earlier run to compare with"]
+    assert fingerprint_drift({}, fp()) == fingerprint_drift(None, fp())
 
 
 def test_drift_against_this_machine():

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from grpolab.lab import smoke_needed
 from grpolab.runlog import append_run, read_runs
+from grpolab.settings import resolve_settings
+from grpolab.tracks import get_track
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,6 +26,10 @@ def test_short_lab_run_logs_everything_and_plots(tiny_model_env, tmp_path):
     assert "max_steps" in out and "reward_weights" in out  # settings printed in full
     smoke_run, lab_run = read_runs(tmp_path / "runlog.jsonl")
     assert smoke_run["kind"] == "smoke" and smoke_run["status"] == "passed"
+    # The smoke test ran the lab's own run at the smoke sizes: rollout path, rewards, dtype, model family.
+    for name in ("rollout", "reward_weights", "dtype", "learning_rate", "max_completion_length", "model"):
+        assert smoke_run["settings"][name] == lab_run["settings"][name], name
+    assert smoke_run["settings"]["max_steps"] == 10 and smoke_run["rollout"]["path"] == lab_run["rollout"]["path"]
     assert lab_run["kind"] == "lab" and lab_run["status"] == "passed" and lab_run["track"] == "c"
     assert 0 <= lab_run["pass_at_1_before"] <= 1 and 0 <= lab_run["pass_at_1_after"] <= 1
     assert [s["step"] for s in lab_run["steps"]] == [2, 4, 6]
@@ -42,14 +48,34 @@ def test_smoke_needed_follows_the_fingerprint(tmp_path):
     from grpolab.fingerprint import environment_fingerprint
 
     log = tmp_path / "runlog.jsonl"
-    assert smoke_needed("auto", log) == ["no smoke test has passed in this environment yet"]
-    assert smoke_needed("never", log) == []
+    lab = resolve_settings(get_track("c"))
+    assert smoke_needed("auto", lab, log) == ["no smoke test has passed in this environment yet"]
+    assert smoke_needed("never", lab, log) == []
     current = environment_fingerprint()
-    append_run({"kind": "smoke", "status": "passed", "fingerprint": current}, log)
-    assert smoke_needed("auto", log) == []
-    assert smoke_needed("always", log)
+    passed = {"kind": "smoke", "status": "passed", "track": "c", "rollout": {"path": "inprocess"}, "device_checked": True}
+    append_run({**passed, "fingerprint": current}, log)
+    assert smoke_needed("auto", lab, log) == []
+    assert smoke_needed("always", lab, log)
     changed = json.loads(json.dumps(current))
     changed["torch_version"] = "0.0.1"
-    append_run({"kind": "smoke", "status": "passed", "fingerprint": changed}, log)
-    reasons = smoke_needed("auto", log)
+    append_run({**passed, "fingerprint": changed}, log)
+    reasons = smoke_needed("auto", lab, log)
     assert reasons and any("torch" in reason for reason in reasons)
+
+
+def test_only_a_smoke_test_of_this_run_counts_as_passed_before(tmp_path):
+    from grpolab.fingerprint import environment_fingerprint
+
+    log = tmp_path / "runlog.jsonl"
+    lab = resolve_settings(get_track("c"))
+    passed = {"kind": "smoke", "status": "passed", "track": "c", "rollout": {"path": "inprocess"}, "device_checked": True,
+              "fingerprint": environment_fingerprint()}
+    for differs in ({"track": "m"}, {"rollout": {"path": "llamacpp"}}, {"device_checked": False}, {"status": "failed"}):
+        append_run({**passed, **differs}, log)
+        assert smoke_needed("auto", lab, log), differs
+    assert smoke_needed("auto", lab, log) == ["no smoke test has passed on track c with rollout path inprocess and the device checked"]
+    # A matching pass without a fingerprint is drift, not "nothing changed".
+    append_run({**passed, "fingerprint": {}}, log)
+    assert smoke_needed("auto", lab, log) == ["no environment fingerprint recorded by the earlier run to compare with"]
+    append_run(passed, log)
+    assert smoke_needed("auto", lab, log) == []

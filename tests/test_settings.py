@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from grpolab.cli import parse_weights
-from grpolab.settings import LabSettings, resolve_settings
+from grpolab.settings import LabSettings, resolve_settings, smoke_settings
 from grpolab.tracks import get_track
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,6 +33,27 @@ def test_precedence_lesson_track_file_flags(tmp_path):
 def test_smoke_is_the_lessons_first_run():
     s = resolve_settings(get_track("n"), smoke=True)
     assert (s.model, s.train_size, s.num_generations, s.max_steps) == ("Qwen/Qwen3-0.6B", 10, 4, 10)
+
+
+def test_smoke_flags_are_honoured_or_refused_in_words():
+    s = resolve_settings(get_track("c"), smoke=True, overrides={"max_steps": 3, "num_generations": 2, "learning_rate": 5e-4})
+    assert (s.max_steps, s.num_generations, s.per_device_train_batch_size, s.learning_rate) == (3, 2, 4, 5e-4)
+    assert resolve_settings(get_track("c"), smoke=True, overrides={"per_device_train_batch_size": 16}).per_device_train_batch_size == 16
+    with pytest.raises(ValueError, match="does not evaluate held-out problems, so --heldout-size would change nothing"):
+        resolve_settings(get_track("c"), smoke=True, overrides={"heldout_size": 50})
+
+
+def test_the_labs_smoke_test_runs_what_the_lab_runs():
+    track = get_track("n")
+    lab = resolve_settings(track, overrides={"reward_weights": {"numeric_reward": 1.0}, "dtype": "float32", "temperature": 0.7})
+    smoke = smoke_settings(lab, track)
+    assert (smoke.rollout, smoke.reward_weights, smoke.dtype, smoke.temperature) == ("vllm-colocate", {"numeric_reward": 1.0}, "float32", 0.7)
+    assert (smoke.model, smoke.train_size, smoke.max_steps, smoke.heldout_size) == ("Qwen/Qwen3-0.6B", 10, 10, 0)  # the track's smoke model
+    # Server mode: the server holds the lab's model, so the smoke test streams into that same model.
+    server = smoke_settings(resolve_settings(track, overrides={"rollout": "vllm-server"}), track)
+    assert (server.rollout, server.model) == ("vllm-server", "Qwen/Qwen3-1.7B")
+    # A model of the user's own choosing is smoke-tested itself.
+    assert smoke_settings(resolve_settings(track, overrides={"model": "my/model"}), track).model == "my/model"
 
 
 def test_unknown_setting_in_a_config_file_is_named(tmp_path):

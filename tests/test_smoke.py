@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from grpolab.errors import EXIT_STATUS, LayerFailure
+from grpolab.pipeline import LAG_BASIS
 from grpolab.runlog import read_runs
 from grpolab.settings import resolve_settings
 from grpolab.smoke import run_smoke
@@ -33,7 +34,8 @@ def test_smoke_passes_every_layer_on_cpu(tiny_model_env, tmp_path):
     assert run["kind"] == "smoke" and run["status"] == "passed" and run["track"] == "c"
     assert run["layers_passed"] == ["device", "adapter", "rewards", "first_step", "rollout", "runlog"]
     assert run["settings"]["train_size"] == 10 and run["settings"]["num_generations"] == 4 and run["settings"]["max_steps"] == 10
-    assert run["rollout"] == {"path": "inprocess", "stale": False, "max_lag_steps": 0}
+    assert run["rollout"] == {"path": "inprocess", "stale": False, "max_lag_steps": 0, "lag_basis": LAG_BASIS["inprocess"]}
+    assert run["device_checked"] is True and run["seconds_per_step"] > 0
     assert run["fingerprint"]["torch_version"]
     # A second run reports what changed since the first pass: nothing.
     again = smoke(["--track", "c"], env)
@@ -64,6 +66,28 @@ def test_constant_reward_is_group_collapse_on_the_first_step(tiny_model_path, ru
     assert failure.value.layer == "first_step" and "group collapse" in str(failure.value)
     (run,) = read_runs(runs_dir / "runlog.jsonl")
     assert run["failed_layer"] == "first_step" and run["layers_passed"] == ["device", "adapter", "rewards"]
+
+
+def test_metrics_that_are_not_numbers_fail_the_first_step_layer_with_a_runlog_line(tiny_model_path, runs_dir):
+    # An infinite reward makes TRL log reward inf and reward_std None (a NaN): NaN passes every threshold
+    # comparison, so without its own check the collapse verdict passes and the run log cannot be written.
+    settings = resolve_settings(get_track("c"), smoke=True, overrides={"reward_weights": {"rewards_for_tests:infinite_reward": 1.0}})
+    with pytest.raises(LayerFailure) as failure:
+        run_smoke(settings, get_track("c"), say=quiet)
+    assert failure.value.layer == "first_step" and "not numbers" in str(failure.value) and "reward inf" in str(failure.value)
+    (run,) = read_runs(runs_dir / "runlog.jsonl")
+    assert run["status"] == "failed" and run["failed_layer"] == "first_step"
+
+
+def test_a_crash_during_training_is_crashed_not_bad_input(tiny_model_env, tmp_path):
+    # A reward returning text passes our checks (one value per completion) and breaks inside TRL's training
+    # step with a ValueError: that is a crash, with its own exit status, not an input error.
+    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path)}
+    result = smoke(["--track", "c", "--reward-weights", "rewards_for_tests:text_reward=1"], env)
+    assert result.returncode == EXIT_STATUS["crashed"] == 17, result.stdout + result.stderr
+    assert "[crashed] the run crashed" in result.stderr and "Traceback" in result.stderr
+    (run,) = read_runs(tmp_path / "runlog.jsonl")
+    assert run["status"] == "crashed" and run["failed_layer"] is None
 
 
 def test_missing_column_fails_the_rewards_layer_before_the_model_loads(runs_dir):

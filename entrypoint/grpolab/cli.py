@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from dataclasses import MISSING, fields
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def cmd_smoke(args) -> int:
     from .runlog import last_passing_smoke
     from .smoke import run_smoke
 
-    track, settings = settings_from(args, smoke=True)
+    track, settings = settings_from(args, smoke=True)  # the lesson's first-run sizes; flags given are honoured
     last = last_passing_smoke()
     if last is None:
         print("no smoke test has passed here before")
@@ -169,10 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
             add_settings_flags(command)
         return command
 
-    smoke = add("smoke", cmd_smoke, "The lesson's first run on a new machine: smallest model, 10 prompts, 4 rollouts, 10 steps; one line per layer, stops at the first failure.")
+    smoke = add("smoke", cmd_smoke, "The lesson's first run on a new machine: the track's smoke model, 10 prompts, 4 rollouts, 10 steps (flags given win over those sizes); one line per layer, stops at the first failure.")
     smoke.add_argument("--expect-device", choices=["cpu", "cuda", "mps"], help="override the device the track expects")
     lab = add("lab", cmd_lab, "The GRPO lab: held-out pass@1 before, GRPO with LoRA, pass@1 after; a run-log line and a reward plot in runs/.")
-    lab.add_argument("--smoke", choices=SMOKE_MODES, default="auto", help="run the smoke test first: auto (when none passed or the environment drifted since), always, never")
+    lab.add_argument("--smoke", choices=SMOKE_MODES, default="auto", help="run the smoke test of this run first (its rollout path, rewards, dtype; the track's smoke model): auto (when none passed on this track and rollout path with the device checked, or the environment drifted since), always, never")
     estimate = add("estimate", cmd_estimate, "Predict the lesson's five memory terms for a run, before starting it.")
     estimate.add_argument("--json", action="store_true", help="print JSON instead of the table")
     estimate.add_argument("--device-memory-gb", type=float, help="total accelerator (or unified) memory; default: this machine's")
@@ -217,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except LayerFailure as failure:
+        if failure.layer == "crashed" and failure.__cause__ is not None:
+            traceback.print_exception(failure.__cause__, file=sys.stderr)  # a crash is a bug to report: keep its trace
         print(f"\nFAILED {failure}", file=sys.stderr)
         return failure.exit_status
     except KeyboardInterrupt:

@@ -14,8 +14,9 @@ Dataset names:
   (openai/gsm8k). Needs the Hub, or the dataset already in the local datasets cache.
 
 The split of the 10,000 pairs into train / validation / held-out is fixed (seed 0) whatever the lab's
-seed, so the held-out problems are never ones the tiny model was warmed up on; the lab's seed only
-chooses which training problems a run draws.
+seed, and made by the unordered pair: "A plus B" and its commuted twin "B plus A" are always in the same
+split, so the held-out problems are never ones (or twins of ones) the tiny model was warmed up on; the
+lab's seed only chooses which training problems a run draws.
 """
 
 from __future__ import annotations
@@ -50,10 +51,32 @@ class DatasetUnavailable(ValueError):
     """A Hugging Face dataset could not be loaded (no Hub access, unknown id, unexpected columns)."""
 
 
-def _pairs(seed: int) -> list[tuple[int, int]]:
-    pairs = [(a, b) for a in OPERAND_RANGE for b in OPERAND_RANGE]
-    random.Random(seed).shuffle(pairs)
-    return pairs
+def same_question_key(a: int, b: int) -> tuple[int, int]:
+    """What makes two problems the same question: the unordered pair. "A plus B" and "B plus A" have one
+    answer, and a word-problem subtraction takes the larger operand first whichever order the pair came in."""
+    return (min(a, b), max(a, b))
+
+
+def _split_pairs(seed: int) -> dict[str, list[tuple[int, int]]]:
+    """The 10,000 ordered pairs, split so that both orders of a pair land in the same split.
+
+    The unordered pairs are shuffled with `seed`, then dealt whole (both orders together) into held-out,
+    then validation, while each has room, and train: the sizes stay exact because the 100 pairs with A == B
+    are one problem each.
+    """
+    keys = sorted({same_question_key(a, b) for a in OPERAND_RANGE for b in OPERAND_RANGE})
+    random.Random(seed).shuffle(keys)
+    room = {"heldout": HELDOUT_SIZE, "validation": VALIDATION_SIZE}
+    splits: dict[str, list[tuple[int, int]]] = {"train": [], "validation": [], "heldout": []}
+    for a, b in keys:
+        pairs = [(a, b)] if a == b else [(a, b), (b, a)]
+        name = next((name for name, left in room.items() if left >= len(pairs)), "train")
+        if name in room:
+            room[name] -= len(pairs)
+        splits[name].extend(pairs)
+    for pairs in splits.values():
+        random.Random(seed).shuffle(pairs)  # the two orders of a pair need not sit side by side
+    return splits
 
 
 def arithmetic_row(a: int, b: int) -> dict:
@@ -73,21 +96,12 @@ def word_problem_row(a: int, b: int) -> dict:
 
 
 def arithmetic_splits(seed: int = SPLIT_SEED, style: str = ARITHMETIC) -> dict[str, list[dict]]:
-    """All 10,000 problems, shuffled with `seed`, as disjoint "train" (8,500), "validation" (500) and
-    "heldout" (1,000) lists. `style` is "arithmetic" (the tiny model's short prompt) or "arithmetic-words".
-    The split is by the pair (A, B), so a held-out pair never appears in train in either style."""
+    """All 10,000 problems as disjoint "train" (8,500), "validation" (500) and "heldout" (1,000) lists.
+    `style` is "arithmetic" (the tiny model's short prompt) or "arithmetic-words". The split is by the
+    unordered pair {A, B} (same_question_key), so no held-out problem has a twin, in either order or
+    style, in train or validation."""
     make_row = {ARITHMETIC: arithmetic_row, ARITHMETIC_WORDS: word_problem_row}[style]
-    pairs = _pairs(seed)
-    heldout, validation, train = (
-        pairs[:HELDOUT_SIZE],
-        pairs[HELDOUT_SIZE : HELDOUT_SIZE + VALIDATION_SIZE],
-        pairs[HELDOUT_SIZE + VALIDATION_SIZE :],
-    )
-    return {
-        "train": [make_row(a, b) for a, b in train],
-        "validation": [make_row(a, b) for a, b in validation],
-        "heldout": [make_row(a, b) for a, b in heldout],
-    }
+    return {name: [make_row(a, b) for a, b in pairs] for name, pairs in _split_pairs(seed).items()}
 
 
 def gsm8k_answer(answer_text: str) -> str:

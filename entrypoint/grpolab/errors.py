@@ -15,6 +15,7 @@ EXIT_STATUS = {
     "rollout": 14,  # rollout engine refused or failed
     "runlog": 15,  # the run log could not be written
     "out_of_memory": 16,
+    "crashed": 17,  # not a layer's verdict: the run raised an error no check expected (a bug, or an unsupported setting)
     "interrupted": 130,
 }
 

@@ -27,6 +27,8 @@ DRIFT_FIELDS = (
     ("torch_cuda", "torch CUDA"),
     ("torch_hip", "torch HIP"),
     ("driver", "driver"),
+    ("device_type", "device type"),
+    ("device_count", "device count"),
     ("device_arch", "device arch"),
     ("lock_sha256", "lock sha256"),
 )
@@ -81,10 +83,11 @@ def _show(value) -> str:
 def fingerprint_drift(old: dict | None, new: dict | None) -> list[str]:
     """Lines like "torch 2.13.0 -> 2.14.1" for what changed that can break a run; [] when nothing did.
 
-    A field the old fingerprint never recorded is not reported (older logs carry fewer fields).
+    A field the old fingerprint never recorded is not reported (older logs carry fewer fields); a missing or
+    empty fingerprint is drift in itself: nothing says the environment is the same.
     """
     if not old or not new:
-        return []
+        return [f"no environment fingerprint {'recorded by the earlier run' if not old else 'of this environment'} to compare with"]
     lines = []
     for key, label in DRIFT_FIELDS:
         if key in old and old.get(key) != new.get(key):

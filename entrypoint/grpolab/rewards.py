@@ -10,6 +10,7 @@ The answer format the prompts ask for is `<answer>NUMBER</answer>`.
 
 from __future__ import annotations
 
+import random
 import re
 from fractions import Fraction
 
@@ -119,6 +120,16 @@ def format_reward(completions, **kwargs) -> list[float]:
         )
         rewards.append(1.0 if ok else 0.0)
     return rewards
+
+
+_control_draws = random.Random(0)  # fixed, so a control run is repeatable in one process
+
+
+def random_reward(completions, **kwargs) -> list[float]:
+    """A control, not one of the lab's rewards: 1.0 or 0.0 by a coin toss, whatever the completion says.
+    Trained on it (`--reward-weights grpolab.rewards:random_reward=1`), a run shows how much of pass@1's
+    change the real reward is responsible for (`invoke bench --learning` runs it)."""
+    return [float(_control_draws.random() < 0.5) for _ in completions or []]
 
 
 REWARD_FUNCS = {"numeric_reward": numeric_reward, "format_reward": format_reward}

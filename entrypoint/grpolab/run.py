@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 
 from .errors import LayerFailure
-from .runlog import append_run, append_start, describe_unfinished, new_run_id, unfinished_runs
+from .runlog import append_start, describe_unfinished, new_run_id, unfinished_runs
 from .settings import LabSettings
 
 
@@ -15,35 +15,8 @@ def is_out_of_memory(error: BaseException) -> bool:
     return type(error).__name__ == "OutOfMemoryError" or "out of memory" in str(error).lower()
 
 
-def runlog_failure(error: OSError) -> LayerFailure:
-    return LayerFailure(
-        "runlog", f"could not write the run log: {error}",
-        "make runs/ (or GRPOLAB_RUNS_DIR) writable by this user and free some disk space; in a container, "
-        "check the runs volume's owner",
-    )  # fmt: skip
-
-
-def log_start(record: dict, log_path=None, say=print) -> None:
-    """Name earlier runs that never finished, then write this run's start record, so that a run killed where
-    nothing can be caught (SIGKILL) still shows, as unfinished. A log we can't write fails now, before training."""
-    try:
-        earlier = unfinished_runs(log_path)
-        for run in earlier[-3:]:
-            say("note: " + describe_unfinished(run))
-        append_start(record, log_path)
-    except OSError as error:
-        raise runlog_failure(error) from error
-
-
-@contextmanager
-def recorded_run(kind: str, settings: LabSettings, log_path=None, say=print):
-    """Yields the record to fill in; appends it to the run log on success, failure, crash or Ctrl-C.
-
-    A LayerFailure keeps its layer; an out-of-memory error becomes the out_of_memory layer, logged with
-    the prediction; Ctrl-C is logged as interrupted. The exception still propagates to the caller.
-    """
-    started = time.time()
-    record: dict = {
+def new_record(kind: str, settings: LabSettings) -> dict:
+    return {
         "run_id": new_run_id(),
         "kind": kind,
         "track": settings.track,
@@ -54,32 +27,77 @@ def recorded_run(kind: str, settings: LabSettings, log_path=None, say=print):
         "settings": settings.as_dict(),
         "model": settings.model,
     }
+
+
+def log_start(record: dict, log_path=None, say=print) -> None:
+    """Name earlier runs that never finished, then write this run's start record, so that a run killed where
+    nothing can be caught (SIGKILL) still shows, as unfinished. A log we can't write fails now, before training."""
+    from .checks import runlog_failure
+
+    try:
+        for run in unfinished_runs(log_path)[-3:]:
+            say("note: " + describe_unfinished(run))
+        append_start(record, log_path)
+    except OSError as error:
+        raise runlog_failure(error) from error
+
+
+def out_of_memory(error: BaseException, record: dict) -> LayerFailure:
+    predicted = record.get("peak_memory_gb_predicted")
+    failure = LayerFailure(
+        "out_of_memory",
+        f"out of memory ({str(error).splitlines()[0][:200]}); the estimate before the run was "
+        f"{predicted if predicted is not None else 'unknown'} GB",
+        "run `grpolab estimate` with these settings; lower num_generations or max_completion_length, keep beta 0, "
+        "or lower vllm_gpu_memory_utilization",
+    )
+    failure.__cause__ = error
+    return failure
+
+
+def crashed(error: BaseException) -> LayerFailure:
+    """An error no layer check expected: its own status and exit status, never mistaken for bad input."""
+    failure = LayerFailure(
+        "crashed", f"the run crashed: {type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}",
+        "this is not one of the layers' verdicts: read the traceback above; if the settings are supported, report it as a bug with that traceback",
+    )
+    failure.__cause__ = error
+    return failure
+
+
+def outcome_of(error: BaseException, record: dict) -> BaseException:
+    """Fill in the record's status for how the run ended; returns what the caller is to see raised."""
+    if isinstance(error, KeyboardInterrupt):
+        record.update(status="interrupted", failed_layer="interrupted", error="interrupted by the user (Ctrl-C)")
+        return error
+    if not isinstance(error, LayerFailure):
+        if not is_out_of_memory(error):
+            record.update(status="crashed", failed_layer=None, error=f"{type(error).__name__}: {error}")
+            return crashed(error)
+        error = out_of_memory(error, record)
+    record.update(status="failed", failed_layer=error.layer, error=str(error))
+    return error
+
+
+@contextmanager
+def recorded_run(kind: str, settings: LabSettings, log_path=None, say=print):
+    """Yields the record to fill in; appends it to the run log on success, failure, crash or Ctrl-C.
+
+    A LayerFailure keeps its layer; an out-of-memory error becomes the out_of_memory layer, logged with
+    the prediction; any other error is logged as `crashed` and raised as the `crashed` failure (exit 17);
+    Ctrl-C is logged as interrupted. The failure still propagates to the caller.
+    """
+    from .checks import check_runlog
+
+    started = time.time()
+    record = new_record(kind, settings)
     log_start(record, log_path, say)
     outcome: BaseException | None = None
     try:
         yield record
         record["status"] = "passed"
-    except LayerFailure as failure:
-        outcome = failure
-        record.update(status="failed", failed_layer=failure.layer, error=str(failure))
-    except KeyboardInterrupt as interrupt:
-        outcome = interrupt
-        record.update(status="interrupted", failed_layer="interrupted", error="interrupted by the user (Ctrl-C)")
-    except BaseException as error:  # noqa: BLE001 - logged, then re-raised
-        if is_out_of_memory(error):
-            predicted = record.get("peak_memory_gb_predicted")
-            outcome = LayerFailure(
-                "out_of_memory",
-                f"out of memory ({str(error).splitlines()[0][:200]}); the estimate before the run was "
-                f"{predicted if predicted is not None else 'unknown'} GB",
-                "run `grpolab estimate` with these settings; lower num_generations or max_completion_length, keep beta 0, "
-                "or lower vllm_gpu_memory_utilization",
-            )
-            outcome.__cause__ = error
-            record.update(status="failed", failed_layer="out_of_memory", error=str(outcome))
-        else:
-            outcome = error
-            record.update(status="crashed", failed_layer=None, error=f"{type(error).__name__}: {error}")
+    except BaseException as error:  # noqa: BLE001 - logged, then raised
+        outcome = outcome_of(error, record)
     finally:
         record["wall_clock_s"] = round(time.time() - started, 3)
         record["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -88,10 +106,9 @@ def recorded_run(kind: str, settings: LabSettings, log_path=None, say=print):
 
             record["fingerprint"] = environment_fingerprint()
         try:
-            path = append_run(record, log_path)
+            path = check_runlog(record, log_path)
             say(f"run log: {record['status']} -> {path} ({record['run_id']})")
-        except OSError as error:
-            failure = runlog_failure(error)
+        except LayerFailure as failure:
             if outcome is None:
                 outcome = failure
             else:

@@ -114,25 +114,56 @@ def read_config_file(path: Path) -> dict:
 
 
 def resolve_settings(track: Track, config_file: Path | None = None, overrides: dict | None = None, smoke: bool = False) -> LabSettings:
-    """Lesson defaults < track row < config file < overrides (None values in overrides are ignored)."""
+    """Lesson defaults < track row < config file < overrides (None values in overrides are ignored).
+
+    smoke: the smoke test of the lab those settings describe (smoke_settings), the flags in `overrides`
+    honoured over its sizes.
+    """
     values: dict = {"track": track.name, "rollout": track.rollout}
-    row = dict(track.lab)
-    smoke_model = row.pop("smoke_model", None)
-    values.update(row)
-    if smoke and smoke_model:
-        values["model"] = smoke_model
+    values.update({key: value for key, value in track.lab.items() if key != "smoke_model"})
     if config_file:
         values.update(read_config_file(config_file))
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+    values.update(flags)
     unknown = set(values) - SETTING_NAMES
     if unknown:
         raise ValueError(f"unknown settings {', '.join(sorted(unknown))}")
     settings = LabSettings(**values)
     if smoke:
-        # The lesson's first run on a new machine: ten prompts, four rollouts, ten steps.
-        settings.train_size, settings.num_generations, settings.max_steps = 10, 4, 10
-        settings.per_device_train_batch_size = 8
-        settings.logging_steps = 1
-        settings.heldout_size = 0
+        return smoke_settings(settings, track, flags)
+    settings.validate()
+    return settings
+
+
+# The lesson's first run on a new machine: ten prompts, four rollouts, ten steps, every step logged.
+SMOKE_SIZES = {"train_size": 10, "num_generations": 4, "max_steps": 10, "logging_steps": 1}
+# The smoke test trains but does not evaluate: flags for the held-out evaluation are refused, not ignored.
+LAB_ONLY_SETTINGS = ("heldout_size", "eval_max_new_tokens")
+
+
+def smoke_settings(lab: LabSettings, track: Track, flags: dict | None = None) -> LabSettings:
+    """The smoke test of the lab `lab` describes: its rollout path, rewards, dtype, adapter and sampling, on
+    the track's smoke_model where the lab uses the track's model (same family, smaller), at the lesson's
+    first-run sizes. `flags` (what the user typed) win over those sizes; none is silently overwritten.
+
+    Server mode keeps the lab's model: the vLLM server holds that model and the trainer streams its weights
+    into it, so a smaller model could not be smoke-tested against it.
+    """
+    flags = flags or {}
+    refused = [name for name in LAB_ONLY_SETTINGS if name in flags]
+    if refused:
+        raise ValueError(
+            f"the smoke test does not evaluate held-out problems, so {', '.join('--' + n.replace('_', '-') for n in refused)} "
+            "would change nothing: leave it out, or give it to `grpolab lab`"
+        )
+    values = {**lab.as_dict(), **SMOKE_SIZES, "heldout_size": 0}
+    smoke_model = track.lab.get("smoke_model")
+    uses_track_model = lab.model == track.lab.get("model", LabSettings.model)
+    if smoke_model and uses_track_model and lab.rollout != "vllm-server":
+        values["model"] = smoke_model
+    # Two groups per step, whatever the group size: TRL needs whole groups per batch.
+    values["per_device_train_batch_size"] = 2 * flags.get("num_generations", SMOKE_SIZES["num_generations"])
+    values.update(flags)
+    settings = LabSettings(**values)
     settings.validate()
     return settings

@@ -34,7 +34,7 @@ from .paths import cache_dir
 TINY_MODEL = "tiny"  # the name users pass as --model
 TINY_MODEL_DIRNAME = "tiny-qwen3"
 BUILD_FACTS_FILE = "grpolab_tiny.json"
-RECIPE_VERSION = 2  # bump when the recipe changes: ensure_tiny_model() then rebuilds cached copies
+RECIPE_VERSION = 3  # bump when the recipe changes (3: held-out split by unordered pair): ensure_tiny_model() then rebuilds cached copies
 
 # Qwen2's pre-tokenizer regex, verbatim from its tokenizer.json (also llama.cpp's "qwen2" pre-tokenizer).
 QWEN2_SPLIT_REGEX = (

@@ -156,17 +156,14 @@ def log_live_into(report_to: str, run_dir: Path) -> None:
         _live_log_dirs_set.add(variable)
 
 
-def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, reward_funcs, device_type: str, output_dir: Path, rollout: dict, callbacks=()):
-    """Build the GRPOTrainer. `rollout` holds GRPOConfig keyword arguments and an optional rollout_func."""
-    from trl import GRPOConfig, GRPOTrainer
-
-    rollout = dict(rollout)
-    rollout_func = rollout.pop("rollout_func", None)
-    log_live_into(settings.report_to, Path(output_dir).parent)
-    dtype = torch_dtype(settings, device_type)
+def grpo_config(settings: LabSettings, reward_names: list[str], device_type: str, output_dir: Path, rollout: dict):
+    """GRPOConfig from the lab's settings, the rewards' weights in `reward_names` order; `rollout` adds the
+    rollout path's keyword arguments."""
     import torch
+    from trl import GRPOConfig
 
-    args = GRPOConfig(
+    dtype = torch_dtype(settings, device_type)
+    return GRPOConfig(
         output_dir=str(output_dir),
         max_steps=settings.max_steps,
         per_device_train_batch_size=settings.per_device_train_batch_size,
@@ -175,7 +172,7 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
         learning_rate=settings.learning_rate,
         beta=settings.beta,
         temperature=settings.temperature,
-        reward_weights=[settings.reward_weights[func.__name__] for func in reward_funcs],
+        reward_weights=[settings.reward_weights[name] for name in reward_names],
         logging_steps=settings.logging_steps,
         seed=settings.seed,
         use_cpu=device_type == "cpu",
@@ -188,6 +185,19 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
         disable_tqdm=True,
         **rollout,
     )
+
+
+def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, reward_funcs, device_type: str, output_dir: Path, rollout: dict, callbacks=()):
+    """Build the GRPOTrainer. `rollout` holds GRPOConfig keyword arguments and an optional rollout_func."""
+    from trl import GRPOTrainer
+
+    rollout = dict(rollout)
+    rollout_func = rollout.pop("rollout_func", None)
+    log_live_into(settings.report_to, Path(output_dir).parent)
+    try:
+        args = grpo_config(settings, [func.__name__ for func in reward_funcs], device_type, output_dir, rollout)
+    except ValueError as error:  # TRL's own checks of the settings, before anything runs
+        raise LayerFailure("input", f"TRL refused these settings: {error}", "change the setting it names") from error
 
     class TimedGRPOTrainer(GRPOTrainer):
         """Counts the seconds spent producing completions, so each step splits into generation, reward, update."""
@@ -217,6 +227,11 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
     return trainer
 
 
+def as_number(value) -> float:
+    """A logged metric as a float; NaN when TRL logged None or nothing (grpolab.checks.check_step_metrics says so)."""
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
 def step_recorder(reward_funcs, on_record=None, stop_on=None):
     """A TrainerCallback that turns TRL's logs into StepRecords (and can stop training on a verdict)."""
     from transformers import TrainerCallback
@@ -244,13 +259,14 @@ def step_recorder(reward_funcs, on_record=None, stop_on=None):
             steps = max(1, args.logging_steps)
             record = StepRecord(
                 step=state.global_step,
-                reward=float(logs["reward"]),
-                reward_std=float(logs.get("reward_std", math.nan)),
-                frac_reward_zero_std=float(logs.get("frac_reward_zero_std", math.nan)),
+                reward=as_number(logs.get("reward")),
+                reward_std=as_number(logs.get("reward_std")),
+                frac_reward_zero_std=as_number(logs.get("frac_reward_zero_std")),
                 seconds=self._seconds / steps,
                 generation_seconds=self._generation / steps,
                 reward_seconds=self._reward / steps,
-                metrics={key: float(value) for key, value in logs.items() if isinstance(value, (int, float))},
+                # None too: TRL logs a metric it could not compute (a NaN mean) as None.
+                metrics={key: as_number(value) if value is not None else None for key, value in logs.items() if value is None or isinstance(value, (int, float))},
             )
             self._seconds = self._generation = self._reward = 0.0
             self.records.append(record)

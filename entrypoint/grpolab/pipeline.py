@@ -1,0 +1,317 @@
+"""The one walk every run takes: prepare -> roll out and train -> evaluate -> record.
+
+The smoke test and the lab are two shapes of this walk (SMOKE and LAB below), not two copies of it. The
+layer checks (grpolab.checks) are called at the moment the walk reaches their layer; the run-log line is
+written by grpolab.run.recorded_run whatever happens.
+
+    prepare    device, data, rewards, model (and, in the lab, the memory estimate)
+    evaluate   held-out pass@1 before training (lab)
+    adapter    LoRA on the model
+    train      the rollout path set up, GRPOTrainer run, every logged step checked
+    evaluate   held-out pass@1 after training (lab)
+    record     per-step averages, memory, fingerprint; the plot, the adapter and the summary (lab)
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from .checks import check_adapter, check_device, check_first_step, check_rewards, check_rollout, check_step_metrics, group_collapsed, say_layer
+from .errors import LayerFailure
+from .paths import runs_dir
+from .run import recorded_run
+from .settings import LabSettings
+from .tracks import Track
+
+# On what basis each rollout path's `stale` / `max_lag_steps` is given (the run log's rollout.lag_basis).
+LAG_BASIS = {
+    "inprocess": "by construction: the policy's own generate() samples with the weights being trained",
+    "vllm-colocate": "by TRL's design, not measured: TRL syncs the policy's weights into vLLM before every generation",
+    "vllm-server": "by TRL's design, not measured: TRL streams the policy's weights to the server before every generation",
+    "llamacpp": "measured: each batch's sampler version against the trainer's step (the rollout ledger)",
+}
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What a kind of run does on the walk."""
+
+    kind: str  # the run log's `kind`
+    evaluate: bool  # memory estimate, held-out pass@1 before and after, plot, adapter and summary
+    collapse_fails: bool  # a collapsed first step fails the first_step layer (else: a warning)
+    show_steps: bool  # one line per logged step (else: one line per layer)
+
+
+SMOKE = RunShape("smoke", evaluate=False, collapse_fails=True, show_steps=False)
+LAB = RunShape("lab", evaluate=True, collapse_fails=False, show_steps=True)
+
+
+@dataclass
+class Prepared:
+    """What the walk has once the device, data, rewards and model are ready."""
+
+    device_type: str
+    train: object  # datasets.Dataset
+    heldout_rows: list
+    reward_funcs: list
+    rewards_line: str
+    model_path: str
+    tokenizer: object
+    model: object
+
+
+def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_device: str | None = None, log_path=None, say=print) -> dict:
+    """Walk one run of `shape`. Returns its run-log record; raises LayerFailure at the first failing layer."""
+    say(headline(settings, track, shape))
+    with recorded_run(shape.kind, settings, log_path=log_path, say=say) as record:
+        record["layers_passed"] = passed = []
+        run = prepare(settings, track, shape, record, expect_device, say)
+        if shape.evaluate:
+            record["pass_at_1_before"] = evaluate(settings, run, run.model, "before", say)
+        peft_model, line = check_adapter(run.model, settings)
+        say_layer(say, "adapter", line)
+        say_layer(say, "rewards", run.rewards_line)
+        passed += ["adapter", "rewards"]
+        # The lab keeps what it trains under runs/<run id>/; the smoke test's trainer files are thrown away.
+        run_dir = runs_dir() / record["run_id"]
+        with nullcontext(run_dir) if shape.evaluate else tempfile.TemporaryDirectory() as output_dir:
+            trainer, steps = train(settings, track, shape, run, peft_model, Path(output_dir), record, say)
+        if shape.evaluate:
+            record["pass_at_1_after"] = evaluate(settings, run, trainer.model, "after", say)
+        record_steps(record, steps)
+        from .fingerprint import environment_fingerprint
+
+        record["fingerprint"] = environment_fingerprint()
+        if shape.evaluate:
+            keep_outputs(record, trainer, run_dir, say)
+        else:
+            from .report import before_scaling_up
+
+            before_scaling_up(record, settings, track, say)
+        passed.append("runlog")
+    return record
+
+
+def headline(settings: LabSettings, track: Track, shape: RunShape) -> str:
+    if shape.evaluate:
+        return f"GRPO lab, track {track.name}. Settings:\n{settings.describe()}"
+    return (f"smoke test, track {track.name}: {settings.model}, {settings.train_size} prompts, {settings.num_generations} rollouts, "
+            f"{settings.max_steps} steps, rollout path {settings.rollout}")
+
+
+# --- prepare --------------------------------------------------------------------------------------------
+
+
+def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, expect_device, say) -> Prepared:
+    """Device first (everything else is misleading on the wrong one), then data and rewards before any model loads."""
+    from .tiny_model import resolve_model_name
+    from .training import load_model, load_tokenizer, torch_dtype
+
+    device_type, line = check_device(track, expect_device)
+    record["device"] = device_type
+    # Only a smoke test that checked the device the track expects counts as "passed before" for the lab.
+    record["device_checked"] = expect_device in (None, track.expected_device)
+    say_layer(say, "device", line)
+    record["layers_passed"].append("device")
+    train, heldout_rows = load_data(settings, shape)
+    reward_funcs, rewards_line = check_rewards(settings, train.column_names)
+    model_path = resolve_model_name(settings.model)
+    record["model_path"] = model_path
+    if shape.evaluate:
+        from .estimate import estimate_memory
+
+        estimate = estimate_memory(model_path, settings)
+        record["peak_memory_gb_predicted"] = round(estimate.peak_gb, 3)
+        say(f"memory estimate (before the run):\n{estimate.render()}")
+    tokenizer = load_tokenizer(model_path)
+    model = load_model(model_path, torch_dtype(settings, device_type))
+    if device_type != "cpu":
+        model.to(device_type)
+    return Prepared(device_type, train, heldout_rows, reward_funcs, rewards_line, model_path, tokenizer, model)
+
+
+def load_data(settings: LabSettings, shape: RunShape) -> tuple[object, list]:
+    from .data import load_lab_datasets
+
+    heldout_size = settings.heldout_size if shape.evaluate else 0
+    try:
+        train, heldout = load_lab_datasets(settings.dataset, settings.train_size, heldout_size, settings.seed)
+    except ValueError as error:  # DatasetUnavailable included: the dataset as given cannot be used
+        raise LayerFailure("input", str(error), "check --dataset, --train-size and --heldout-size") from error
+    heldout_rows = list(heldout)
+    if shape.evaluate and not heldout_rows:
+        raise LayerFailure("input", "heldout_size is 0: the lab measures pass@1 on held-out problems before and after", "set --heldout-size to 50 or more")
+    return train, heldout_rows
+
+
+# --- roll out and train -----------------------------------------------------------------------------------
+
+
+def train(settings: LabSettings, track: Track, shape: RunShape, run: Prepared, peft_model, output_dir: Path, record: dict, say):
+    """Set up the rollout path, train with every logged step checked, free the rollout engine.
+
+    Records the rollout path with `stale`, the largest lag and the basis they are given on. Returns
+    (the trainer, its StepRecords).
+    """
+    from .training import make_trainer, step_recorder
+
+    rollout, rollout_line = check_rollout(settings, track, run.device_type, run.model_path, run.tokenizer, output_dir / "gguf")
+    record["rollout"] = {"path": settings.rollout, **rollout.pop("log", {})}
+    if shape.show_steps:
+        say_layer(say, "rollout", rollout_line)
+        say(f"training {settings.max_steps} steps...")
+    recorder = step_recorder(run.reward_funcs, on_record=step_check(settings, shape, say), stop_on=first_step_collapsed(shape))
+    try:
+        trainer = make_trainer(settings, peft_model, run.tokenizer, run.train, run.reward_funcs, run.device_type, output_dir / "trainer", rollout, [recorder])
+        recorder.trainer = trainer
+        trainer.train()
+    finally:
+        close_rollout(rollout)
+    ledger = getattr(trainer, "rollout_ledger", None)
+    record["rollout"].update(ledger.summary() if ledger else {"stale": False, "max_lag_steps": 0})
+    record["rollout"]["lag_basis"] = LAG_BASIS[settings.rollout]
+    steps = recorder.records
+    record["first_reward"] = steps[0].reward if steps else None
+    judge_first_step(shape, steps, rollout_line, record, say)
+    return trainer, steps
+
+
+def step_check(settings: LabSettings, shape: RunShape, say):
+    """Called on every logged step: the metrics must be numbers; the lab prints the step."""
+    show = progress_printer(settings, say) if shape.show_steps else None
+
+    def on_record(step_record, state):
+        check_step_metrics(step_record)
+        if show:
+            show(step_record, state)
+
+    return on_record
+
+
+def first_step_collapsed(shape: RunShape):
+    """The smoke test stops at once when the first logged step collapsed: the verdict is in, the rest would be wasted."""
+    if not shape.collapse_fails:
+        return None
+    seen = []
+
+    def stop(step_record) -> bool:
+        seen.append(step_record)
+        return len(seen) == 1 and group_collapsed(step_record)
+
+    return stop
+
+
+def judge_first_step(shape: RunShape, steps: list, rollout_line: str, record: dict, say) -> None:
+    """The smoke test's verdict on the first logged step (collapse fails it); the lab only warns."""
+    if shape.collapse_fails:
+        say_layer(say, "first step", check_first_step(steps))
+        say_layer(say, "rollout", rollout_line)
+    elif steps and group_collapsed(steps[0]):
+        say("  warning: the first logged step had no reward spread in any group (group collapse)")
+    record["layers_passed"] += ["first_step", "rollout"]
+
+
+def close_rollout(rollout: dict) -> None:
+    """Free a rollout engine the run started (llama.cpp's sampler and its GGUF copies)."""
+    func = rollout.get("rollout_func")
+    if func is not None and hasattr(func, "close"):
+        func.close()
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def progress_printer(settings: LabSettings, say):
+    started = time.perf_counter()
+
+    def show(record, state):
+        elapsed = time.perf_counter() - started
+        remaining = elapsed / max(1, record.step) * (settings.max_steps - record.step)
+        say(
+            f"  step {record.step:>4}/{settings.max_steps}  reward {record.reward:.3f} ± {record.reward_std:.3f}  "
+            f"no-spread {record.frac_reward_zero_std:.0%}  {record.seconds:.2f} s/step "
+            f"(generation {record.generation_seconds:.2f}, reward {record.reward_seconds:.3f}, update {record.update_seconds:.2f})  "
+            f"ETA {format_duration(remaining)}"
+        )
+
+    return show
+
+
+# --- evaluate -----------------------------------------------------------------------------------------------
+
+
+def evaluate(settings: LabSettings, run: Prepared, model, when: str, say) -> float:
+    """Held-out greedy pass@1, scored by the numeric reward the run trains on."""
+    from .evaluate import pass_at_1
+
+    say(f"held-out pass@1 {when} training ({len(run.heldout_rows)} problems, greedy)...")
+    score = pass_at_1(model, run.tokenizer, run.heldout_rows, settings.eval_max_new_tokens or settings.max_completion_length)
+    say(f"  pass@1 {when}: {score:.3f}")
+    return score
+
+
+# --- record -------------------------------------------------------------------------------------------------
+
+
+def step_averages(steps: list) -> dict:
+    """Seconds per step and its split into generation, reward and update, averaged over the logged steps."""
+    count = len(steps)
+    mean = lambda values: round(sum(values) / count, 4)  # noqa: E731
+    return {
+        "seconds_per_step": mean(r.seconds for r in steps),
+        "time_split_s_per_step": {
+            "generation": mean(r.generation_seconds for r in steps),
+            "reward": mean(r.reward_seconds for r in steps),
+            "update": mean(r.update_seconds for r in steps),
+        },
+    }
+
+
+def record_steps(record: dict, steps: list) -> None:
+    record["steps"] = [
+        {"step": r.step, "reward": r.reward, "reward_std": r.reward_std, "frac_reward_zero_std": r.frac_reward_zero_std,
+         "seconds": round(r.seconds, 4), "generation_s": round(r.generation_seconds, 4), "reward_s": round(r.reward_seconds, 4), "update_s": round(r.update_seconds, 4)}
+        for r in steps
+    ]
+    if steps:
+        record["first_reward"], record["last_reward"] = steps[0].reward, steps[-1].reward
+        record.update(step_averages(steps))
+
+
+def keep_outputs(record: dict, trainer, run_dir: Path, say) -> None:
+    """The lab's measured peak memory, reward plot and adapter under runs/<run id>/, then its summary."""
+    from .estimate import measured_peak_memory_gb
+    from .plot import plot_run
+
+    record["peak_memory_gb_measured"] = round(measured_peak_memory_gb(), 3)
+    record["plot"] = str(plot_run(record, run_dir / "reward.png"))
+    adapter_dir = run_dir / "adapter"
+    trainer.model.save_pretrained(adapter_dir)
+    record["adapter"] = str(adapter_dir)
+    say_summary(record, say)
+
+
+def say_summary(record: dict, say) -> None:
+    before, after = record["pass_at_1_before"], record["pass_at_1_after"]
+    say("\nsummary")
+    say(f"  pass@1          {before:.3f} -> {after:.3f} on {record['settings']['heldout_size']} held-out problems")
+    steps = record["steps"]
+    if steps:
+        say(f"  reward          {steps[0]['reward']:.3f} (step {steps[0]['step']}) -> {steps[-1]['reward']:.3f} (step {steps[-1]['step']})")
+        split = record["time_split_s_per_step"]
+        total = sum(split.values()) or 1.0
+        say(f"  seconds/step    {record['seconds_per_step']:.3f}: " + ", ".join(f"{part} {seconds:.3f} ({seconds / total:.0%})" for part, seconds in split.items()))
+    say(f"  peak memory     {record['peak_memory_gb_measured']:.2f} GB measured, {record['peak_memory_gb_predicted']:.2f} GB predicted")
+    rollout = record["rollout"]
+    lag = f"stale: max lag {rollout.get('max_lag_steps')} steps" if rollout.get("stale") else "lag 0"
+    say(f"  rollout path    {rollout['path']} ({lag}; {rollout['lag_basis']})")
+    if rollout.get("stale"):
+        say("                  stale rollouts: the reward above is the old sampler's; held-out pass@1 is what training did")
+    say(f"  plot            {record['plot']}")
+    say(f"  adapter         {record['adapter']}")
