@@ -215,8 +215,7 @@ def check_buildable(track: Track, lock_dir: Path, pyproject: Path, skip_host_che
     engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
     report = check_lock(track, lock_dir=lock_dir, pyproject=pyproject)
     if report.problems:  # a hand-edited lock too: refused here, before anything is downloaded
-        raise HostError("
-".join(report.problems))
+        raise HostError("\n".join(report.problems))
     if not skip_host_check:
         problems = host_problems(track, engine_runtimes=engine.runtimes())
         if problems:

@@ -12,7 +12,7 @@ the server holds the model the trainer will stream into it.
 
 Safe by default: it listens on the loopback interface. The server has no authentication: vLLM's `--api-key`
 would lock TRL out, since TRL 1.16's client (trl/generation/vllm_client.py) sends no key and has no setting
-for one. Listening on another address prints what that exposes (EXPOSED_WARNING).
+for one. Listening on another address prints what that exposes (grpolab.health.EXPOSED_WARNING).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import shlex
 import sys
 
 from .errors import LayerFailure
-from .health import DEFAULT_HOST, exposure_warning  # noqa: F401 (DEFAULT_HOST: the CLI's default)
+from .health import DEFAULT_HOST, exposure_warning  # noqa: F401 (re-exported for the CLI: its --host default and warning)
 from .rollouts import check_vllm_version, installed_vllm_version
 
 TRL_SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
