@@ -54,6 +54,23 @@ def check_runlog(before: int, track: str, status: int) -> dict:
     return last
 
 
+REPORT_FILES = ("report.md", "report.csv", "index.html", "reward_per_step.png", "time_split.png", "peak_memory.png", "pass_at_1.png")
+
+
+def check_report(track: str) -> None:
+    """`invoke report` over the run log `invoke up` appended to: the table (with a row for `track`), CSV, plots, HTML."""
+    from grpolab.report import run_report
+
+    out = REPO / "runs" / "report"
+    if run_report([REPO / "runs" / "runlog.jsonl"], out=out) != 0:
+        raise HostError("`invoke report` found no run in runs/runlog.jsonl after `invoke up`")
+    missing = [name for name in REPORT_FILES if not (out / name).is_file() or not (out / name).stat().st_size]
+    if missing:
+        raise HostError(f"`invoke report` did not write {', '.join(missing)} into {out}")
+    if f"| {track} |" not in (out / "report.md").read_text():
+        raise HostError(f"the report's table has no row for track {track}: see {out / 'report.md'}")
+
+
 def run_ci(skip_image: bool = False) -> dict:
     """lock --check; then the README's main command for real, `invoke up --track c` (the stand-in base where no
     registry answers, the image, `docker compose run lab`), and the run-log line it wrote; then pytest, whose
@@ -70,6 +87,8 @@ def run_ci(skip_image: bool = False) -> dict:
         with _step("invoke up --track c (base, build, docker compose run lab)", timings):
             before = len(read_runs(REPO / "runs" / "runlog.jsonl"))
             check_runlog(before, "c", up("c"))
+        with _step("invoke report (the table, CSV, plots and HTML from that run log)", timings):
+            check_report("c")
     with _step("pytest", timings):
         run_pytest()
     timings["total"] = round(time.monotonic() - started, 1)
