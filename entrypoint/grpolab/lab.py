@@ -56,7 +56,8 @@ def progress_printer(settings: LabSettings, say):
 
 def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=None, say=print) -> dict:
     from .data import load_lab_datasets
-    from .estimate import estimate_memory, measured_peak_memory_gb
+    from .estimate import run_estimate
+    from .memory import PeakMemoryMeter, peak_memory_line
     from .evaluate import pass_at_1
     from .fingerprint import environment_fingerprint
     from .plot import plot_run
@@ -83,11 +84,10 @@ def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=N
 
         model_path = resolve_model_name(settings.model)
         record["model_path"] = model_path
-        estimate = estimate_memory(model_path, settings)
-        record["peak_memory_gb_predicted"] = round(estimate.peak_gb, 3)
-        say(f"memory estimate (before the run):\n{estimate.render()}")
-
         tokenizer = load_tokenizer(model_path)
+        meter = PeakMemoryMeter(device_type, unified_memory=track.unified_memory).start()  # before the model loads
+        estimate = run_estimate(model_path, settings, meter, tokenizer, train, say)
+        record["peak_memory_gb_predicted"] = estimate and round(estimate.modelled_gb, 3)
         model = load_model(model_path, torch_dtype(settings, device_type))
         if device_type != "cpu":
             model.to(device_type)
@@ -129,7 +129,8 @@ def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=N
                 "reward": round(sum(r.reward_seconds for r in steps) / count, 4),
                 "update": round(sum(r.update_seconds for r in steps) / count, 4),
             }
-        record["peak_memory_gb_measured"] = round(measured_peak_memory_gb(), 3)
+        meter.stop()
+        record.update(meter.fields(predicted_gb=estimate and estimate.modelled_gb))
         record["fingerprint"] = environment_fingerprint()
         plot = plot_run(record, run_dir / "reward.png")
         record["plot"] = str(plot)
@@ -144,7 +145,7 @@ def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=N
             total = split["generation"] + split["reward"] + split["update"] or 1.0
             say(f"  seconds/step    {record['seconds_per_step']:.3f}: generation {split['generation']:.3f} ({split['generation'] / total:.0%}), "
                 f"reward {split['reward']:.3f} ({split['reward'] / total:.0%}), update {split['update']:.3f} ({split['update'] / total:.0%})")
-        say(f"  peak memory     {record['peak_memory_gb_measured']:.2f} GB measured, {record['peak_memory_gb_predicted']:.2f} GB predicted")
+        say(f"  peak memory     {peak_memory_line(record)}")
         say(f"  rollout path    {settings.rollout}{' (stale: max lag ' + str(record['rollout'].get('max_lag_steps')) + ' steps)' if record['rollout'].get('stale') else ''}")
         if record["rollout"].get("stale"):
             say("                  stale rollouts: the reward above is the old sampler's; held-out pass@1 is what training did")

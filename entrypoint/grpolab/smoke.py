@@ -241,7 +241,9 @@ def train_with_rollout(settings: LabSettings, track: Track, device_type: str, mo
 def run_smoke(settings: LabSettings, track: Track, expect_device: str | None = None, log_path=None, say=print) -> dict:
     """Run the six layers. Returns the run-log record; raises LayerFailure at the first failing layer."""
     from .data import load_lab_datasets
+    from .estimate import run_estimate
     from .fingerprint import environment_fingerprint
+    from .memory import PeakMemoryMeter, peak_memory_line
     from .tiny_model import resolve_model_name
     from .training import load_model, load_tokenizer, step_recorder, torch_dtype
 
@@ -259,6 +261,8 @@ def run_smoke(settings: LabSettings, track: Track, expect_device: str | None = N
         model_path = resolve_model_name(settings.model)
         record["model_path"] = model_path
         tokenizer = load_tokenizer(model_path)
+        meter = PeakMemoryMeter(device_type, unified_memory=track.unified_memory).start()  # before the model loads
+        estimate = run_estimate(model_path, settings, meter, tokenizer, train, say, show_table=False)
         model = load_model(model_path, torch_dtype(settings, device_type))
         peft_model, line = check_adapter(model, settings)
         say_layer(say, "adapter", line)
@@ -279,6 +283,9 @@ def run_smoke(settings: LabSettings, track: Track, expect_device: str | None = N
         steps = recorder.records
         record["seconds_per_step"] = round(sum(r.seconds for r in steps) / len(steps), 4)
         record["last_reward"] = steps[-1].reward
+        meter.stop()
+        record.update(meter.fields(predicted_gb=estimate and estimate.modelled_gb))
+        say(f"  peak memory {peak_memory_line(record)}")
         record["fingerprint"] = environment_fingerprint()
         passed.append("runlog")
     return record
