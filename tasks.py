@@ -170,13 +170,20 @@ def export(c, engine="verl", nodes=1, gpus_per_node=1, out=None, track="cluster"
 
 
 # --------------------------------------------------------------------------------------- benches, CI
-@task(help={"build": "time image builds instead: cold build of c, rebuild after a code change, sizes"})
-def bench(c, build=False):
-    """Timings as JSON under bench/: the lab on track c, or (--build) the image build."""
+@task(help={
+    "build": "time image builds instead: cold build of c, rebuild after a code change, sizes",
+    "memory": "peak memory instead, predicted against measured on CPU: the tiny model at track c, the Qwen3-0.6B and 1.7B shapes",
+    "case": "with --memory: only this case (tiny-track-c, qwen3-0.6b-shape, qwen3-1.7b-shape)",
+})
+def bench(c, build=False, memory=False, case=None):
+    """Timings as JSON under bench/: the lab on track c, (--build) the image build, or (--memory) peak memory."""
     from hostlab import bench as benchmarks
 
     with user_errors():
-        benchmarks.build_bench() if build else benchmarks.lab_bench()
+        if memory:
+            benchmarks.memory_bench((case,) if case else benchmarks.MEMORY_CASES)
+        else:
+            benchmarks.build_bench() if build else benchmarks.lab_bench()
 
 
 @task(help={"skip_image": "only lock --check and pytest (no `invoke up`)"})
