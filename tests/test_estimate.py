@@ -1,7 +1,6 @@
 """The memory estimate reproduces the lesson's two tables ("The memory arithmetic") term by term."""
 
 import json
-import sys
 
 import pytest
 

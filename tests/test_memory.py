@@ -78,3 +78,17 @@ def test_the_summary_line_puts_both_on_one_basis():
     line = peak_memory_line(record)
     assert line.startswith("0.050 GB measured, 0.052 GB predicted (ratio 1.04), above a runtime baseline of 0.91 GB")
     assert "no prediction" in peak_memory_line({**record, "peak_memory_gb_predicted": None})
+
+
+def test_phases_each_keep_their_own_peak():
+    with PeakMemoryMeter("cpu", preload=()) as meter:
+        block = hold(150)
+        del block
+        meter.mark("rollout")
+        block = hold(60)
+        del block
+        meter.mark("update")
+    parts = meter.fields()["peak_memory_parts"]
+    assert 0.14 <= parts["peak_rollout_gb"] < 0.25
+    assert 0.05 <= parts["peak_update_gb"] < 0.14  # the rollout's larger peak was not carried into the update
+    assert meter.peak_gb == pytest.approx(parts["peak_rollout_gb"], abs=0.01)  # the run's peak is the largest phase

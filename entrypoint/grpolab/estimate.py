@@ -2,8 +2,10 @@
 
     estimate_memory("Qwen/Qwen3-1.7B", settings, device_total_gb=16).render()
 
-All figures are decimal gigabytes (1 GB = 1e9 bytes), as in the lesson. The estimate is arithmetic, not a
-measurement: the lab logs `measured_peak_memory_gb()` next to it so the two can be compared.
+All figures are decimal gigabytes (1 GB = 1e9 bytes), as in the lesson. The estimate is arithmetic; runs log
+it beside the peak that grpolab.memory.PeakMemoryMeter measures on the same basis: the five terms are what a
+run adds above its runtime baseline (Python and the libraries, measured when the run starts and shown as a
+line of its own when known).
 
 The terms, in the lesson's order:
   1. Policy weights: parameters x bytes per parameter (BF16: 2).
@@ -16,8 +18,11 @@ The terms, in the lesson's order:
        vllm-colocate  vllm_gpu_memory_utilization x device memory, whatever the model (TRL's 0.3 default).
        vllm-server    nothing on this device: the server runs on another card.
        llamacpp       llama-server's copy of the weights plus its own key-value cache.
-  5. Logits and activations of the update: completions x completion tokens x vocab x dtype bytes of logits,
-     plus an allowance for the rest of the activations (ACTIVATION_ALLOWANCE_GB, fitted to the lesson).
+  5. Logits and activations of the update, from the model's shape and the settings (update_activations_gb):
+     what each layer keeps per token for the backward pass (with gradient checkpointing: its input, plus one
+     layer recomputed) times the tokens of one update, plus TRL's tiled log-probabilities over the vocabulary.
+     activations="lesson" counts this row the lesson's way instead (whole logits plus an allowance fitted to
+     its two tables), which reproduces the lesson's tables; the default says in one line where it differs.
 Then the share reserved for the operating system (OS_RESERVED_FRACTION, at least OS_RESERVED_MIN_GB), and Free.
 """
 
@@ -25,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 

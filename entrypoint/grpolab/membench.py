@@ -30,7 +30,7 @@ SMALL_SHAPE = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads"
                "intermediate_size": 768, "vocab_size": 4096, "tie_word_embeddings": True}
 
 CASES = {
-    "tiny-track-c": {"model": "tiny", "track": "c", "settings": {"max_steps": 3}},
+    "tiny-track-c": {"model": "tiny", "track": "c", "settings": {"max_steps": 3, "logging_steps": 1}},
     "qwen3-0.6b-shape": {"model": "Qwen/Qwen3-0.6B", "shape": QWEN3_MODELS["Qwen/Qwen3-0.6B"], "track": "c", "settings": SHAPE_SETTINGS},
     "qwen3-1.7b-shape": {"model": "Qwen/Qwen3-1.7B", "shape": QWEN3_MODELS["Qwen/Qwen3-1.7B"], "track": "c", "settings": SHAPE_SETTINGS},
     "small-shape": {"model": "small-shape", "shape": SMALL_SHAPE, "track": "c", "settings": SHAPE_SETTINGS},
@@ -84,6 +84,23 @@ def case_model(case: dict, settings: LabSettings, device_type: str, tokenizer, m
     return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
 
+def mark_phases(trainer, meter) -> None:
+    """Close a phase of the meter around every generation, so the JSON splits the peak into loading the model,
+    rollouts and updates (which of the estimate's terms meet at the peak)."""
+    generate = trainer._generate
+    calls = []
+
+    def marked(prompts):
+        meter.mark("update" if calls else "load")
+        calls.append(prompts)
+        try:
+            return generate(prompts)
+        finally:
+            meter.mark("rollout")
+
+    trainer._generate = marked
+
+
 def run_case(name: str, device_type: str, unified_memory: bool = False, say=print) -> dict:
     """Run one case; returns the benchmark's record for it."""
     from .data import load_lab_datasets
@@ -112,7 +129,9 @@ def run_case(name: str, device_type: str, unified_memory: bool = False, say=prin
         with tempfile.TemporaryDirectory() as out:
             trainer = make_trainer(settings, peft_model, tokenizer, train, reward_funcs, device_type, Path(out), {}, [recorder])
             recorder.trainer = trainer
+            mark_phases(trainer, meter)
             trainer.train()
+            meter.mark("update")
     estimate = estimate_memory(shape_source, settings, runtime_baseline_gb=meter.baseline_gb, device_type=device_type, prompt_tokens=prompt_tokens)
     fields = meter.fields(predicted_gb=estimate.modelled_gb)
     say(estimate.render())

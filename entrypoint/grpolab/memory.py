@@ -111,6 +111,9 @@ class PeakMemoryMeter:
         self._thread: threading.Thread | None = None
         self.baseline_gb = 0.0
         self.hwm_reset = False
+        self._since_mark = 0.0  # the primary sampled value's largest since the last mark (cpu: VmRSS, mps: driver)
+        self._overall_gb = 0.0  # the primary peak over the phases already closed by mark()
+        self._reserved_gb = 0.0
 
     # --- start and stop --------------------------------------------------------------------------------
 
@@ -170,7 +173,10 @@ class PeakMemoryMeter:
         table[name] = better(table.get(name, value), value)
 
     def _sample(self) -> None:
-        self._keep("resident_set_gb", resident_set_gb())
+        rss = resident_set_gb()
+        self._keep("resident_set_gb", rss)
+        if self.device_type == "cpu" and rss is not None:
+            self._since_mark = max(self._since_mark, rss)
         if self.unified_memory:
             self._keep("host_available_gb", host_available_gb(), low=True)
         try:
@@ -178,30 +184,53 @@ class PeakMemoryMeter:
                 free, total = self._torch.cuda.mem_get_info()
                 self._keep("device_used_gb", (total - free) / GB)
             elif self.device_type == "mps":
-                self._keep("mps_driver_allocated_gb", self._torch.mps.driver_allocated_memory() / GB)
+                driver = self._torch.mps.driver_allocated_memory() / GB
+                self._keep("mps_driver_allocated_gb", driver)
+                self._since_mark = max(self._since_mark, driver)
         except Exception:  # noqa: BLE001 - a failed sample is a missing point, not a failed run
             pass
+
+    def _primary_peak_gb(self) -> float:
+        """This device kind's peak since the last mark (or the start), baseline included."""
+        if self.device_type == "cuda":
+            self._reserved_gb = max(self._reserved_gb, self._torch.cuda.max_memory_reserved() / GB)
+            return self._torch.cuda.max_memory_allocated() / GB
+        hwm = resident_high_water_gb() if self.device_type == "cpu" and self.hwm_reset else None
+        return max(hwm or 0.0, self._since_mark, self.baseline_gb)
+
+    def mark(self, phase: str) -> None:
+        """Close a phase of the run (e.g. "rollout", "update"): log its own peak above the baseline as
+        peak_PHASE_gb (the largest over repeats) and measure the next phase from here."""
+        self._sample()
+        peak = self._primary_peak_gb()
+        self._overall_gb = max(self._overall_gb, peak)
+        key = f"peak_{phase}_gb"
+        self.parts[key] = max(self.parts.get(key, 0.0), peak - self.baseline_gb)
+        self.sources[key] = f"the {phase} phase's own peak, above the baseline"
+        if self.device_type == "cuda":
+            self._torch.cuda.reset_peak_memory_stats()
+        elif self.device_type == "cpu" and self.hwm_reset:
+            self.hwm_reset = reset_resident_high_water()
+        self._since_mark = 0.0
 
     def _read_peaks(self) -> None:
         parts, sources = self.parts, self.sources
         parts["runtime_baseline_gb"] = self.baseline_gb
+        peak = max(self._overall_gb, self._primary_peak_gb())
         if self.device_type == "cuda":
-            cuda = self._torch.cuda
-            parts["max_memory_allocated_gb"] = cuda.max_memory_allocated() / GB
-            parts["max_memory_reserved_gb"] = cuda.max_memory_reserved() / GB
+            parts["max_memory_allocated_gb"] = peak
+            parts["max_memory_reserved_gb"] = self._reserved_gb
             if "device_used_gb" in self._max:
                 parts["device_used_peak_gb"] = self._max["device_used_gb"]
                 sources["device_used_peak_gb"] = "total - free from torch.cuda.mem_get_info, sampled (every process, every pool)"
             parts["peak_gb"] = parts["max_memory_allocated_gb"]
             sources["peak_gb"] = "torch.cuda.max_memory_allocated, reset at the start"
         elif self.device_type == "mps":
-            parts["peak_gb"] = parts["mps_driver_allocated_peak_gb"] = self._max.get("mps_driver_allocated_gb", self.baseline_gb)
+            parts["peak_gb"] = parts["mps_driver_allocated_peak_gb"] = peak
             sources["peak_gb"] = f"torch.mps.driver_allocated_memory, sampled every {self.sample_every_s:g} s"
         else:
-            hwm = resident_high_water_gb() if self.hwm_reset else None
-            sampled = self._max.get("resident_set_gb", self.baseline_gb)
-            parts["peak_gb"] = max(hwm, sampled) if hwm is not None else sampled
-            sources["peak_gb"] = "resident-set high-water mark (VmHWM, reset at the start)" if hwm is not None else f"largest resident set, sampled every {self.sample_every_s:g} s"
+            parts["peak_gb"] = peak
+            sources["peak_gb"] = "resident-set high-water mark (VmHWM, reset at the start)" if self.hwm_reset else f"largest resident set, sampled every {self.sample_every_s:g} s"
         if self.device_type != "cpu" and "resident_set_gb" in self._max:
             parts["host_resident_set_peak_gb"] = self._max["resident_set_gb"]
         if "host_available_gb" in self._min:
