@@ -374,19 +374,22 @@ def update_activations_gb(shape: ModelShape, settings: LabSettings, dbytes: int,
     """The update's activations and its log-probabilities, from the model's shape and the settings.
 
     Without gradient checkpointing every layer keeps activation_elements_per_token values per token; with it,
-    each layer keeps its input and one layer at a time is recomputed. TRL (1.16) scores the vocabulary in tiles
+    each layer keeps its input and one layer at a time is recomputed. The backward pass adds one layer's
+    gradients at its peak. TRL (1.16) scores the vocabulary in tiles
     (at most TRL_TOKEN_TILE tokens x TRL_VOCAB_TILE vocabulary entries), never the whole logits tensor; the tiles'
     buffers, the final hidden states and their float32 gradient are counted."""
     completions = settings.per_device_train_batch_size
     tokens = completions * sequence_tokens
     per_layer = activation_elements_per_token(shape, settings.lora_rank) * dbytes
     layers = shape.num_hidden_layers
+    # The backward pass holds one layer's gradients beside what is kept (with checkpointing, beside the
+    # layer it recomputes): one more layer's worth of values at the peak.
     if checkpointing:
-        kept = tokens * (layers * shape.hidden_size * dbytes + per_layer)
-        how = f"checkpointing: {layers} layer inputs + one layer recomputed"
+        kept = tokens * (layers * shape.hidden_size * dbytes + 2 * per_layer)
+        how = f"checkpointing: {layers} layer inputs + one layer recomputed and its gradients"
     else:
-        kept = tokens * layers * per_layer
-        how = f"{layers} layers x {per_layer / 1024:.0f} KiB per token"
+        kept = tokens * (layers + 1) * per_layer
+        how = f"{layers} layers + one layer of gradients x {per_layer / 1024:.0f} KiB per token"
     scored = completions * max(1, sequence_tokens - 1)
     tile = min(scored, TRL_TOKEN_TILE) * min(shape.vocab_size, TRL_VOCAB_TILE) * dbytes * LOGIT_TILE_COPIES
     head = tile + scored * shape.hidden_size * (dbytes + 4)
