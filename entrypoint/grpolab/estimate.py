@@ -336,11 +336,12 @@ class MemoryEstimate:
             rows.append(("Runtime baseline (measured at the start)", self.runtime_baseline_gb))
         rows += [("Reserved for the operating system", self.os_reserved_gb), ("Free", self.free_gb), ("Total", self.total_gb)]
         width = max(len(n) for n, _ in rows)
+        decimals = 1 if self.modelled_gb >= 1 else 3  # the lesson's tenths, or enough to see a small model's terms
         lines = [f"GRPO memory estimate: {self.model} ({self.dtype}) on {self.total_gb:.1f} GB ({self.device_total_source})", ""]
         for n, gb in rows:
             if n == "Free":
-                lines.append(f"  {'':<{width}}  {'-' * 9}")
-            lines.append(f"  {n:<{width}}  {gb:6.1f} GB")
+                lines.append(f"  {'':<{width}}  {'-' * (decimals + 8)}")
+            lines.append(f"  {n:<{width}}  {gb:{decimals + 5}.{decimals}f} GB")
         lines.append("")
         lines += [f"  {n}: {note}" for n, _, note in self.terms]
         if self.runtime_baseline_gb is None:
