@@ -73,6 +73,23 @@ def host_available_gb() -> float | None:
     return None
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
+MMAP_THRESHOLD_BYTES = 64 * 1024
+
+
+def return_freed_tensors_to_the_os() -> bool:
+    """Serve every allocation of 64 KiB or more (tensors) with its own mapping, returned to the OS when freed.
+
+    glibc otherwise raises its mmap threshold as large blocks are freed (up to 32 MiB) and then keeps freed heap
+    pages resident, fragmented: the resident peak drifts above the live peak from one step to the next (the
+    tiny model at track c: 0.134 GB resident against 0.106 GB live, seen here). With this the CPU's resident
+    peak is the live peak the estimate models. False where the C library is not glibc."""
+    try:
+        return bool(ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    except (OSError, AttributeError):
+        return False
+
+
 def release_freed_memory() -> None:
     """Collect garbage and hand freed heap pages back to the OS, so an earlier run in this process (the
     smoke test before the lab) does not hide in the baseline or get reused unseen."""
@@ -131,6 +148,10 @@ class PeakMemoryMeter:
             except Exception:  # noqa: BLE001 - a module this environment lacks is simply not runtime here
                 pass
         self._torch = sys.modules.get("torch")
+        if self.device_type == "cpu":
+            returned = return_freed_tensors_to_the_os()
+            self.sources["allocator"] = ("glibc, mmap threshold 64 KiB: freed tensors go back to the OS" if returned
+                                         else "not glibc: freed memory may stay resident and raise the peak")
         if self._torch is not None:
             warm_up_runtime(self._torch, self.device_type)
         release_freed_memory()
