@@ -38,3 +38,13 @@ def test_cases_are_the_issues():
         settings = case_settings(ALL_CASES[name])
         assert settings.dtype == "bfloat16" and settings.rollout == "inprocess"
     assert case_settings(CASES["qwen3-0.6b-shape"]).dtype == "float32"
+
+
+def test_gpu_memory_check_refuses_clearly_without_a_gpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the script would run its cases")
+    result = subprocess.run(["bash", "images/gpu/memory_check.sh"], cwd=REPO, env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OUT": str(tmp_path)},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "FAIL  no CUDA GPU visible to torch" in result.stdout and "--dry-run" in result.stdout
