@@ -57,9 +57,9 @@ def progress_printer(settings: LabSettings, say):
 def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=None, say=print) -> dict:
     from .data import load_lab_datasets
     from .estimate import run_estimate
-    from .memory import PeakMemoryMeter, peak_memory_line
     from .evaluate import pass_at_1
     from .fingerprint import environment_fingerprint
+    from .memory import PeakMemoryMeter, peak_memory_line
     from .plot import plot_run
     from .tiny_model import resolve_model_name
     from .training import load_model, load_tokenizer, step_recorder, torch_dtype
