@@ -1,4 +1,5 @@
-"""`invoke bench`: wall-clock timings written as JSON under bench/ (a benchmark, not a timed test)."""
+"""`invoke bench`: wall-clock timings and (--memory) predicted against measured peak memory, written as JSON
+under bench/ (benchmarks, not timed tests)."""
 
 from __future__ import annotations
 
@@ -43,9 +44,14 @@ def _timed(cmd: list[str], **kw) -> dict:
     return {"command": " ".join(cmd), "seconds": round(time.monotonic() - t, 1), "exit_status": status}
 
 
+def _in_container() -> bool:
+    """Run in the grpolab:c image when it is built and is the recorded track, else with the host's Python."""
+    return engine.image_or_none("grpolab:c") is not None and recorded_track() == "c"
+
+
 def lab_bench() -> Path:
     """Smoke test and default lab on track c, wall clock including container (or interpreter) start-up."""
-    in_container = engine.image_or_none("grpolab:c") is not None and recorded_track() == "c"
+    in_container = _in_container()
     if in_container:
         runs = {
             "smoke": _timed(["docker", "compose", "run", "--rm", "-T", "smoke"]),
@@ -105,6 +111,42 @@ def _learning_run(name: str, argv: list[str], runs_dir: Path, process) -> dict:
 
 
 LEARNING_FIELDS = ("status", "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "seconds_per_step", "wall_clock_s", "settings")
+
+
+MEMORY_CASES = ("tiny-track-c", "qwen3-0.6b-shape", "qwen3-1.7b-shape")
+MEMORY_TARGET = "predicted within 15% of measured: the modelled part, runtime baseline excluded and given beside it"
+
+
+def _memory_case(case: str, in_container: bool) -> dict:
+    """One case in a process of its own (its own baseline); its result is the MEMORY-BENCH line it prints."""
+    if in_container:
+        cmd, env = ["docker", "compose", "run", "--rm", "-T", "lab", "memory-bench", "--case", case], None
+    else:
+        from grpolab.tracks import get_track
+
+        from .labrun import lab_command, lab_env
+
+        cmd, env = lab_command("memory-bench", "c", {"case": case}, []), lab_env(get_track("c"))
+    say("$ " + " ".join(cmd))
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    line = next((line for line in proc.stdout.splitlines() if line.startswith("MEMORY-BENCH ")), None)
+    result = json.loads(line.removeprefix("MEMORY-BENCH ")) if line else {"case": case, "error": proc.stdout[-2000:]}
+    return {**result, "exit_status": proc.returncode, "seconds": round(time.monotonic() - started, 1)}
+
+
+def memory_bench(cases: tuple[str, ...] = MEMORY_CASES) -> Path:
+    """Predicted against measured peak memory on the CPU, per case (JSON under bench/)."""
+    in_container = _in_container()
+    results = [_memory_case(case, in_container) for case in cases]
+    for r in results:
+        verdict = r.get("skipped") or (f"ratio {r['ratio_predicted_over_measured']}" if "ratio_predicted_over_measured" in r else "failed")
+        say(f"{r['case']}: {verdict}")
+    return _write("memory", {
+        "where": "container (docker compose run)" if in_container else "host python",
+        "target": MEMORY_TARGET,
+        "cases": results,
+    })
 
 
 def _subset(into: Path) -> Path:

@@ -36,6 +36,9 @@ def test_short_lab_run_logs_everything_and_plots(tiny_model_env, tmp_path):
     assert set(lab_run["time_split_s_per_step"]) == {"generation", "reward", "update"}
     assert lab_run["time_split_s_per_step"]["generation"] > 0
     assert lab_run["peak_memory_gb_measured"] > 0 and lab_run["peak_memory_gb_predicted"] > 0
+    # The smoke test ran first in the same process: the lab's own peak and baseline, not the smoke test's.
+    assert lab_run["runtime_baseline_gb"] > 0.1 and lab_run["peak_memory_parts"]["peak_gb"] >= lab_run["runtime_baseline_gb"]
+    assert smoke_run["peak_memory_gb_measured"] > 0 and "above a runtime baseline" in out
     assert lab_run["rollout"]["path"] == "inprocess" and lab_run["rollout"]["stale"] is False
     assert lab_run["first_reward"] is not None and lab_run["seconds_per_step"] > 0
     plot = Path(lab_run["plot"])

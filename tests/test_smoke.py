@@ -37,6 +37,11 @@ def test_smoke_passes_every_layer_on_cpu(tiny_model_env, tmp_path):
     assert run["rollout"] == {"path": "inprocess", "stale": False, "max_lag_steps": 0, "lag_basis": LAG_BASIS["inprocess"]}
     assert run["device_checked"] is True and run["seconds_per_step"] > 0
     assert run["fingerprint"]["torch_version"]
+    # Peak memory measured and predicted on one basis (above the runtime baseline), in the line and on screen.
+    assert run["peak_memory_gb_measured"] > 0 and run["peak_memory_gb_predicted"] > 0 and run["runtime_baseline_gb"] > 0.1
+    assert run["peak_memory_ratio"] == pytest.approx(run["peak_memory_gb_predicted"] / run["peak_memory_gb_measured"], rel=0.05)
+    assert "VmHWM" in run["peak_memory_basis"]
+    assert "  peak memory " in result.stdout and "above a runtime baseline" in result.stdout
     # A second run reports what changed since the first pass: nothing.
     again = smoke(["--track", "c"], env)
     assert again.returncode == 0 and "nothing changed" in again.stdout

@@ -1,4 +1,4 @@
-"""Command line: grpolab {smoke,lab,estimate,doctor,report,serve,export,export-gguf,tiny-model}. Every setting of the lab is a flag."""
+"""Command line: grpolab {smoke,lab,estimate,memory-bench,doctor,report,serve,export,export-gguf,tiny-model}. Every setting of the lab is a flag."""
 
 from __future__ import annotations
 
@@ -79,9 +79,16 @@ def cmd_estimate(args) -> int:
     from .estimate import estimate_memory
 
     track, settings = settings_from(args)
-    estimate = estimate_memory(args.model_for_estimate or settings.model, settings, device_total_gb=args.device_memory_gb)
+    estimate = estimate_memory(args.model_for_estimate or settings.model, settings, device_total_gb=args.device_memory_gb,
+                               activations="lesson" if args.lesson_arithmetic else "shape")
     print(json.dumps(estimate.as_dict(), indent=2) if args.json else estimate.render())
     return 0
+
+
+def cmd_memory_bench(args) -> int:
+    from .membench import main as memory_bench
+
+    return memory_bench(args.case, args.device, args.out, unified_memory=args.unified_memory)
 
 
 def cmd_doctor(args) -> int:
@@ -177,7 +184,16 @@ def build_parser() -> argparse.ArgumentParser:
     estimate = add("estimate", cmd_estimate, "Predict the lesson's five memory terms for a run, before starting it.")
     estimate.add_argument("--json", action="store_true", help="print JSON instead of the table")
     estimate.add_argument("--device-memory-gb", type=float, help="total accelerator (or unified) memory; default: this machine's")
+    estimate.add_argument("--lesson-arithmetic", action="store_true",
+                          help="the update's row as the lesson counts it (whole logits plus an allowance), which reproduces the lesson's tables")
     estimate.set_defaults(model_for_estimate=None)
+    from .membench import ALL_CASES
+
+    membench = add("memory-bench", cmd_memory_bench, "One case of the memory benchmark (`invoke bench --memory` runs them all): a few GRPO steps under the peak-memory meter, then predicted against measured, as JSON.", settings=False)
+    membench.add_argument("--case", required=True, choices=sorted(ALL_CASES))
+    membench.add_argument("--device", choices=["cpu", "cuda", "mps"], default="cpu", help="where to train (default cpu)")
+    membench.add_argument("--unified-memory", action="store_true", help="also log the host's MemAvailable low-water mark")
+    membench.add_argument("--out", help="also write the case's JSON to this file")
     doctor = add("doctor", cmd_doctor, "A read-only report of every layer, without training.", settings=False)
     doctor.add_argument("--json", action="store_true", help="the whole report as JSON (format: grpolab/doctor.schema.json)")
     doctor.add_argument("-v", "--verbose", action="store_true", help="the details of every item")

@@ -2,8 +2,10 @@
 
     estimate_memory("Qwen/Qwen3-1.7B", settings, device_total_gb=16).render()
 
-All figures are decimal gigabytes (1 GB = 1e9 bytes), as in the lesson. The estimate is arithmetic, not a
-measurement: the lab logs `measured_peak_memory_gb()` next to it so the two can be compared.
+All figures are decimal gigabytes (1 GB = 1e9 bytes), as in the lesson. The estimate is arithmetic; runs log
+it beside the peak that grpolab.memory.PeakMemoryMeter measures on the same basis: the five terms are what a
+run adds above its runtime baseline (Python and the libraries, measured when the run starts and shown as a
+line of its own when known).
 
 The terms, in the lesson's order:
   1. Policy weights: parameters x bytes per parameter (BF16: 2).
@@ -16,8 +18,11 @@ The terms, in the lesson's order:
        vllm-colocate  vllm_gpu_memory_utilization x device memory, whatever the model (TRL's 0.3 default).
        vllm-server    nothing on this device: the server runs on another card.
        llamacpp       llama-server's copy of the weights plus its own key-value cache.
-  5. Logits and activations of the update: completions x completion tokens x vocab x dtype bytes of logits,
-     plus an allowance for the rest of the activations (ACTIVATION_ALLOWANCE_GB, fitted to the lesson).
+  5. Logits and activations of the update, from the model's shape and the settings (update_activations_gb):
+     what each layer keeps per token for the backward pass (with gradient checkpointing: its input, plus one
+     layer recomputed) times the tokens of one update, plus TRL's tiled log-probabilities over the vocabulary.
+     activations="lesson" counts this row the lesson's way instead (whole logits plus an allowance fitted to
+     its two tables), which reproduces the lesson's tables; the default says in one line where it differs.
 Then the share reserved for the operating system (OS_RESERVED_FRACTION, at least OS_RESERVED_MIN_GB), and Free.
 """
 
@@ -25,16 +30,23 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .settings import LabSettings
 
 GB = 1e9
+HUB_TIMEOUT_S = 5  # one try for config.json on the Hub; offline machines fall back at once or after this
 ADAPTER_BYTES_PER_PARAM = 16  # fp32 weight 4 + fp32 gradient 4 + Adam's two fp32 moments 8 (the course's Part 11)
 
-# The rest of the activations beyond the logits. The lesson gives no formula, only two tables: 2 GB in all for
+# TRL 1.16 computes log-probabilities through a fused LM head in tiles of at most 4096 tokens x 32768 vocabulary
+# entries (trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE, trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE), with
+# one tile buffer in the forward pass and one in the backward pass, plus the fold's temporaries of the same size.
+TRL_TOKEN_TILE = 4096
+TRL_VOCAB_TILE = 32768
+LOGIT_TILE_COPIES = 3
+
+# The lesson's own arithmetic for the update's row (activations="lesson"): the whole logits tensor plus an allowance. The lesson gives no formula, only two tables: 2 GB in all for
 # Qwen3-1.7B and 4 GB for Qwen3-4B, both with 8 completions of 512 tokens, so the allowance is ~0.76 GB and
 # ~2.76 GB. No term linear in the model's shape fits both (a 4B model has 1.6x the hidden x layers of a 1.7B
 # one, yet 3.6x the allowance), so the allowance grows with the policy's size to the power 1.5, and linearly
@@ -153,9 +165,28 @@ def _hf_cached_config(model_id: str) -> Path | None:
     return found[-1] if found else None
 
 
+def _hub_config(model_id: str) -> dict | None:
+    """config.json from the Hugging Face Hub (one try, a short timeout; None offline or on any failure)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or "/" not in model_id:
+        return None
+    import urllib.request
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    request = urllib.request.Request(f"{endpoint}/{model_id}/resolve/main/config.json")
+    token = os.environ.get("HF_TOKEN")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=HUB_TIMEOUT_S) as response:
+            return json.loads(response.read())
+    except Exception:  # noqa: BLE001 - unreachable, unknown or private: the caller falls back
+        return None
+
+
 def model_shape(model: str | dict) -> ModelShape:
-    """The shape of `model`: a config dict, a local directory or config.json, the built-in tiny model, a
-    course Qwen3 id from the built-in table, or a model already in the Hugging Face cache."""
+    """The shape of `model`: a config dict, a local directory or config.json, the built-in tiny model, a model
+    in the Hugging Face cache, its config.json from the Hub when reachable, else a course Qwen3 from the
+    built-in table (saying that the config could not be read)."""
     if isinstance(model, dict):
         return _shape_from_config(str(model.get("_name_or_path", "config")), "config given", model)
     name = str(model)
@@ -170,15 +201,19 @@ def model_shape(model: str | dict) -> ModelShape:
         path = path / "config.json"
     if path.is_file():
         return _shape_from_config(name, str(path), json.loads(path.read_text()))
-    if name in QWEN3_MODELS:
-        return _shape_from_config(name, "built-in table", QWEN3_MODELS[name])
     cached = _hf_cached_config(name)
     if cached:
         return _shape_from_config(name, str(cached), json.loads(cached.read_text()))
+    hub = _hub_config(name)
+    if hub:
+        return _shape_from_config(name, f"config.json from the Hugging Face Hub ({name})", hub)
+    if name in QWEN3_MODELS:
+        return _shape_from_config(name, "built-in table (config.json neither in the Hugging Face cache nor reachable on the Hub)", QWEN3_MODELS[name])
     known = ", ".join(QWEN3_MODELS)
     raise UnknownModel(
-        f"unknown model {name!r}: it is not a local path with a config.json, not in the Hugging Face cache, and not one of "
-        f"the built-in models ({known}). Pass a local model directory, or download the model first."
+        f"no memory estimate for {name!r}: it is not a local path with a config.json, its config.json is neither in the "
+        f"Hugging Face cache nor reachable on the Hub, and it is not one of the built-in models ({known}). Pass a local "
+        "model directory, or download the model first."
     )
 
 
@@ -256,15 +291,22 @@ class MemoryEstimate:
     total_gb: float
     free_gb: float
     inputs: dict = field(default_factory=dict)
+    runtime_baseline_gb: float | None = None  # measured when the run starts; None when not known yet
+    lesson_difference: str | None = None  # one line where the update's row differs from the lesson's arithmetic
 
     @property
     def fits(self) -> bool:
         return self.free_gb >= 0
 
     @property
-    def peak_gb(self) -> float:
-        """What the run itself should hold at its peak: the five terms, without the OS reservation."""
+    def modelled_gb(self) -> float:
+        """The five terms: what the run adds above its runtime baseline (the meter's peak_memory_gb_measured)."""
         return sum(gb for _, gb, _ in self.terms)
+
+    @property
+    def peak_gb(self) -> float:
+        """The whole peak: the five terms plus the runtime baseline where it is known."""
+        return self.modelled_gb + (self.runtime_baseline_gb or 0.0)
 
     def term(self, prefix: str) -> float | None:
         """The GB of the first term whose name starts with `prefix` (None when absent)."""
@@ -278,7 +320,10 @@ class MemoryEstimate:
             "terms": [{"name": n, "gb": round(gb, 3), "note": note} for n, gb, note in self.terms],
             "os_reserved_gb": round(self.os_reserved_gb, 3),
             "free_gb": round(self.free_gb, 3),
+            "modelled_gb": round(self.modelled_gb, 3),
+            "runtime_baseline_gb": None if self.runtime_baseline_gb is None else round(self.runtime_baseline_gb, 3),
             "peak_gb": round(self.peak_gb, 3),
+            "lesson_difference": self.lesson_difference,
             "total_gb": round(self.total_gb, 3),
             "device_total_source": self.device_total_source,
             "fits": self.fits,
@@ -287,18 +332,25 @@ class MemoryEstimate:
 
     def render(self) -> str:
         rows = [(n, gb) for n, gb, _ in self.terms]
+        if self.runtime_baseline_gb is not None:
+            rows.append(("Runtime baseline (measured at the start)", self.runtime_baseline_gb))
         rows += [("Reserved for the operating system", self.os_reserved_gb), ("Free", self.free_gb), ("Total", self.total_gb)]
         width = max(len(n) for n, _ in rows)
+        decimals = 1 if self.modelled_gb >= 1 else 3  # the lesson's tenths, or enough to see a small model's terms
         lines = [f"GRPO memory estimate: {self.model} ({self.dtype}) on {self.total_gb:.1f} GB ({self.device_total_source})", ""]
         for n, gb in rows:
             if n == "Free":
-                lines.append(f"  {'':<{width}}  {'-' * 9}")
-            lines.append(f"  {n:<{width}}  {gb:6.1f} GB")
+                lines.append(f"  {'':<{width}}  {'-' * (decimals + 8)}")
+            lines.append(f"  {n:<{width}}  {gb:{decimals + 5}.{decimals}f} GB")
         lines.append("")
         lines += [f"  {n}: {note}" for n, _, note in self.terms]
+        if self.runtime_baseline_gb is None:
+            lines.append("  Not counted: the runtime baseline (Python, torch and the libraries before the model loads); the lab measures it at the start.")
+        if self.lesson_difference:
+            lines.append(f"  {self.lesson_difference}")
         lines.append("")
         if self.fits:
-            lines.append("Estimate from arithmetic, not a measurement: compare it with the measured peak the lab logs.")
+            lines.append("Estimate from arithmetic, not a measurement: the lab logs the measured peak on the same basis beside it.")
         else:
             lines.append(
                 f"Does not fit: {-self.free_gb:.1f} GB short. Set beta to 0 (drops the reference model), lower "
@@ -307,14 +359,100 @@ class MemoryEstimate:
         return "\n".join(lines)
 
 
+def activation_elements_per_token(shape: ModelShape, lora_rank: int) -> int:
+    """Values one decoder layer keeps per token for the backward pass (no checkpointing), LoRA on all linears.
+
+    Counted from Qwen3's layer: the two RMSNorms keep their inputs and outputs (4 x hidden); attention keeps
+    q_norm's and k_norm's inputs, the rotated queries, keys and values repeated to every query head and the
+    attention output (5 x heads x head_dim + kv_heads x head_dim); the MLP keeps gate, up, SiLU(gate) and their
+    product (4 x intermediate); each LoRA keeps its rank-r middle (7 x rank)."""
+    q = shape.num_attention_heads * shape.head_dim
+    kv = shape.num_key_value_heads * shape.head_dim
+    return 4 * shape.hidden_size + 5 * q + kv + 4 * shape.intermediate_size + 7 * lora_rank
+
+
+def update_activations_gb(shape: ModelShape, settings: LabSettings, dbytes: int, sequence_tokens: int, checkpointing: bool) -> tuple[float, str]:
+    """The update's activations and its log-probabilities, from the model's shape and the settings.
+
+    Without gradient checkpointing every layer keeps activation_elements_per_token values per token; with it,
+    each layer keeps its input and one layer at a time is recomputed. The backward pass adds one layer's
+    gradients at its peak. TRL (1.16) scores the vocabulary in tiles
+    (at most TRL_TOKEN_TILE tokens x TRL_VOCAB_TILE vocabulary entries), never the whole logits tensor; the tiles'
+    buffers, the final hidden states and their float32 gradient are counted."""
+    completions = settings.per_device_train_batch_size
+    tokens = completions * sequence_tokens
+    per_layer = activation_elements_per_token(shape, settings.lora_rank) * dbytes
+    layers = shape.num_hidden_layers
+    # The backward pass holds one layer's gradients beside what is kept (with checkpointing, beside the
+    # layer it recomputes): one more layer's worth of values at the peak.
+    if checkpointing:
+        kept = tokens * (layers * shape.hidden_size * dbytes + 2 * per_layer)
+        how = f"checkpointing: {layers} layer inputs + one layer recomputed and its gradients"
+    else:
+        kept = tokens * (layers + 1) * per_layer
+        how = f"{layers} layers + one layer of gradients x {per_layer / 1024:.0f} KiB per token"
+    scored = completions * max(1, sequence_tokens - 1)
+    tile = min(scored, TRL_TOKEN_TILE) * min(shape.vocab_size, TRL_VOCAB_TILE) * dbytes * LOGIT_TILE_COPIES
+    head = tile + scored * shape.hidden_size * (dbytes + 4)
+    note = (f"{tokens} tokens ({completions} x {sequence_tokens}), {how} = {kept / GB:.2f} GB, plus {head / GB:.2f} GB for the "
+            f"log-probabilities over the {shape.vocab_size} vocabulary in tiles")
+    return (kept + head) / GB, note
+
+
+def lesson_activations_gb(shape: ModelShape, settings: LabSettings, dbytes: int) -> tuple[float, float]:
+    """The lesson's own arithmetic for this row: the whole logits tensor plus an allowance fitted to its two
+    tables. Returns (total GB, logits GB)."""
+    completions = settings.per_device_train_batch_size
+    logits_gb = completions * settings.max_completion_length * shape.vocab_size * dbytes / GB
+    update_tokens = completions * (settings.max_prompt_length + settings.max_completion_length)
+    allowance_gb = ACTIVATION_ALLOWANCE_GB * (shape.num_parameters / 1e9) ** ACTIVATION_ALLOWANCE_EXPONENT * update_tokens / ACTIVATION_ALLOWANCE_TOKENS
+    return logits_gb + allowance_gb, logits_gb
+
+
+def _device_of(settings: LabSettings, device_type: str | None) -> str:
+    if device_type:
+        return device_type
+    try:
+        from .tracks import get_track
+
+        return get_track(settings.track).expected_device
+    except Exception:  # noqa: BLE001 - an unknown track or no table: the lesson's GPU
+        return "cuda"
+
+
+def _rollout_term(settings: LabSettings, label: str, weights_gb: float, kv_gb: float, kv_note: str, completions: int, device_total_gb: float):
+    if settings.rollout == "vllm-colocate":
+        u = settings.vllm_gpu_memory_utilization
+        return (f"vLLM allocation at a {u:g} memory fraction", u * device_total_gb, f"vllm_gpu_memory_utilization {u:g} x {device_total_gb:g} GB, whatever the model")
+    if settings.rollout == "vllm-server":
+        return ("vLLM server (on another device)", 0.0, "server mode runs vLLM on a second card; on one shared device count its gpu_memory_utilization too")
+    if settings.rollout == "llamacpp":
+        return ("llama-server weights and key-value cache", weights_gb + kv_gb, f"a {label} GGUF copy of the policy plus {kv_note}")
+    return (f"Rollout key-value cache, {completions} sequences", kv_gb, kv_note)
+
+
 def estimate_memory(
     model: str | dict | None,
     settings: LabSettings,
     device_total_gb: float | None = None,
     os_reserved_gb: float | None = None,
+    *,
+    runtime_baseline_gb: float | None = None,
+    device_type: str | None = None,
+    prompt_tokens: int | None = None,
+    activations: str = "shape",
 ) -> MemoryEstimate:
     """The lesson's five terms for `model` (None: settings.model) under `settings` on a device of
-    `device_total_gb` GB (this machine's, measured, when None)."""
+    `device_total_gb` GB (this machine's, measured, when None).
+
+    runtime_baseline_gb: what the process held before the model loaded (the meter's baseline), shown as its
+        own line; the measured peak on CPU includes it, the five terms do not.
+    device_type: where training runs (default: the track's device); gradient checkpointing is on off the CPU,
+        as the lab's trainer sets it.
+    prompt_tokens: the longest prompt of the run's data in tokens (default: max_prompt_length, an upper bound).
+    activations: "shape" (from the model's shape and the settings) or "lesson" (the lesson's own arithmetic,
+        which reproduces its tables).
+    """
     shape = model_shape(settings.model if model is None else model)
     dtype = _weights_dtype(settings)
     dbytes = DTYPE_BYTES[dtype]
@@ -325,13 +463,15 @@ def estimate_memory(
         total_source = "given"
     if os_reserved_gb is None:
         os_reserved_gb = os_reserved_default_gb(device_total_gb)
+    device = _device_of(settings, device_type)
 
     params = shape.num_parameters
     weights_gb = params * dbytes / GB
     # One update sees per_device_train_batch_size completions; TRL also generates that many per step
     # (steps_per_generation 1). At the lesson's settings both equal num_generations (8).
     completions = settings.per_device_train_batch_size
-    seq_tokens = settings.max_prompt_length + settings.max_completion_length
+    prompt = settings.max_prompt_length if prompt_tokens is None else prompt_tokens
+    seq_tokens = prompt + settings.max_completion_length
     terms: list[tuple[str, float, str]] = []
 
     terms.append((f"Policy weights, {label}", weights_gb, f"{params / 1e9:.2f}B parameters x {dbytes} bytes ({shape.source})"))
@@ -348,42 +488,41 @@ def estimate_memory(
     kv_per_token = shape.kv_bytes_per_token(dbytes)
     kv_gb = completions * seq_tokens * kv_per_token / GB
     kv_note = f"{completions} sequences x {seq_tokens} tokens x {kv_per_token / 1024:g} KiB per token"
-    if settings.rollout == "vllm-colocate":
-        u = settings.vllm_gpu_memory_utilization
-        terms.append((f"vLLM allocation at a {u:g} memory fraction", u * device_total_gb, f"vllm_gpu_memory_utilization {u:g} x {device_total_gb:g} GB, whatever the model"))
-    elif settings.rollout == "vllm-server":
-        terms.append(("vLLM server (on another device)", 0.0, "server mode runs vLLM on a second card; on one shared device count its gpu_memory_utilization too"))
-    elif settings.rollout == "llamacpp":
-        terms.append(("llama-server weights and key-value cache", weights_gb + kv_gb, f"a {label} GGUF copy of the policy plus {kv_note}"))
+    terms.append(_rollout_term(settings, label, weights_gb, kv_gb, kv_note, completions, device_total_gb))
+
+    lesson_gb, logits_gb = lesson_activations_gb(shape, settings, dbytes)
+    differs = None
+    if activations == "lesson":
+        update_gb = lesson_gb
+        update_note = (f"{completions} x {settings.max_completion_length} x {shape.vocab_size} vocab x {dbytes} bytes = {logits_gb:.2f} GB of logits, "
+                       f"plus {lesson_gb - logits_gb:.2f} GB allowance for the other activations (the lesson's arithmetic)")
     else:
-        terms.append((f"Rollout key-value cache, {completions} sequences", kv_gb, kv_note))
+        update_gb, update_note = update_activations_gb(shape, settings, dbytes, seq_tokens, checkpointing=device != "cpu")
+        if abs(round(update_gb, 1) - round(lesson_gb, 1)) >= 0.1:
+            differs = (f"The lesson's table would put {lesson_gb:.1f} GB on the update's row (whole logits plus an allowance fitted to its "
+                       f"two tables); this estimate follows the model's shape and TRL's tiled log-probabilities: {update_gb:.2f} GB.")
+    terms.append(("Logits and activations for the update", update_gb, update_note))
 
-    logits_gb = completions * settings.max_completion_length * shape.vocab_size * dbytes / GB
-    update_tokens = completions * seq_tokens
-    allowance_gb = ACTIVATION_ALLOWANCE_GB * (params / 1e9) ** ACTIVATION_ALLOWANCE_EXPONENT * update_tokens / ACTIVATION_ALLOWANCE_TOKENS
-    terms.append((
-        "Logits and activations for the update",
-        logits_gb + allowance_gb,
-        f"{completions} x {settings.max_completion_length} x {shape.vocab_size} vocab x {dbytes} bytes = {logits_gb:.2f} GB of logits, "
-        f"plus {allowance_gb:.2f} GB allowance for the other activations",
-    ))
-
-    used = sum(gb for _, gb, _ in terms)
+    used = sum(gb for _, gb, _ in terms) + (runtime_baseline_gb or 0.0)
     inputs = {
         "model": shape.name,
         "num_parameters": params,
         "dtype": dtype,
+        "device": device,
+        "gradient_checkpointing": device != "cpu",
         "beta": settings.beta,
         "lora_rank": settings.lora_rank,
         "lora_target_modules": settings.lora_target_modules,
         "num_generations": settings.num_generations,
         "per_device_train_batch_size": completions,
+        "prompt_tokens": prompt,
         "max_prompt_length": settings.max_prompt_length,
         "max_completion_length": settings.max_completion_length,
         "rollout": settings.rollout,
         "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
         "device_total_gb": device_total_gb,
         "os_reserved_gb": os_reserved_gb,
+        "activations": activations,
     }
     return MemoryEstimate(
         model=shape.name,
@@ -396,31 +535,34 @@ def estimate_memory(
         total_gb=device_total_gb,
         free_gb=device_total_gb - used - os_reserved_gb,
         inputs=inputs,
+        runtime_baseline_gb=runtime_baseline_gb,
+        lesson_difference=differs,
     )
 
 
-def measured_peak_memory() -> dict:
-    """The peak memory this process has used, in GB, and what measured it.
-
-    CUDA/ROCm: torch.cuda.max_memory_allocated (tensors only, not the allocator's cache or vLLM's pool).
-    MPS: torch.mps.driver_allocated_memory (what the driver holds now; MPS keeps no peak).
-    Otherwise: the process's peak resident set size (ru_maxrss: KiB on Linux, bytes on macOS).
-    """
-    torch = sys.modules.get("torch")  # nothing reached an accelerator through torch unless torch is loaded
-    if torch is not None:
-        try:
-            if torch.cuda.is_available() and torch.cuda.is_initialized():
-                return {"gb": torch.cuda.max_memory_allocated() / GB, "source": "torch.cuda.max_memory_allocated"}
-            if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-                return {"gb": torch.mps.driver_allocated_memory() / GB, "source": "torch.mps.driver_allocated_memory"}
-        except Exception:
-            pass
-    import resource
-
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    rss_bytes = rss if sys.platform == "darwin" else rss * 1024
-    return {"gb": rss_bytes / GB, "source": "peak resident set size (ru_maxrss)"}
+def longest_prompt_tokens(tokenizer, rows, sample: int = 256) -> int | None:
+    """The longest prompt, in tokens, among the first `sample` rows as the trainer will see them (chat
+    template applied). TRL pads every prompt of a batch to the longest. None when the rows have no prompt."""
+    lengths = []
+    rows = rows.select(range(min(sample, len(rows)))) if hasattr(rows, "select") else list(rows)[:sample]
+    for row in rows:
+        prompt = row.get("prompt")
+        if prompt is None:
+            continue
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False) if isinstance(prompt, list) else prompt
+        lengths.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+    return max(lengths) if lengths else None
 
 
-def measured_peak_memory_gb() -> float:
-    return measured_peak_memory()["gb"]
+def run_estimate(model, settings: LabSettings, meter, tokenizer=None, rows=None, say=print, show_table: bool = True) -> MemoryEstimate | None:
+    """The estimate a run logs beside its measured peak: the meter's device and runtime baseline, the data's
+    longest prompt. When no estimate can be made it says so and returns None: a run is never refused for that."""
+    try:
+        prompt_tokens = longest_prompt_tokens(tokenizer, rows) if tokenizer is not None and rows is not None else None
+        estimate = estimate_memory(model, settings, runtime_baseline_gb=meter.baseline_gb, device_type=meter.device_type, prompt_tokens=prompt_tokens)
+    except (UnknownModel, ValueError, KeyError, OSError) as error:
+        say(f"no memory estimate for this run ({error}); going on without one")
+        return None
+    if show_table:
+        say(f"memory estimate (before the run):\n{estimate.render()}")
+    return estimate

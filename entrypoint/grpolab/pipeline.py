@@ -4,12 +4,13 @@ The smoke test and the lab are two shapes of this walk (SMOKE and LAB below), no
 layer checks (grpolab.checks) are called at the moment the walk reaches their layer; the run-log line is
 written by grpolab.run.recorded_run whatever happens.
 
-    prepare    device, data, rewards, model (and, in the lab, the memory estimate)
+    prepare    device, data, rewards, the memory meter and estimate, model
     evaluate   held-out pass@1 before training (lab)
     adapter    LoRA on the model
     train      the rollout path set up, GRPOTrainer run, every logged step checked
     evaluate   held-out pass@1 after training (lab)
-    record     per-step averages, memory, fingerprint; the plot, the adapter and the summary (lab)
+    record     per-step averages, peak memory against the estimate, fingerprint; the plot, the adapter and the
+               summary (lab), what to write down before scaling up (smoke)
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class Prepared:
     model_path: str
     tokenizer: object
     model: object
+    meter: object  # grpolab.memory.PeakMemoryMeter, started before the model loaded
+    estimate: object  # grpolab.estimate.MemoryEstimate, or None when none could be made
 
 
 def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_device: str | None = None, log_path=None, say=print) -> dict:
@@ -83,6 +86,7 @@ def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_de
         if shape.evaluate:
             record["pass_at_1_after"] = evaluate(settings, run, trainer.model, "after", say)
         record_steps(record, steps)
+        record_memory(run, record, say, show=not shape.evaluate)
         from .fingerprint import environment_fingerprint
 
         record["fingerprint"] = environment_fingerprint()
@@ -121,17 +125,34 @@ def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, 
     reward_funcs, rewards_line = check_rewards(settings, train.column_names)
     model_path = resolve_model_name(settings.model)
     record["model_path"] = model_path
-    if shape.evaluate:
-        from .estimate import estimate_memory
-
-        estimate = estimate_memory(model_path, settings)
-        record["peak_memory_gb_predicted"] = round(estimate.peak_gb, 3)
-        say(f"memory estimate (before the run):\n{estimate.render()}")
     tokenizer = load_tokenizer(model_path)
+    meter, estimate = start_memory_meter(settings, track, shape, device_type, model_path, tokenizer, train, record, say)
     model = load_model(model_path, torch_dtype(settings, device_type))
     if device_type != "cpu":
         model.to(device_type)
-    return Prepared(device_type, train, heldout_rows, reward_funcs, rewards_line, model_path, tokenizer, model)
+    return Prepared(device_type, train, heldout_rows, reward_funcs, rewards_line, model_path, tokenizer, model, meter, estimate)
+
+
+def start_memory_meter(settings: LabSettings, track: Track, shape: RunShape, device_type: str, model_path: str, tokenizer, train, record: dict, say):
+    """The peak-memory meter, started before the model loads (its runtime baseline), and the estimate of the
+    same quantity; the lab prints the estimate's table. No estimate is said in words, never a refusal."""
+    from .estimate import run_estimate
+    from .memory import PeakMemoryMeter
+
+    meter = PeakMemoryMeter(device_type, unified_memory=track.unified_memory).start()
+    estimate = run_estimate(model_path, settings, meter, tokenizer, train, say, show_table=shape.evaluate)
+    record["peak_memory_gb_predicted"] = estimate and round(estimate.modelled_gb, 3)
+    return meter, estimate
+
+
+def record_memory(run: Prepared, record: dict, say, show: bool) -> None:
+    """Stop the meter and log the measured peak beside the prediction, on the same basis."""
+    from .memory import peak_memory_line
+
+    run.meter.stop()
+    record.update(run.meter.fields(predicted_gb=run.estimate and run.estimate.modelled_gb))
+    if show:
+        say(f"  peak memory {peak_memory_line(record)}")
 
 
 def load_data(settings: LabSettings, shape: RunShape) -> tuple[object, list]:
@@ -286,10 +307,8 @@ def record_steps(record: dict, steps: list) -> None:
 
 def keep_outputs(record: dict, trainer, run_dir: Path, say) -> None:
     """The lab's measured peak memory, reward plot and adapter under runs/<run id>/, then its summary."""
-    from .estimate import measured_peak_memory_gb
     from .plot import plot_run
 
-    record["peak_memory_gb_measured"] = round(measured_peak_memory_gb(), 3)
     record["plot"] = str(plot_run(record, run_dir / "reward.png"))
     adapter_dir = run_dir / "adapter"
     trainer.model.save_pretrained(adapter_dir)
@@ -307,7 +326,9 @@ def say_summary(record: dict, say) -> None:
         split = record["time_split_s_per_step"]
         total = sum(split.values()) or 1.0
         say(f"  seconds/step    {record['seconds_per_step']:.3f}: " + ", ".join(f"{part} {seconds:.3f} ({seconds / total:.0%})" for part, seconds in split.items()))
-    say(f"  peak memory     {record['peak_memory_gb_measured']:.2f} GB measured, {record['peak_memory_gb_predicted']:.2f} GB predicted")
+    from .memory import peak_memory_line
+
+    say(f"  peak memory     {peak_memory_line(record)}")
     rollout = record["rollout"]
     lag = f"stale: max lag {rollout.get('max_lag_steps')} steps" if rollout.get("stale") else "lag 0"
     say(f"  rollout path    {rollout['path']} ({lag}; {rollout['lag_basis']})")

@@ -559,21 +559,15 @@ def lab_projection(seconds_per_step: float, smoke_settings, smoke_model: str, la
     }
 
 
-def peak_against_estimate(model_path: str, settings) -> dict:
-    """This process's measured peak memory, and the lesson's arithmetic for the same settings."""
-    from .estimate import UnknownModel, estimate_memory, measured_peak_memory
-
-    measured = measured_peak_memory()
-    try:
-        predicted = round(estimate_memory(model_path, settings).peak_gb, 6)  # a tiny model's estimate is megabytes
-    except (UnknownModel, OSError, ValueError):
-        predicted = None
-    gb = round(measured["gb"], 3)
+def peak_against_estimate(record: dict) -> dict:
+    """The run's measured peak memory and the estimate of the same quantity, as the memory meter logged them
+    (grpolab.memory: both above the runtime baseline)."""
+    gb, predicted = record.get("peak_memory_gb_measured"), record.get("peak_memory_gb_predicted")
     return {
         "peak_memory_gb_measured": gb,
-        "peak_memory_source": measured["source"],
+        "peak_memory_source": record.get("peak_memory_basis", "not measured"),
         "peak_memory_gb_predicted": predicted,
-        "peak_memory_ratio": round(gb / predicted, 3) if predicted else None,
+        "peak_memory_ratio": round(gb / predicted, 3) if gb is not None and predicted else None,
     }
 
 
@@ -587,14 +581,15 @@ def before_scaling_up(record: dict, settings, track, say=print) -> list[str]:
     lab = resolve_settings(track)
     noted = {"seconds_per_step": per_step, "steps": steps, "steps_s": round(per_step * steps, 3)}
     noted.update(lab_projection(per_step, settings, record.get("model_path") or settings.model, lab))
-    noted.update(peak_against_estimate(record.get("model_path") or settings.model, settings))
+    noted.update(peak_against_estimate(record))
     rollout = record.get("rollout") if isinstance(record.get("rollout"), dict) else {}
     noted.update(rollout_path=rollout.get("path", settings.rollout), stale=rollout.get("stale"))
     record["before_scaling_up"] = noted
     ratio = noted["peak_memory_ratio"]
-    memory = f"{noted['peak_memory_gb_measured']:.2f} GB measured by {noted['peak_memory_source']}"
+    measured = noted["peak_memory_gb_measured"]
+    memory = f"{measured:.3f} GB measured ({noted['peak_memory_source']})" if measured is not None else "not measured"
     if ratio:
-        memory += f" against {noted['peak_memory_gb_predicted']:.3g} GB predicted: x{ratio:.2f}"
+        memory += f" against {noted['peak_memory_gb_predicted']:.3f} GB predicted: x{ratio:.2f}"
         if not 0.5 <= ratio <= 2:
             memory += " - off by more than a factor of two: worth understanding before you make the run larger"
     lines = [

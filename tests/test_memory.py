@@ -1,0 +1,109 @@
+"""The peak-memory meter on the CPU, for real: what a run adds above its baseline, with an earlier run's peak
+forgotten. The CUDA and MPS branches run on hardware only (images/gpu/memory_check.sh)."""
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from grpolab import memory  # noqa: E402
+from grpolab.memory import PeakMemoryMeter, peak_memory_line  # noqa: E402
+
+MB = 1e6
+
+
+def hold(megabytes: int):
+    """A float32 tensor of `megabytes`, every page touched."""
+    return torch.ones(int(megabytes * MB / 4))
+
+
+def test_cpu_meter_measures_what_the_run_adds():
+    with PeakMemoryMeter("cpu", preload=()) as meter:
+        block = hold(200)
+        del block
+    fields = meter.fields(predicted_gb=0.2)
+    assert 0.19 <= fields["peak_memory_gb_measured"] < 0.3
+    assert fields["runtime_baseline_gb"] > 0.01  # Python and torch were already resident
+    assert fields["peak_memory_parts"]["peak_gb"] == pytest.approx(fields["runtime_baseline_gb"] + fields["peak_memory_gb_measured"], abs=0.002)
+    assert "VmHWM" in fields["peak_memory_basis"] and "before the model loads" in fields["peak_memory_sources"]["baseline"]
+    assert fields["peak_memory_ratio"] == pytest.approx(0.2 / fields["peak_memory_gb_measured"], rel=0.01)
+
+
+def test_an_earlier_peak_in_the_same_process_is_not_counted():
+    """The lab runs the smoke test first in the same process: its peak must not become the lab's."""
+    earlier = hold(400)
+    del earlier
+    with PeakMemoryMeter("cpu", preload=()) as meter:
+        block = hold(50)
+        del block
+    assert meter.hwm_reset  # Linux lets a process reset its own high-water mark
+    assert 0.04 <= meter.peak_gb < 0.2
+
+
+def test_sampling_stands_in_where_the_high_water_mark_cannot_be_reset(monkeypatch):
+    monkeypatch.setattr(memory, "reset_resident_high_water", lambda: False)
+    with PeakMemoryMeter("cpu", preload=(), sample_every_s=0.005) as meter:
+        block = hold(150)
+        time.sleep(0.1)  # long enough for several samples
+        del block
+    fields = meter.fields()
+    assert "sampled" in fields["peak_memory_basis"]
+    assert 0.12 <= fields["peak_memory_gb_measured"] < 0.25
+    assert "peak_memory_gb_predicted" not in fields
+
+
+def test_unified_memory_logs_the_hosts_low_water_mark():
+    available_before = memory.host_available_gb()
+    with PeakMemoryMeter("cpu", unified_memory=True, preload=()) as meter:
+        block = hold(100)
+        time.sleep(0.1)
+        del block
+    parts = meter.fields()["peak_memory_parts"]
+    assert 0 < parts["host_available_low_gb"] <= available_before + 0.05
+    assert "MemAvailable" in meter.sources["host_available_low_gb"]
+
+
+def test_parts_reported_by_another_layer_are_logged():
+    with PeakMemoryMeter("cpu", preload=()) as meter:
+        pass
+    meter.record_part("vllm_kv_cache_gb", 1.5, "vLLM's own report")
+    fields = meter.fields()
+    assert fields["peak_memory_parts"]["vllm_kv_cache_gb"] == 1.5 and fields["peak_memory_sources"]["vllm_kv_cache_gb"] == "vLLM's own report"
+
+
+def test_the_summary_line_puts_both_on_one_basis():
+    record = {"peak_memory_gb_measured": 0.05, "peak_memory_gb_predicted": 0.052, "peak_memory_ratio": 1.04,
+              "runtime_baseline_gb": 0.91, "peak_memory_basis": "cpu: VmHWM, minus the runtime baseline"}
+    line = peak_memory_line(record)
+    assert line.startswith("0.050 GB measured, 0.052 GB predicted (ratio 1.04), above a runtime baseline of 0.91 GB")
+    assert "no prediction" in peak_memory_line({**record, "peak_memory_gb_predicted": None})
+
+
+def test_phases_each_keep_their_own_peak():
+    with PeakMemoryMeter("cpu", preload=()) as meter:
+        block = hold(150)
+        del block
+        meter.mark("rollout")
+        block = hold(60)
+        del block
+        meter.mark("update")
+    parts = meter.fields()["peak_memory_parts"]
+    assert 0.14 <= parts["peak_rollout_gb"] < 0.25
+    assert 0.05 <= parts["peak_update_gb"] < 0.14  # the rollout's larger peak was not carried into the update
+    assert meter.peak_gb == pytest.approx(parts["peak_rollout_gb"], abs=0.01)  # the run's peak is the largest phase
+
+
+def test_freed_tensors_go_back_to_the_os():
+    """Holes between tensors still alive stay resident under glibc's defaults; the meter's allocator setting
+    returns them, so the resident peak is the live peak."""
+    with PeakMemoryMeter("cpu", preload=()) as meter:
+        kept, freed = [], []
+        for _ in range(1500):
+            freed.append(torch.ones(25_000))  # 100 KB each, under glibc's default 128 KiB mmap threshold
+            kept.append(torch.ones(16))  # a small neighbour that stays alive
+        del freed
+        left_resident = memory.resident_set_gb() - meter.baseline_gb
+    assert meter.sources["allocator"].startswith("glibc")
+    assert meter.peak_gb > 0.14  # the 150 MB were there at the peak
+    assert left_resident < 0.05  # and went back to the OS when freed
