@@ -12,7 +12,7 @@ import pytest
 
 from grpolab.errors import LayerFailure
 from grpolab.machine import HostFacts, host_facts
-from grpolab.smoke import check_device
+from grpolab.checks import check_device
 from grpolab.torchbuild import Devices, TorchBuild, arch_covered, build_kind, coverage_reason, diagnose_device, installed_version, torch_build, torch_devices
 from grpolab.tracks import get_track
 
