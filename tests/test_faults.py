@@ -101,15 +101,19 @@ def test_file_size_limit_while_writing_the_end_record_fails_in_the_runlog_layer_
     _assert_log_full_kept_everything(log, _fill_log_until_full(log, "rlimit"))
 
 
-@pytest.fixture
-def small_filesystem(tmp_path):
-    """A 64 KiB tmpfs (root only: mounting needs CAP_SYS_ADMIN)."""
-    mount_point = tmp_path / "small"
+def mounted_tmpfs(mount_point, options: str, why_skipped: str):
+    """A tmpfs mounted for one test (root only: mounting needs CAP_SYS_ADMIN), unmounted after it."""
     mount_point.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)], capture_output=True).returncode:
-        pytest.skip("this user can't mount a small tmpfs; the file-size-limit test covers the same code path")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)], capture_output=True).returncode:
+        pytest.skip(why_skipped)
     yield mount_point
     subprocess.run(["umount", str(mount_point)], check=True)
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 64 KiB tmpfs."""
+    yield from mounted_tmpfs(tmp_path / "small", "size=64k", "this user can't mount a small tmpfs; the file-size-limit test covers the same code path")
 
 
 def test_full_filesystem_while_writing_the_end_record_fails_in_the_runlog_layer_with_no_partial_line(small_filesystem):
@@ -282,13 +286,8 @@ def test_a_version_changed_by_hand_is_refused_before_downloading_naming_the_line
 # ------------------------------------------------------------------------- runs/ read-only, the cache unwritable
 @pytest.fixture
 def read_only_folder(tmp_path):
-    """A read-only filesystem (root only), which even root can't write: runs/ mounted read-only."""
-    mount_point = tmp_path / "read-only"
-    mount_point.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mount_point)], capture_output=True).returncode:
-        pytest.skip("this user can't mount a read-only tmpfs")
-    yield mount_point
-    subprocess.run(["umount", str(mount_point)], check=True)
+    """A read-only filesystem, which even root can't write: runs/ mounted read-only."""
+    yield from mounted_tmpfs(tmp_path / "read-only", "ro,size=64k", "this user can't mount a read-only tmpfs")
 
 
 def test_read_only_runs_folder_fails_in_the_runlog_layer_before_training(read_only_folder, tiny_model_env):

@@ -1,5 +1,3 @@
-import json
-import multiprocessing
 import signal
 import subprocess
 import sys
@@ -16,21 +14,7 @@ from grpolab.settings import LabSettings
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _writer(path, index):
-    for n in range(50):
-        append_run({"writer": index, "n": n, "padding": "x" * 5000}, path)
-
-
-def test_concurrent_writers_never_interleave(tmp_path):
-    path = tmp_path / "runlog.jsonl"
-    processes = [multiprocessing.Process(target=_writer, args=(path, i)) for i in range(4)]
-    for p in processes:
-        p.start()
-    for p in processes:
-        p.join()
-    lines = path.read_text().splitlines()
-    assert len(lines) == 200
-    assert sorted((r["writer"], r["n"]) for r in map(json.loads, lines)) == [(w, n) for w in range(4) for n in range(50)]
+# Concurrent appends: tests/test_faults.py (eight processes, a hundred lines each).
 
 
 def test_line_after_a_torn_line_starts_on_its_own(tmp_path):
