@@ -2,7 +2,9 @@
 tiny model is built once (into .cache/tests, ignored by git) and shared by every test that trains."""
 
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,19 @@ def runs_dir(tmp_path, monkeypatch) -> Path:
     """A fresh runs/ folder for the run log of one test."""
     monkeypatch.setenv("GRPOLAB_RUNS_DIR", str(tmp_path / "runs"))
     return tmp_path / "runs"
+
+
+def lab_in_training(env: dict, runs: Path, steps: int = 500, timeout_s: float = 240):
+    """A `grpolab lab` subprocess on track c, returned once its first training step is printed (for tests that
+    interrupt or kill a run mid-training), with the output read so far."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "grpolab", "lab", "--track", "c", "--smoke", "never", "--max-steps", str(steps)],
+        cwd=REPO, env={**env, "GRPOLAB_RUNS_DIR": str(runs)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    output, deadline = "", time.time() + timeout_s
+    while time.time() < deadline and process.poll() is None:
+        line = process.stdout.readline()
+        output += line
+        if "step " in line and f"/{steps}" in line:  # training is under way
+            break
+    return process, output

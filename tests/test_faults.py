@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import lab_in_training
 from grpolab.errors import EXIT_STATUS
 from grpolab.runlog import append_run, read_runs, runs_with_unfinished, unfinished_runs
 
@@ -161,17 +162,7 @@ def test_a_run_killed_with_sigkill_shows_as_unfinished_and_the_next_run_names_it
 
 @pytest.mark.slow
 def test_a_lab_killed_with_sigkill_mid_training_leaves_no_partial_line_and_shows_unfinished(tmp_path, tiny_model_env):
-    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "grpolab", "lab", "--track", "c", "--smoke", "never", "--max-steps", "500"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    output, deadline = "", time.time() + 240
-    while time.time() < deadline and process.poll() is None:
-        line = process.stdout.readline()
-        output += line
-        if "step " in line and "/500" in line:  # training is under way
-            break
+    process, output = lab_in_training(tiny_model_env, tmp_path)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
     assert process.returncode == -signal.SIGKILL, output

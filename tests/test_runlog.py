@@ -1,11 +1,9 @@
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from conftest import lab_in_training
 from grpolab.errors import LayerFailure
 from grpolab.run import recorded_run
 from grpolab.runlog import SCHEMA_VERSION, append_run, last_passing_smoke, read_runs
@@ -65,18 +63,7 @@ def test_unwritable_log_is_the_runlog_layer(tmp_path):
 
 @pytest.mark.slow
 def test_sigint_during_a_lab_run_logs_interrupted(tmp_path, tiny_model_env):
-    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "grpolab", "lab", "--track", "c", "--smoke", "never", "--max-steps", "500"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    output = ""
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        line = process.stdout.readline()
-        output += line
-        if "step " in line and "/500" in line:  # training is under way
-            break
+    process, output = lab_in_training(tiny_model_env, tmp_path)
     process.send_signal(signal.SIGINT)
     rest, _ = process.communicate(timeout=120)
     output += rest
