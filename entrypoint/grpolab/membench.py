@@ -105,7 +105,7 @@ def run_case(name: str, device_type: str, unified_memory: bool = False, say=prin
     """Run one case; returns the benchmark's record for it."""
     from .data import load_lab_datasets
     from .memory import PeakMemoryMeter, host_available_gb
-    from .smoke import check_rewards
+    from .checks import check_rewards
     from .training import add_adapter, make_trainer, step_recorder
 
     case = ALL_CASES[name]
