@@ -27,16 +27,16 @@ PLOT_PX = (1000, 600)
 # What each machine's fingerprint would say (hardware we lack here): fixtures, not measurements.
 HARDWARE = {
     "s": {"rollout": "vllm-colocate", "fingerprint": {"device_type": "cuda", "device_name": "NVIDIA GB10", "device_arch": "sm_121", "machine": "aarch64",
-                                                     "torch_version": "2.13.0+cu130", "torch_build": "cuda", "torch_cuda": "13.0", "driver": "580.95.05"},
+                                                     "torch_version": "2.13.0+cu130", "torch_build": "cuda", "torch_cuda": "13.0", "torch_hip": None, "driver": "580.95.05"},
           "vllm": "0.31.0", "peak": (52.0, 50.9), "pass": (0.31, 0.47)},
     "x": {"rollout": "inprocess", "fingerprint": {"device_type": "cuda", "device_name": "AMD Radeon 8060S", "device_arch": "gfx1151", "machine": "x86_64",
-                                                 "torch_version": "2.13.0+rocm7.2", "torch_build": "hip", "torch_hip": "7.2", "driver": "6.18.4"},
+                                                 "torch_version": "2.13.0+rocm7.2", "torch_build": "hip", "torch_cuda": None, "torch_hip": "7.2", "driver": "6.18.4"},
           "vllm": None, "peak": (7.1, 6.4), "pass": (0.30, 0.41)},
     "n": {"rollout": "vllm-colocate", "fingerprint": {"device_type": "cuda", "device_name": "NVIDIA GeForce RTX 4090", "device_arch": "sm_89", "machine": "x86_64",
-                                                     "torch_version": "2.13.0+cu130", "torch_build": "cuda", "torch_cuda": "13.0", "driver": "580.82.07"},
+                                                     "torch_version": "2.13.0+cu130", "torch_build": "cuda", "torch_cuda": "13.0", "torch_hip": None, "driver": "580.82.07"},
           "vllm": "0.31.0", "peak": (13.2, 11.0), "pass": (0.30, 0.44)},
     "m": {"rollout": "inprocess", "fingerprint": {"device_type": "mps", "device_name": "arm", "device_arch": "mps", "machine": "arm64",
-                                                 "torch_version": "2.13.0", "torch_build": "mps", "driver": None},
+                                                 "torch_version": "2.13.0", "torch_build": "mps", "torch_cuda": None, "torch_hip": None, "driver": None},
           "vllm": None, "peak": (9.5, 8.0), "pass": (0.29, 0.35)},
 }
 
