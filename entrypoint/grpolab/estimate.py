@@ -431,6 +431,47 @@ def _rollout_term(settings: LabSettings, label: str, weights_gb: float, kv_gb: f
     return (f"Rollout key-value cache, {completions} sequences", kv_gb, kv_note)
 
 
+def _device_budget(device_total_gb: float | None, os_reserved_gb: float | None) -> tuple[float, str, float]:
+    """(device memory in GB, where that figure came from, the operating system's share): this machine's when not given."""
+    if device_total_gb is None:
+        device_total_gb, total_source = device_total_memory_gb()
+    else:
+        total_source = "given"
+    return device_total_gb, total_source, os_reserved_default_gb(device_total_gb) if os_reserved_gb is None else os_reserved_gb
+
+
+def _weight_terms(shape: ModelShape, settings: LabSettings, label: str, dbytes: int, weights_gb: float) -> list:
+    """The policy's weights, the reference copy when beta > 0, and the adapter with its gradients and Adam states."""
+    terms = [(f"Policy weights, {label}", weights_gb, f"{shape.num_parameters / 1e9:.2f}B parameters x {dbytes} bytes ({shape.source})")]
+    if settings.beta > 0:
+        terms.append((f"Reference model, {label}", weights_gb, f"beta {settings.beta:g} > 0 loads a frozen copy; beta 0 drops this term"))
+    lora = lora_trainable_parameters(shape, settings.lora_rank, settings.lora_target_modules)
+    terms.append((
+        "Adapter, gradients and Adam states",
+        lora * ADAPTER_BYTES_PER_PARAM / GB,
+        f"{lora / 1e6:.1f}M LoRA parameters (rank {settings.lora_rank}, {settings.lora_target_modules}) x {ADAPTER_BYTES_PER_PARAM} bytes",
+    ))
+    return terms
+
+
+def _update_term(shape: ModelShape, settings: LabSettings, dbytes: int, seq_tokens: int, device: str, activations: str):
+    """The update's row, from the model's shape (or, with activations="lesson", the lesson's arithmetic), and the
+    one line saying how it differs from the lesson's table (None when it does not)."""
+    lesson_gb, logits_gb = lesson_activations_gb(shape, settings, dbytes)
+    if activations == "lesson":
+        note = (f"{settings.per_device_train_batch_size} x {settings.max_completion_length} x {shape.vocab_size} vocab x {dbytes} bytes = "
+                f"{logits_gb:.2f} GB of logits, plus {lesson_gb - logits_gb:.2f} GB allowance for the other activations (the lesson's arithmetic)")
+        return ("Logits and activations for the update", lesson_gb, note), None
+    update_gb, note = update_activations_gb(shape, settings, dbytes, seq_tokens, checkpointing=device != "cpu")
+    differs = None
+    if abs(round(update_gb, 1) - round(lesson_gb, 1)) >= 0.1:
+        differs = (f"The lesson's table would put {lesson_gb:.1f} GB on the update's row (whole logits plus an allowance fitted to its "
+                   f"two tables); this estimate follows the model's shape and TRL's tiled log-probabilities: {update_gb:.2f} GB.")
+    return ("Logits and activations for the update", update_gb, note), differs
+
+
+# About 70 lines with its signature and the documentation of each argument; the body is the five terms in the
+# lesson's order, each a line or a helper, kept together so the table reads top to bottom as the lesson's does.
 def estimate_memory(
     model: str | dict | None,
     settings: LabSettings,
@@ -457,12 +498,7 @@ def estimate_memory(
     dtype = _weights_dtype(settings)
     dbytes = DTYPE_BYTES[dtype]
     label = DTYPE_LABEL[dtype]
-    if device_total_gb is None:
-        device_total_gb, total_source = device_total_memory_gb()
-    else:
-        total_source = "given"
-    if os_reserved_gb is None:
-        os_reserved_gb = os_reserved_default_gb(device_total_gb)
+    device_total_gb, total_source, os_reserved_gb = _device_budget(device_total_gb, os_reserved_gb)
     device = _device_of(settings, device_type)
 
     params = shape.num_parameters
@@ -474,56 +510,25 @@ def estimate_memory(
     seq_tokens = prompt + settings.max_completion_length
     terms: list[tuple[str, float, str]] = []
 
-    terms.append((f"Policy weights, {label}", weights_gb, f"{params / 1e9:.2f}B parameters x {dbytes} bytes ({shape.source})"))
-    if settings.beta > 0:
-        terms.append((f"Reference model, {label}", weights_gb, f"beta {settings.beta:g} > 0 loads a frozen copy; beta 0 drops this term"))
-
-    lora = lora_trainable_parameters(shape, settings.lora_rank, settings.lora_target_modules)
-    terms.append((
-        "Adapter, gradients and Adam states",
-        lora * ADAPTER_BYTES_PER_PARAM / GB,
-        f"{lora / 1e6:.1f}M LoRA parameters (rank {settings.lora_rank}, {settings.lora_target_modules}) x {ADAPTER_BYTES_PER_PARAM} bytes",
-    ))
+    terms += _weight_terms(shape, settings, label, dbytes, weights_gb)
 
     kv_per_token = shape.kv_bytes_per_token(dbytes)
     kv_gb = completions * seq_tokens * kv_per_token / GB
     kv_note = f"{completions} sequences x {seq_tokens} tokens x {kv_per_token / 1024:g} KiB per token"
     terms.append(_rollout_term(settings, label, weights_gb, kv_gb, kv_note, completions, device_total_gb))
 
-    lesson_gb, logits_gb = lesson_activations_gb(shape, settings, dbytes)
-    differs = None
-    if activations == "lesson":
-        update_gb = lesson_gb
-        update_note = (f"{completions} x {settings.max_completion_length} x {shape.vocab_size} vocab x {dbytes} bytes = {logits_gb:.2f} GB of logits, "
-                       f"plus {lesson_gb - logits_gb:.2f} GB allowance for the other activations (the lesson's arithmetic)")
-    else:
-        update_gb, update_note = update_activations_gb(shape, settings, dbytes, seq_tokens, checkpointing=device != "cpu")
-        if abs(round(update_gb, 1) - round(lesson_gb, 1)) >= 0.1:
-            differs = (f"The lesson's table would put {lesson_gb:.1f} GB on the update's row (whole logits plus an allowance fitted to its "
-                       f"two tables); this estimate follows the model's shape and TRL's tiled log-probabilities: {update_gb:.2f} GB.")
-    terms.append(("Logits and activations for the update", update_gb, update_note))
+    update_term, differs = _update_term(shape, settings, dbytes, seq_tokens, device, activations)
+    terms.append(update_term)
 
     used = sum(gb for _, gb, _ in terms) + (runtime_baseline_gb or 0.0)
     inputs = {
-        "model": shape.name,
-        "num_parameters": params,
-        "dtype": dtype,
-        "device": device,
-        "gradient_checkpointing": device != "cpu",
-        "beta": settings.beta,
-        "lora_rank": settings.lora_rank,
-        "lora_target_modules": settings.lora_target_modules,
-        "num_generations": settings.num_generations,
-        "per_device_train_batch_size": completions,
-        "prompt_tokens": prompt,
-        "max_prompt_length": settings.max_prompt_length,
-        "max_completion_length": settings.max_completion_length,
-        "rollout": settings.rollout,
-        "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
-        "device_total_gb": device_total_gb,
-        "os_reserved_gb": os_reserved_gb,
-        "activations": activations,
-    }
+        "model": shape.name, "num_parameters": params, "dtype": dtype, "device": device, "gradient_checkpointing": device != "cpu",
+        "beta": settings.beta, "lora_rank": settings.lora_rank, "lora_target_modules": settings.lora_target_modules,
+        "num_generations": settings.num_generations, "per_device_train_batch_size": completions, "prompt_tokens": prompt,
+        "max_prompt_length": settings.max_prompt_length, "max_completion_length": settings.max_completion_length,
+        "rollout": settings.rollout, "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+        "device_total_gb": device_total_gb, "os_reserved_gb": os_reserved_gb, "activations": activations,
+    }  # fmt: skip
     return MemoryEstimate(
         model=shape.name,
         model_source=shape.source,
