@@ -98,12 +98,14 @@ def test_freed_tensors_go_back_to_the_os():
     """Holes between tensors still alive stay resident under glibc's defaults; the meter's allocator setting
     returns them, so the resident peak is the live peak."""
     with PeakMemoryMeter("cpu", preload=()) as meter:
+        resident_before_gb = memory.resident_set_gb()  # what earlier tests in this process left is not ours
         kept, freed = [], []
         for _ in range(1500):
             freed.append(torch.ones(25_000))  # 100 KB each, under glibc's default 128 KiB mmap threshold
             kept.append(torch.ones(16))  # a small neighbour that stays alive
         del freed
-        left_resident = memory.resident_set_gb() - meter.baseline_gb
+        left_resident = memory.resident_set_gb() - resident_before_gb
     assert meter.sources["allocator"].startswith("glibc")
     assert meter.peak_gb > 0.14  # the 150 MB were there at the peak
-    assert left_resident < 0.05  # and went back to the OS when freed
+    # and most of it went back to the OS when freed (under glibc's defaults about 0.15 GB stays resident)
+    assert left_resident < 0.075
