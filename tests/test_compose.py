@@ -102,11 +102,15 @@ def test_vllm_server_services_only_where_server_mode_runs(track, tmp_path, monke
 
 
 @needs_compose
-def test_hf_token_passes_through_only_when_set(tmp_path):
-    env = compose_env(load_tracks()["c"], "grpolab:c", uid_gid=(1000, 1000))
-    assert render(env, tmp_path)["services"]["lab"]["environment"].get("HF_TOKEN") is None
-    with_token = render(env, tmp_path, {"HF_TOKEN": "hf_test"})
-    assert with_token["services"]["lab"]["environment"]["HF_TOKEN"] == "hf_test"
+def test_hf_token_goes_to_every_service_as_a_file_never_as_a_variable(tmp_path):
+    env = compose_env(load_tracks()["n"], "grpolab:n", uid_gid=(1000, 1000))
+    for shell, content in (({}, "\n"), ({"HF_TOKEN": "hf_test"}, "hf_test\n")):
+        config = render(env, tmp_path, shell, profiles=("server",))
+        assert config["configs"]["hf_token"]["content"] == content  # never empty: an empty one arrives as a directory
+        for name, service in config["services"].items():
+            assert "HF_TOKEN" not in service["environment"], name
+            assert service["environment"]["HF_TOKEN_PATH"] == "/run/secrets/hf_token", name
+            assert service["configs"] == [{"source": "hf_token", "target": "/run/secrets/hf_token"}], name
 
 
 @needs_compose

@@ -521,6 +521,48 @@ def test_hf_token_never_reaches_an_image_layer_its_config_or_docker_inspect(tmp_
         subprocess.run(["docker", "rmi", "-f", "grpolab-test:secrets"], capture_output=True)
 
 
+@pytest.mark.docker
+def test_hf_token_reaches_the_running_lab_as_a_file_never_in_docker_inspect(tmp_path):
+    repo = build_copy(tmp_path)  # its .env ends with a user's HF_TOKEN line, after the lines `invoke build` owns
+    read_token = "import huggingface_hub; print(repr(huggingface_hub.get_token()))"
+    clean = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+    seen, env_text = {}, (repo / ".env").read_text()
+    try:
+        for case, shell, env_line in (("shell", CANARY, ""), (".env", None, CANARY), ("none", None, None)):
+            (repo / ".env").write_text(env_text.replace("HF_TOKEN=hf_user_line_kept\n", f"HF_TOKEN={env_line}\n" if env_line else ""))
+            name = f"grpolab-test-token-{case.strip('.')}"
+            run = subprocess.run(["docker", "compose", "run", "-T", "--name", name, "--entrypoint", "python", "lab", "-c", read_token],
+                                 cwd=repo, capture_output=True, text=True, timeout=300, env={**clean, **({"HF_TOKEN": shell} if shell else {})})  # fmt: skip
+            inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True).stdout
+            seen[case] = (run.returncode, run.stdout.strip().splitlines()[-1:], CANARY in inspect, '"HF_TOKEN_PATH=/run/secrets/hf_token"' in inspect)
+    finally:
+        for case in ("shell", "env", "none"):
+            subprocess.run(["docker", "rm", "-f", f"grpolab-test-token-{case}"], capture_output=True)
+        subprocess.run(["docker", "compose", "down", "--volumes"], cwd=repo, capture_output=True, timeout=300)
+    # huggingface_hub (so transformers, TRL and vLLM) gets the token, from the shell or .env; inspect never shows it
+    assert seen == {
+        "shell": (0, [repr(CANARY)], False, True),
+        ".env": (0, [repr(CANARY)], False, True),
+        "none": (0, ["None"], False, True),
+    }
+
+
+def test_the_doctor_reports_a_token_file_without_its_value(tmp_path):
+    token_file = tmp_path / "hf_token"
+    token_file.write_text(CANARY + "\n")
+    base = {k: v for k, v in PYTHON_ENV.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+    env = {**base, "HF_TOKEN_PATH": str(token_file), "GRPOLAB_RUNS_DIR": str(tmp_path), "GRPOLAB_TRACK": "c"}
+    summaries = {}
+    for case, content in (("token", CANARY + "\n"), ("blank", "\n")):
+        token_file.write_text(content)
+        proc = subprocess.run([sys.executable, "-m", "grpolab", "doctor", "--json"], env=env, capture_output=True, text=True, timeout=600)
+        assert CANARY not in proc.stdout + proc.stderr
+        items = {i["name"]: i for i in json.loads(proc.stdout)["items"]}
+        summaries[case] = items["huggingface token"]["summary"]
+    assert summaries["token"] == f"from token file {token_file} (value not shown)"
+    assert summaries["blank"].startswith("no HF_TOKEN")
+
+
 # ------------------------------------------------------------------------ CI's test tools: hashed, within c's pins
 def test_the_test_tools_lock_is_hashed_current_and_agrees_with_track_cs_lock(tmp_path):
     import shutil

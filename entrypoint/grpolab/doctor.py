@@ -409,10 +409,13 @@ def disk_item(ctx: Context) -> dict:
 
 
 def token_item(ctx: Context) -> dict:
-    present = [v for v in TOKEN_VARS if os.environ.get(v)]
+    from .paths import hub_token, hub_token_file
+
+    token, source = hub_token()
     details = {v: ("set" if os.environ.get(v) else "not set") for v in TOKEN_VARS}
-    if present:
-        return item("huggingface token", OK, f"{' and '.join(present)} set (value not shown)", **details)
+    details["token_file"] = str(hub_token_file())
+    if token:
+        return item("huggingface token", OK, f"from {source} (value not shown)", **details)
     return item("huggingface token", OK, "no HF_TOKEN: public models only, at anonymous rate limits",
                 "export HF_TOKEN=... for gated models (never bake it into an image)", **details)
 

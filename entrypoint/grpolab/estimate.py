@@ -173,7 +173,9 @@ def _hub_config(model_id: str) -> dict | None:
 
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
     request = urllib.request.Request(f"{endpoint}/{model_id}/resolve/main/config.json")
-    token = os.environ.get("HF_TOKEN")
+    from .paths import hub_token
+
+    token, _ = hub_token()
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:

@@ -18,3 +18,26 @@ def runlog_path() -> Path:
 def cache_dir() -> Path:
     """Built models (the tiny model, GGUF exports). GRPOLAB_CACHE_DIR, else ~/.cache/grpolab."""
     return Path(os.environ.get("GRPOLAB_CACHE_DIR", Path.home() / ".cache" / "grpolab"))
+
+
+def hub_token_file() -> Path:
+    """Where huggingface_hub looks for a token when HF_TOKEN is not set: HF_TOKEN_PATH (a token handed over as a
+    file at run time, so it is in no process configuration), else $HF_HOME/token (what `hf auth login` writes)."""
+    if os.environ.get("HF_TOKEN_PATH"):
+        return Path(os.environ["HF_TOKEN_PATH"]).expanduser()
+    hf_home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "huggingface"
+    return Path(hf_home).expanduser() / "token"
+
+
+def hub_token() -> tuple[str | None, str]:
+    """The Hugging Face token and where it came from, read the way huggingface_hub reads it (the variables
+    first, then the token file; blank counts as none). (None, "") when there is none."""
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        if os.environ.get(var, "").strip():
+            return os.environ[var].strip(), var
+    path = hub_token_file()
+    try:
+        token = path.read_text().strip()
+    except OSError:  # absent, unreadable, or a directory (what an empty one may arrive as)
+        return None, ""
+    return (token, f"token file {path}") if token else (None, "")
