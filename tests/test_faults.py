@@ -159,6 +159,11 @@ def test_a_run_killed_with_sigkill_shows_as_unfinished_and_the_next_run_names_it
     assert any(killed["run_id"] in line and "never finished" in line for line in said), said
     assert unfinished_runs(log) == [killed]  # the next run ended, the killed one stays unfinished
 
+    env = {**PYTHON_ENV, "GRPOLAB_RUNS_DIR": str(tmp_path), "GRPOLAB_TRACK": "c"}
+    doctor = subprocess.run([sys.executable, "-m", "grpolab", "doctor", "--json"], env=env, capture_output=True, text=True, timeout=600)
+    (shown,) = [i for i in json.loads(doctor.stdout)["items"] if i["name"] == "unfinished runs"]
+    assert shown["status"] == "warn" and shown["details"]["run_ids"] == [killed["run_id"]] and "never finished" in shown["summary"]
+
 
 @pytest.mark.slow
 def test_a_lab_killed_with_sigkill_mid_training_leaves_no_partial_line_and_shows_unfinished(tmp_path, tiny_model_env):

@@ -440,10 +440,26 @@ def smoke_item(ctx: Context) -> dict:
     return item("last smoke test", OK, f"passed at {when}; nothing that matters has changed since", **details)
 
 
+def unfinished_item(ctx: Context) -> dict:
+    """Runs that left a start record and no end: killed where nothing could log (SIGKILL, the OOM killer)."""
+    from .runlog import describe_unfinished, unfinished_runs
+
+    try:
+        runs = unfinished_runs()
+    except Exception as exc:
+        return item("unfinished runs", WARN, f"the run log could not be read: {exc}", "check runs/runlog.jsonl")
+    details = {"run_ids": [run.get("run_id") for run in runs]}
+    if not runs:
+        return item("unfinished runs", OK, "none: every run in the run log ended with a record", **details)
+    return item("unfinished runs", WARN, f"{len(runs)}; the last: {describe_unfinished(runs[-1])}",
+                "if it was killed for memory, lower --num-generations or --max-completion-length (`grpolab estimate`)", **details)
+
+
 # --- the report -------------------------------------------------------------------------------------------
 
 ITEMS = (system_item, memory_item, driver_item, gpus_item, torch_item, device_item, arch_item, unified_memory_item, rocm_item,
-         packages_item, lock_drift_item, vllm_item, llamacpp_item, server_item, environment_item, disk_item, token_item, smoke_item)
+         packages_item, lock_drift_item, vllm_item, llamacpp_item, server_item, environment_item, disk_item, token_item, smoke_item,
+         unfinished_item)
 
 
 def gather(track_name: str | None = None, rollout: str | None = None, server_url: str | None = None, host: HostFacts | None = None) -> Context:
