@@ -198,12 +198,14 @@ def report(c, logs="", all=False, against_lesson=False, out=None):
 @task(help={
     "build": "time image builds instead: cold build of c, rebuild after a code change, sizes",
     "learning": "held-out pass@1 before and after the lab on 3 seeds, plus a random-reward control (host Python)",
+    "stale": "llama.cpp rollouts never refreshed against refreshed every 10 steps, 2 seeds each, one at a time (host Python)",
     "memory": "peak memory instead, predicted against measured on CPU: the tiny model at track c, the Qwen3-0.6B and 1.7B shapes",
     "case": "with --memory: only this case (tiny-track-c, qwen3-0.6b-shape, qwen3-1.7b-shape)",
 })
-def bench(c, build=False, learning=False, memory=False, case=None):
+def bench(c, build=False, learning=False, stale=False, memory=False, case=None):
     """JSON under bench/: the lab's timings on track c, (--build) the image build, (--learning) pass@1 on 3
-    seeds and a control, or (--memory) peak memory predicted against measured."""
+    seeds and a control, (--stale) llama.cpp rollouts never refreshed against refreshed every 10 steps, or
+    (--memory) peak memory predicted against measured."""
     from hostlab import bench as benchmarks
 
     with user_errors():
@@ -211,6 +213,8 @@ def bench(c, build=False, learning=False, memory=False, case=None):
             benchmarks.memory_bench((case,) if case else benchmarks.MEMORY_CASES)
         elif learning:
             benchmarks.learning_bench()
+        elif stale:
+            benchmarks.stale_bench()
         else:
             benchmarks.build_bench() if build else benchmarks.lab_bench()
 

@@ -80,37 +80,67 @@ RANDOM_REWARD = "grpolab.rewards:random_reward=1"  # the control: a coin toss in
 def learning_bench() -> Path:
     """Does the lab on track c learn, and is it the reward that teaches it? The default lab (smoke test
     skipped) on 3 seeds, plus one run on seed 0 trained on a random reward: held-out pass@1 before and after
-    each, read from each run's run-log line. Runs on the host's Python with this checkout's code (the
-    shared grpolab:c image may hold other code), the tiny model from GRPOLAB_CACHE_DIR. The four runs run
-    at once (pass@1 does not depend on it; their seconds per step do, so they are not timings)."""
+    each, read from each run's run-log line. The four runs run at once (pass@1 does not depend on it; their
+    seconds per step do, so they are not timings)."""
+    cases = [(f"seed {seed}", {"seed": seed}, []) for seed in LEARNING_SEEDS]
+    cases.append(("random reward (control), seed 0", {"seed": 0}, ["--reward-weights", RANDOM_REWARD]))
+    runs = _lab_runs(cases, at_once=len(cases))
+    return _write("lab-learning", {"track": "c", "where": f"{LAB_RUNS_WHERE}, the four runs at once", "runs": runs})
+
+
+STALE_SEEDS = (0, 1)
+STALE_REFRESH_EVERY = (0, 10)  # never (the rollouts go stale), and every 10 steps
+
+
+def stale_bench() -> Path:
+    """The llama.cpp path's stale rollouts against refreshed ones: the default lab with `--rollout llamacpp`,
+    never refreshed and refreshed every 10 steps, on 2 seeds: held-out pass@1, the largest policy lag and
+    what a refresh costs, from each run's run-log line. One run at a time, so seconds per step are timings."""
+    cases = [(f"refresh every {every or 'never'}, seed {seed}", {"seed": seed, "rollout": "llamacpp", "llamacpp_refresh_every": every}, [])
+             for every in STALE_REFRESH_EVERY for seed in STALE_SEEDS]  # fmt: skip
+    runs = _lab_runs(cases, at_once=1)
+    return _write("lab-stale", {"track": "c", "where": f"{LAB_RUNS_WHERE}, one run at a time", "runs": runs})
+
+
+LAB_RUNS_WHERE = "host python (PYTHONPATH=entrypoint), the tiny model from GRPOLAB_CACHE_DIR"
+
+
+def _lab_runs(cases: list[tuple[str, dict, list[str]]], at_once: int) -> list[dict]:
+    """Each case is the default c lab (smoke test skipped) with its options and extra arguments, run on the
+    host's Python with this checkout's code (the shared grpolab:c image may hold other code), `at_once` at a
+    time, each with a runs folder of its own. Returns what each run's run-log line says."""
     from grpolab.tracks import get_track
 
     from .labrun import lab_command, lab_env
 
-    cases = [(f"seed {seed}", seed, []) for seed in LEARNING_SEEDS]
-    cases.append(("random reward (control), seed 0", 0, ["--reward-weights", RANDOM_REWARD]))
+    runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="grpolab-bench-runs-") as tmp:
         running = []
-        for index, (name, seed, extra) in enumerate(cases):
+        for index, (name, options, extra) in enumerate(cases):
+            if len(running) == at_once:
+                runs.append(_lab_run(*running.pop(0)))
             runs_dir = Path(tmp) / str(index)
-            argv = lab_command("lab", "c", {"seed": seed, "smoke": "never"}, extra)
-            say("$ " + " ".join(argv))
-            output = open(Path(tmp) / f"{index}.log", "w")  # closed with the folder; read on failure
+            argv = lab_command("lab", "c", {**options, "smoke": "never"}, extra)
+            say(f"[{index + 1}/{len(cases)}] {name}: $ " + " ".join(argv))
+            output = open(Path(tmp) / f"{index}.log", "w")  # closed with the folder
             process = subprocess.Popen(argv, cwd=REPO, env={**lab_env(get_track("c")), "GRPOLAB_RUNS_DIR": str(runs_dir)}, stdout=output, stderr=subprocess.STDOUT)
             running.append((name, argv, runs_dir, process))
-        runs = [_learning_run(name, argv, runs_dir, process) for name, argv, runs_dir, process in running]
-    return _write("lab-learning", {"track": "c", "where": "host python (PYTHONPATH=entrypoint), the four runs at once", "runs": runs})
+        runs += [_lab_run(*run) for run in running]
+    return runs
 
 
-def _learning_run(name: str, argv: list[str], runs_dir: Path, process) -> dict:
+def _lab_run(name: str, argv: list[str], runs_dir: Path, process) -> dict:
     status = process.wait()
     log = runs_dir / "runlog.jsonl"
     line = json.loads(log.read_text().splitlines()[-1]) if log.exists() else {}
-    # wall_clock_s (from the run log) is each run's own; the runs shared the machine, so it is not a timing.
-    return {"case": name, "command": " ".join(argv), "exit_status": status, **{key: line.get(key) for key in LEARNING_FIELDS}}
+    say(f"{name}: exit {status}, pass@1 {line.get('pass_at_1_before')} -> {line.get('pass_at_1_after')}")
+    rollout = line.get("rollout") or {}
+    return {"case": name, "command": " ".join(argv), "exit_status": status, **{key: line.get(key) for key in LEARNING_FIELDS},
+            **{key: rollout.get(key) for key in ROLLOUT_FIELDS if key in rollout}}  # fmt: skip
 
 
 LEARNING_FIELDS = ("status", "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "seconds_per_step", "wall_clock_s", "settings")
+ROLLOUT_FIELDS = ("engine", "stale", "max_lag_steps", "refreshes", "refresh_seconds_mean", "refresh_export_seconds_mean", "refresh_reload_seconds_mean", "initial_export_seconds")
 
 
 MEMORY_CASES = ("tiny-track-c", "qwen3-0.6b-shape", "qwen3-1.7b-shape")

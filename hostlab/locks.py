@@ -576,7 +576,7 @@ def instructions(track: Track, pyproject: Path = REPO / "pyproject.toml") -> str
         + "".join(f"- {u}\n" for u in track.index_urls)
         + f"\nOn a machine that reaches them (any OS: uv resolves for {track.uv_platform}, Python "
         f"{track.python}), from a clone of this repository:\n\n"
-        f"    pip install -e '.[host]'\n    invoke lock --track {track.name}\n    invoke lock --check --track "
+        f"    bash images/setup-host.sh && . .venvs/host/bin/activate    # the README's first command\n    invoke lock --track {track.name}\n    invoke lock --check --track "
         f"{track.name}\n\nthen commit lockfiles/{track.name}.txt. Until it exists, `invoke build --track "
         f"{track.name}` refuses.\n\n`invoke lock` resolves these inputs (images/tracks.toml's lock_inputs, then "
         f"pyproject.toml's lab extra and the extras the track's row names):\n\n"
