@@ -123,6 +123,15 @@ def test_smoke_test_ends_with_what_to_write_down(track_c):
     assert noted["rollout_path"] == "inprocess" and noted["stale"] is False
 
 
+def test_the_memory_verdict_flags_a_factor_of_two_only_beyond_what_the_estimate_leaves_out():
+    from grpolab.report import memory_verdict
+
+    assert memory_verdict(0.104, 0.103) == ""  # track c's lab, measured
+    assert "only 0.031 GB apart" in memory_verdict(0.047, 0.016)  # track c's smoke test, measured: x2.94
+    assert "off by more than a factor of two" in memory_verdict(1.2, 0.5)  # a real miss at scale
+    assert "off by more than a factor of two" in memory_verdict(0.2, 0.9)
+
+
 def test_report_of_every_track(every_track, tmp_path):
     out = tmp_path / "report"
     result = python_grpolab("report", str(every_track["folder"]), "--against-lesson", "--out", str(out), env=every_track["env"])

@@ -571,6 +571,24 @@ def peak_against_estimate(record: dict) -> dict:
     }
 
 
+# What no term of the estimate models: the trainer's own set-up during a run (TRL's GRPO trainer module, its
+# objects, the first step's workspaces). Measured on track c with the tiny model: 0.019-0.031 GB between the
+# smoke test's measured and predicted peaks (0.035-0.047 against 0.016). A miss smaller than this says
+# nothing about the estimate, whatever its ratio.
+UNMODELLED_SETUP_GB = 0.05
+
+
+def memory_verdict(measured_gb: float, predicted_gb: float) -> str:
+    """The lesson's rule, a factor of two either way is worth understanding, for misses larger than what the
+    estimate leaves out by design."""
+    if 0.5 <= measured_gb / predicted_gb <= 2:
+        return ""
+    if abs(measured_gb - predicted_gb) < UNMODELLED_SETUP_GB:
+        return (f" - but only {abs(measured_gb - predicted_gb):.3f} GB apart, less than the trainer's own set-up that no term models "
+                f"(under {UNMODELLED_SETUP_GB} GB): too small a run to judge the estimate by; the lab's peak is the one to compare")
+    return " - off by more than a factor of two: worth understanding before you make the run larger"
+
+
 def before_scaling_up(record: dict, settings, track, say=print) -> list[str]:
     """The lesson's three things to note from a passing smoke test (seconds per step times the step count,
     peak memory against the arithmetic, the rollout path) and the lab's projected wall clock. Prints them,
@@ -589,9 +607,7 @@ def before_scaling_up(record: dict, settings, track, say=print) -> list[str]:
     measured = noted["peak_memory_gb_measured"]
     memory = f"{measured:.3f} GB measured ({noted['peak_memory_source']})" if measured is not None else "not measured"
     if ratio:
-        memory += f" against {noted['peak_memory_gb_predicted']:.3f} GB predicted: x{ratio:.2f}"
-        if not 0.5 <= ratio <= 2:
-            memory += " - off by more than a factor of two: worth understanding before you make the run larger"
+        memory += f" against {noted['peak_memory_gb_predicted']:.3f} GB predicted: x{ratio:.2f}" + memory_verdict(measured, noted["peak_memory_gb_predicted"])
     lines = [
         "what to write down before you scale up:",
         f"  seconds per step   {per_step:.3f} s x {steps} steps = {duration(per_step * steps)} here; x your step count is the wall clock you commit to",
