@@ -114,6 +114,14 @@ def test_ensure_builds_once_into_the_cache(monkeypatch, tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["tiny-qwen3"]  # no staging folder left behind
 
 
+def test_the_build_says_where_the_model_ends_up_not_its_staging_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRPOLAB_CACHE_DIR", str(tmp_path))
+    lines = []
+    path = ensure_tiny_model(progress=lines.append, max_steps=2)  # a real build, cut short
+    (built,) = [line for line in lines if line.startswith("tiny model: built in")]
+    assert built.endswith(f"-> {path}") and ".building-" not in built
+
+
 def test_interrupted_build_is_not_mistaken_for_a_finished_one(monkeypatch, tmp_path):
     monkeypatch.setenv("GRPOLAB_CACHE_DIR", str(tmp_path))
 

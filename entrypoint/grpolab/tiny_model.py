@@ -132,8 +132,9 @@ def _batch(examples, pad_token_id: int):
     return input_ids, attention_mask, labels
 
 
-def build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int = WARMUP_MAX_STEPS) -> Path:
-    """Build the tiny model into `out_dir` on one CPU thread, whatever the machine has.
+def build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int = WARMUP_MAX_STEPS, final_dir=None) -> Path:
+    """Build the tiny model into `out_dir` on one CPU thread, whatever the machine has. `final_dir`: where it
+    will be once moved there (the progress line names that, not a staging folder).
 
     A 0.5 M-parameter model gains nothing from more threads, and on a busy 2-core machine OpenMP's
     spin-waiting made each warm-up step up to 10x slower with 2 threads; one thread also makes the
@@ -144,12 +145,12 @@ def build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int =
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _build_tiny_model(out_dir, seed, progress, max_steps=max_steps)
+        return _build_tiny_model(out_dir, seed, progress, max_steps=max_steps, final_dir=final_dir)
     finally:
         torch.set_num_threads(threads)
 
 
-def _build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int = WARMUP_MAX_STEPS) -> Path:
+def _build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int = WARMUP_MAX_STEPS, final_dir=None) -> Path:
     """Build the tiny model into `out_dir` (created; existing files are overwritten) and return its path.
 
     The warm-up stops at WARMUP_TARGET_PASS_AT_1 on validation, or at `max_steps` (a cap, and a way for tests
@@ -174,7 +175,7 @@ def _build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int 
     facts = _save(model, tokenizer, splits, out_dir, seed=seed, steps=step, started=started)
     progress(
         f"tiny model: built in {facts['seconds']:.0f} s ({step} steps): validation pass@1 {facts['validation_pass_at_1']:.3f}, "
-        f"held-out pass@1 {facts['heldout_pass_at_1']:.3f} -> {out_dir}"
+        f"held-out pass@1 {facts['heldout_pass_at_1']:.3f} -> {final_dir or out_dir}"
     )
     return out_dir
 
@@ -306,7 +307,7 @@ def _build_into_place(target: Path, progress, max_steps: int) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{TINY_MODEL_DIRNAME}.building-", dir=target.parent))
     try:
-        build_tiny_model(staging, progress=progress, max_steps=max_steps)
+        build_tiny_model(staging, progress=progress, max_steps=max_steps, final_dir=target)
         if is_complete(target):  # another process finished first: keep theirs
             return target
         if target.exists():
