@@ -354,6 +354,41 @@ def test_a_full_cache_while_the_tiny_model_is_written_keeps_nothing_half_written
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+EXTRACT_WITH_A_SIZE_LIMIT = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from pathlib import Path
+    from grpolab.errors import LayerFailure
+    from grpolab.gguf import extract_converter
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))  # gguf-py's constants.py is ~237 kB
+    try:
+        extract_converter(Path(sys.argv[1]), Path(sys.argv[2]))
+    except LayerFailure as failure:
+        print(failure)
+        sys.exit(failure.exit_status)
+    """
+)
+
+
+def test_a_full_cache_while_the_gguf_converter_is_written_keeps_nothing_half_written(tmp_path):
+    from grpolab import gguf
+
+    sdist = gguf.HOME_CACHE / "sdist" / gguf.sdist_path(gguf.LLAMA_CPP_PYTHON_VERSION).name
+    if not sdist.is_file():
+        pytest.skip(f"no {sdist} here (CI keeps the lock's sdist there)")
+    out = tmp_path / "cache" / "llama.cpp-converter" / gguf.LLAMA_CPP_PYTHON_VERSION
+    proc = subprocess.run([sys.executable, "-c", EXTRACT_WITH_A_SIZE_LIMIT, str(sdist), str(out)], env=PYTHON_ENV,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == EXIT_STATUS["rollout"], proc.stdout + proc.stderr
+    assert "[rollout] could not write llama.cpp's converter into" in proc.stdout and "nothing half-written was kept" in proc.stdout
+    assert "df -h" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+    assert list(out.parent.iterdir()) == []  # neither the converter nor its staging folder
+    # without the limit the same call makes a whole converter, which is what later runs look for
+    assert gguf._is_converter(gguf.extract_converter(sdist, out))
+
+
 # --------------------------------------------------------- invoke build interrupted, failing, or run twice at once
 def _engine_and_image(name: str):
     from hostlab import engine

@@ -26,6 +26,7 @@ converter's own answer.
 from __future__ import annotations
 
 import copy
+import errno
 import importlib
 import json
 import logging
@@ -137,6 +138,16 @@ def verify_sdist(sdist: Path, version: str) -> None:
                            "delete it; it is fetched again from PyPI with the lock's hash")
 
 
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # only ever from writing
+
+
+def _writing(error: OSError, folder: Path) -> bool:
+    """Did `error` come from writing into `folder` (full, over a size limit, read-only, not ours) rather than
+    from reading the sdist?"""
+    in_folder = bool(error.filename) and str(error.filename).startswith(str(folder))
+    return error.errno in WRITE_ERRNOS or (error.errno in (errno.EACCES, errno.EPERM) and in_folder)
+
+
 def extract_converter(sdist: Path, out_dir: Path) -> Path:
     """Copy llama.cpp's converter out of a llama-cpp-python sdist into out_dir (atomically)."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -162,7 +173,12 @@ def extract_converter(sdist: Path, out_dir: Path) -> Path:
         if out_dir.exists():
             shutil.rmtree(out_dir)
         staging.rename(out_dir)
-    except (tarfile.TarError, OSError, EOFError) as error:
+    except OSError as error:
+        if _writing(error, out_dir.parent):
+            raise LayerFailure("rollout", f"could not write llama.cpp's converter into {out_dir.parent} ({error.strerror}); nothing half-written was kept",
+                               f"free space or fix the permissions where the cache lives (`df -h {out_dir.parent}`), or point GRPOLAB_CACHE_DIR elsewhere") from error
+        raise LayerFailure("rollout", f"could not read llama.cpp's converter from {sdist}: {error}", "delete the file; it is fetched again from PyPI") from error
+    except (tarfile.TarError, EOFError) as error:
         raise LayerFailure("rollout", f"could not read llama.cpp's converter from {sdist}: {error}", "delete the file; it is fetched again from PyPI") from error
     finally:
         shutil.rmtree(staging, ignore_errors=True)
