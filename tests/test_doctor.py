@@ -266,12 +266,14 @@ def test_environment_variables_with_secrets_masked(monkeypatch):
     monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", "hf_NorThisOne456")
     monkeypatch.setenv("VLLM_API_KEY", "sk-NeitherThis789")
     monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    monkeypatch.setenv("HF_TOKEN_PATH", "/run/secrets/hf_token")  # where the images' token is: shown, it is no secret
     report = valid(doctor_report("c"))
     dumped = json.dumps(report) + render_report(report) + render_report(report, verbose=True)
     for secret in ("DoNotPrintThis", "NorThisOne", "NeitherThis"):
         assert secret not in dumped
     variables = named(report, "environment")["details"]["variables"]
     assert variables["NCCL_DEBUG"] == "INFO" and variables["VLLM_API_KEY"] == "<set, value hidden>" and variables["HF_TOKEN"] == "<set, value hidden>"
+    assert variables["HF_TOKEN_PATH"] == "/run/secrets/hf_token"
     token = named(report, "huggingface token")
     assert "HF_TOKEN" in token["summary"] and "not shown" in token["summary"]
 

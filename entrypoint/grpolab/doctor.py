@@ -359,7 +359,9 @@ def server_item(ctx: Context) -> dict | None:
 
 
 def is_secret(name: str) -> bool:
-    return any(word in name.upper() for word in SECRET_WORDS)
+    """A token, key or password by its name; where one is kept (HF_TOKEN_PATH, ..._FILE) is shown: it helps."""
+    upper = name.upper()
+    return any(word in upper for word in SECRET_WORDS) and not upper.endswith(("_PATH", "_FILE"))
 
 
 def environment_item(ctx: Context) -> dict:
