@@ -259,13 +259,10 @@ def device_total_memory_gb() -> tuple[float, str]:
 
 
 def host_memory_gb() -> float:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024 / GB
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GB
+    from .machine import meminfo_bytes
+
+    total = meminfo_bytes().get("MemTotal")
+    return (total if total is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) / GB
 
 
 def _weights_dtype(settings: LabSettings) -> str:

@@ -84,14 +84,19 @@ def device_node(path: Path) -> DeviceNode | None:
     return DeviceNode(str(path), group, st.st_gid, in_group, os.access(path, os.R_OK | os.W_OK))
 
 
-def meminfo_gb(root: Path = Path("/")) -> dict[str, float]:
-    """/proc/meminfo's MemTotal, MemAvailable and MemFree in GB (GiB-based kB, as the kernel writes them)."""
+def meminfo_bytes(root: Path = Path("/")) -> dict[str, int]:
+    """Every /proc/meminfo field with a size, in bytes (the kernel writes kB meaning KiB); {} off Linux."""
     found = {}
     for line in (_read(root / "proc/meminfo") or "").splitlines():
         key, _, value = line.partition(":")
-        if key in ("MemTotal", "MemAvailable", "MemFree") and value.split():
-            found[key] = round(int(value.split()[0]) * 1024 / 1e9, 1)
+        if value.split() and value.split()[0].isdigit():
+            found[key] = int(value.split()[0]) * 1024
     return found
+
+
+def meminfo_gb(root: Path = Path("/")) -> dict[str, float]:
+    """/proc/meminfo's MemTotal, MemAvailable and MemFree in GB, to a tenth (what the doctor shows)."""
+    return {key: round(value / 1e9, 1) for key, value in meminfo_bytes(root).items() if key in ("MemTotal", "MemAvailable", "MemFree")}
 
 
 def cpu_model(root: Path = Path("/")) -> str:

@@ -26,6 +26,8 @@ import sys
 import threading
 from pathlib import Path
 
+from .machine import meminfo_bytes
+
 GB = 1e9
 # Imported before the baseline is taken, so that their code and globals count as runtime, not as the run.
 RUNTIME_MODULES = ("torch", "transformers", "peft", "trl", "datasets")
@@ -64,13 +66,8 @@ def reset_resident_high_water() -> bool:
 
 
 def host_available_gb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024 / GB
-    except OSError:
-        pass
-    return None
+    available = meminfo_bytes().get("MemAvailable")
+    return None if available is None else available / GB
 
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
