@@ -566,18 +566,20 @@ def test_hf_token_reaches_the_running_lab_as_a_file_never_in_docker_inspect(tmp_
     repo = build_copy(tmp_path)  # its .env ends with a user's HF_TOKEN line, after the lines `invoke build` owns
     read_token = "import huggingface_hub; print(repr(huggingface_hub.get_token()))"
     clean = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+    cases = (("shell", CANARY, ""), (".env", None, CANARY), ("none", None, None))
+    names = {case: f"grpolab-test-token-{case.strip('.')}" for case, _, _ in cases}
     seen, env_text = {}, (repo / ".env").read_text()
     try:
-        for case, shell, env_line in (("shell", CANARY, ""), (".env", None, CANARY), ("none", None, None)):
+        for case, shell, env_line in cases:
             (repo / ".env").write_text(env_text.replace("HF_TOKEN=hf_user_line_kept\n", f"HF_TOKEN={env_line}\n" if env_line else ""))
-            name = f"grpolab-test-token-{case.strip('.')}"
+            name = names[case]
             run = subprocess.run(["docker", "compose", "run", "-T", "--name", name, "--entrypoint", "python", "lab", "-c", read_token],
                                  cwd=repo, capture_output=True, text=True, timeout=300, env={**clean, **({"HF_TOKEN": shell} if shell else {})})  # fmt: skip
             inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True).stdout
             seen[case] = (run.returncode, run.stdout.strip().splitlines()[-1:], CANARY in inspect, '"HF_TOKEN_PATH=/run/secrets/hf_token"' in inspect)
     finally:
-        for case in ("shell", "env", "none"):
-            subprocess.run(["docker", "rm", "-f", f"grpolab-test-token-{case}"], capture_output=True)
+        for name in names.values():
+            subprocess.run(["docker", "rm", "-f", name], capture_output=True)
         subprocess.run(["docker", "compose", "down", "--volumes"], cwd=repo, capture_output=True, timeout=300)
     # huggingface_hub (so transformers, TRL and vLLM) gets the token, from the shell or .env; inspect never shows it
     assert seen == {

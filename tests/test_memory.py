@@ -142,4 +142,3 @@ def test_freed_tensors_go_back_to_the_os():
     assert seen["meter"]["allocator"].startswith("glibc")
     assert seen["meter"]["peak_gb"] > 0.14  # the 150 MB were there at the peak
     assert seen["meter"]["left_gb"] < 0.05  # and went back to the OS when freed (0.022-0.024 GB left here: the neighbours)
-

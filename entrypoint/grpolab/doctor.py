@@ -27,7 +27,6 @@ from .torchbuild import Devices, TorchBuild, coverage_reason, diagnose_device, a
 OK, WARN, FAIL = "ok", "warn", "fail"
 SCHEMA_VERSION = 2  # doctor.schema.json; raise it when a field changes meaning or goes away
 SCHEMA_FILE = Path(__file__).with_name("doctor.schema.json")
-TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 DISK_WARN_GB = 20.0  # a couple of course models and an image layer or two
 DISK_FAIL_GB = 5.0  # not even Qwen3-1.7B's 4 GB checkpoint
 ENV_PREFIXES = ("CUDA_", "HIP_", "HSA_", "ROCR_", "NCCL_", "PYTORCH_", "VLLM_", "HF_", "HUGGING_FACE_", "TRL_", "MIOPEN_", "NVIDIA_", "GRPOLAB_")
@@ -411,10 +410,10 @@ def disk_item(ctx: Context) -> dict:
 
 
 def token_item(ctx: Context) -> dict:
-    from .paths import hub_token, hub_token_file
+    from .paths import HUB_TOKEN_VARS, hub_token, hub_token_file
 
     token, source = hub_token()
-    details = {v: ("set" if os.environ.get(v) else "not set") for v in TOKEN_VARS}
+    details = {v: ("set" if os.environ.get(v) else "not set") for v in HUB_TOKEN_VARS}
     details["token_file"] = str(hub_token_file())
     if token:
         return item("huggingface token", OK, f"from {source} (value not shown)", **details)

@@ -173,12 +173,10 @@ def extract_converter(sdist: Path, out_dir: Path) -> Path:
         if out_dir.exists():
             shutil.rmtree(out_dir)
         staging.rename(out_dir)
-    except OSError as error:
-        if _writing(error, out_dir.parent):
+    except (tarfile.TarError, OSError, EOFError) as error:
+        if isinstance(error, OSError) and _writing(error, out_dir.parent):
             raise LayerFailure("rollout", f"could not write llama.cpp's converter into {out_dir.parent} ({error.strerror}); nothing half-written was kept",
                                f"free space or fix the permissions where the cache lives (`df -h {out_dir.parent}`), or point GRPOLAB_CACHE_DIR elsewhere") from error
-        raise LayerFailure("rollout", f"could not read llama.cpp's converter from {sdist}: {error}", "delete the file; it is fetched again from PyPI") from error
-    except (tarfile.TarError, EOFError) as error:
         raise LayerFailure("rollout", f"could not read llama.cpp's converter from {sdist}: {error}", "delete the file; it is fetched again from PyPI") from error
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -20,6 +20,9 @@ def cache_dir() -> Path:
     return Path(os.environ.get("GRPOLAB_CACHE_DIR", Path.home() / ".cache" / "grpolab"))
 
 
+HUB_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # huggingface_hub's order: HF_TOKEN first
+
+
 def hub_token_file() -> Path:
     """Where huggingface_hub looks for a token when HF_TOKEN is not set: HF_TOKEN_PATH (a token handed over as a
     file at run time, so it is in no process configuration), else $HF_HOME/token (what `hf auth login` writes)."""
@@ -32,7 +35,7 @@ def hub_token_file() -> Path:
 def hub_token() -> tuple[str | None, str]:
     """The Hugging Face token and where it came from, read the way huggingface_hub reads it (the variables
     first, then the token file; blank counts as none). (None, "") when there is none."""
-    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+    for var in HUB_TOKEN_VARS:
         if os.environ.get(var, "").strip():
             return os.environ[var].strip(), var
     path = hub_token_file()
