@@ -49,24 +49,26 @@ def _in_container() -> bool:
     return engine.image_or_none("grpolab:c") is not None and recorded_track() == "c"
 
 
+def _track_c_command(command: str, options: dict, extra: list[str], in_container: bool) -> tuple[list[str], dict | None]:
+    """`grpolab COMMAND --track c ...`: in the image (`docker compose run lab ...`), else with the host's Python
+    and the track's environment."""
+    from grpolab.tracks import get_track
+
+    from .labrun import lab_command, lab_env
+
+    argv = lab_command(command, "c", options, extra)  # [python, -m, grpolab, COMMAND, ...]
+    if in_container:
+        return ["docker", "compose", "run", "--rm", "-T", "lab", *argv[3:]], None
+    return argv, lab_env(get_track("c"))
+
+
 def lab_bench() -> Path:
     """Smoke test and default lab on track c, wall clock including container (or interpreter) start-up."""
     in_container = _in_container()
-    if in_container:
-        runs = {
-            "smoke": _timed(["docker", "compose", "run", "--rm", "-T", "smoke"]),
-            "lab": _timed(["docker", "compose", "run", "--rm", "-T", "lab", "lab", "--smoke", "never"]),
-        }
-    else:
-        from grpolab.tracks import get_track
-
-        from .labrun import lab_command, lab_env
-
-        env = lab_env(get_track("c"))
-        runs = {
-            "smoke": _timed(lab_command("smoke", "c", {}, []), env=env),
-            "lab": _timed(lab_command("lab", "c", {}, ["--smoke", "never"]), env=env),
-        }
+    runs = {}
+    for name, extra in (("smoke", []), ("lab", ["--smoke", "never"])):
+        cmd, env = _track_c_command(name, {}, extra, in_container)
+        runs[name] = _timed(cmd, env=env)
     return _write(
         "lab",
         {"track": "c", "where": "container (docker compose run)" if in_container else "host python", "runs": runs},
@@ -149,14 +151,7 @@ MEMORY_TARGET = "predicted within 15% of measured: the modelled part, runtime ba
 
 def _memory_case(case: str, in_container: bool) -> dict:
     """One case in a process of its own (its own baseline); its result is the MEMORY-BENCH line it prints."""
-    if in_container:
-        cmd, env = ["docker", "compose", "run", "--rm", "-T", "lab", "memory-bench", "--case", case], None
-    else:
-        from grpolab.tracks import get_track
-
-        from .labrun import lab_command, lab_env
-
-        cmd, env = lab_command("memory-bench", "c", {"case": case}, []), lab_env(get_track("c"))
+    cmd, env = _track_c_command("memory-bench", {"case": case}, [], in_container)
     say("$ " + " ".join(cmd))
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
