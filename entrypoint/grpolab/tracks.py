@@ -41,6 +41,8 @@ class Track:
     unverified: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     lab: dict[str, object] = field(default_factory=dict)
+    versions_from: dict[str, object] = field(default_factory=dict)  # {track, packages}: pins taken from that lock
+    overrides: list[str] = field(default_factory=list)  # packages whose pin overrides what others require of them
 
     @property
     def is_container(self) -> bool:
