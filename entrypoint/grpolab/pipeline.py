@@ -35,6 +35,8 @@ LAG_BASIS = {
     "vllm-server": "by TRL's design, not measured: TRL streams the policy's weights to the server before every generation",
     "llamacpp": "measured: each batch's sampler version against the trainer's step (the rollout ledger)",
 }
+LAG_BASIS_MEASURED_SYNC = ("measured and verified: each batch's synced policy version against the trainer's step, and after the "
+                           "checked syncs a probe prompt's greedy completion from vLLM against the trainer's policy (sync_checks)")
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,8 @@ def train(settings: LabSettings, track: Track, shape: RunShape, run: Prepared, p
     """
     from .training import make_trainer, step_recorder
 
-    rollout, rollout_line = check_rollout(settings, track, run.device_type, run.model_path, run.tokenizer, output_dir / "gguf")
+    prompt_tokens = run.estimate.inputs.get("prompt_tokens") if run.estimate else None  # the data's longest prompt: vLLM's context
+    rollout, rollout_line = check_rollout(settings, track, run.device_type, run.model_path, run.tokenizer, output_dir / "gguf", prompt_tokens)
     record["rollout"] = {"path": settings.rollout, **rollout.pop("log", {})}
     if shape.show_steps:
         say_layer(say, "rollout", rollout_line)
@@ -194,7 +197,9 @@ def train(settings: LabSettings, track: Track, shape: RunShape, run: Prepared, p
         close_rollout(rollout)
     ledger = getattr(trainer, "rollout_ledger", None)
     record["rollout"].update(ledger.summary() if ledger else {"stale": False, "max_lag_steps": 0})
-    record["rollout"]["lag_basis"] = LAG_BASIS[settings.rollout]
+    record["rollout"]["lag_basis"] = LAG_BASIS_MEASURED_SYNC if record["rollout"].get("lag_measured") else LAG_BASIS[settings.rollout]
+    if hasattr(ledger, "check_verdict"):
+        ledger.check_verdict()  # vLLM colocate: a checked sync that did not reach the engine fails the rollout layer
     steps = recorder.records
     record["first_reward"] = steps[0].reward if steps else None
     judge_first_step(shape, steps, rollout_line, record, say)

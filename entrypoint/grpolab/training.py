@@ -5,6 +5,7 @@ This module is where TRL is used; the host side never imports it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
@@ -191,8 +192,12 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
     """Build the GRPOTrainer. `rollout` holds GRPOConfig keyword arguments and an optional rollout_func."""
     from trl import GRPOTrainer
 
+    from .rollouts.vllm_cpu import engine_arguments, sync_through_vllm_reload
+    from .rollouts.vllm_sync import VllmSyncLedger, probe_prompt_ids
+
     rollout = dict(rollout)
     rollout_func = rollout.pop("rollout_func", None)
+    engine_dtype = rollout.pop("engine_dtype", None)  # vLLM colocate on CPU: engine arguments TRL does not expose
     log_live_into(settings.report_to, Path(output_dir).parent)
     try:
         args = grpo_config(settings, [func.__name__ for func in reward_funcs], device_type, output_dir, rollout)
@@ -203,23 +208,33 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
         """Counts the seconds spent producing completions, so each step splits into generation, reward, update."""
 
         generation_seconds = 0.0
+        rollout_ledger = None  # set for vLLM colocate: after each generation it records (and checks) the synced policy
 
         def _generate(self, prompts):
             started = time.perf_counter()
+            loaded_before = getattr(self, "_last_loaded_step", None)
             try:
                 return super()._generate(prompts)
             finally:
-                self.generation_seconds += time.perf_counter() - started
+                seconds = time.perf_counter() - started
+                self.generation_seconds += seconds
+                if hasattr(self.rollout_ledger, "after_generation"):  # outside the timing: the check is not generation
+                    self.rollout_ledger.after_generation(self, loaded_before, seconds)
 
-    trainer = TimedGRPOTrainer(
-        model=peft_model,
-        reward_funcs=list(reward_funcs),
-        args=args,
-        train_dataset=train_dataset,
-        processing_class=tokenizer,
-        callbacks=list(callbacks),
-        rollout_func=rollout_func,
-    )
+    with engine_arguments(engine_dtype) if engine_dtype else contextlib.nullcontext():
+        trainer = TimedGRPOTrainer(
+            model=peft_model,
+            reward_funcs=list(reward_funcs),
+            args=args,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+            callbacks=list(callbacks),
+            rollout_func=rollout_func,
+        )
+    if engine_dtype:  # vLLM's CPU build: TRL's sync inside vLLM's own reload protocol
+        sync_through_vllm_reload(trainer.vllm_generation)
+    if args.use_vllm and args.vllm_mode == "colocate":
+        trainer.rollout_ledger = VllmSyncLedger(probe_prompt_ids(tokenizer, train_dataset), settings.max_steps)
     from transformers import PrinterCallback
 
     # Our step recorder prints one readable line per logged step; the raw log dicts would bury it.

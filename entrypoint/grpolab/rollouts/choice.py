@@ -6,11 +6,13 @@ import sys
 
 from .base import RolloutChoice, refused
 from .llamacpp import configure_llamacpp
-from .vllm import VLLM_PATHS, colocate_choice, installed_vllm_version, server_choice, wait_for_vllm_server
+from .vllm import VLLM_PATHS, check_vllm_version, colocate_choice, server_choice, wait_for_vllm_server
+from .vllm_cpu import colocate_cpu_choice, host_available_gb, vllm_build, vllm_distribution
 
 
 def choose_rollout(settings, track, *, device_type: str, platform: str = sys.platform, vllm_version: str | None = None,
-                   gpu_count: int = 0, device_total_gb: float | None = None, model=None, estimate=None) -> RolloutChoice:
+                   gpu_count: int = 0, device_total_gb: float | None = None, model=None, estimate=None, vllm_build: str | None = None,
+                   prompt_tokens: int | None = None, available_gb: float | None = None) -> RolloutChoice:
     """The GRPOConfig keyword arguments for settings.rollout on this machine, or LayerFailure with the reason.
 
     Pure: every fact is an argument (configure_rollout gathers them), so each refusal is testable anywhere.
@@ -25,8 +27,12 @@ def choose_rollout(settings, track, *, device_type: str, platform: str = sys.pla
 
     if platform == "darwin" or track.expected_device == "mps":
         raise refused("vLLM does not run on macOS (no macOS wheels; its GPU path does not cover Metal)", "use --rollout inprocess (or llamacpp)")
+    if device_type == "cpu" and path == "vllm-colocate" and vllm_build == "cpu":
+        return colocate_cpu_choice(settings, vllm_version, check_vllm_version(vllm_version), model or settings.model, prompt_tokens, available_gb)
     if device_type != "cuda":
-        raise refused(f"vLLM needs a CUDA or ROCm GPU and this run is on {device_type}", "use --rollout inprocess (or llamacpp)")
+        build = {"gpu": f"the vLLM installed here ({vllm_version}) is a GPU build", "cpu": "vLLM's CPU build runs colocate only here"}.get(vllm_build or "", "vLLM is not installed")
+        raise refused(f"vLLM needs a CUDA or ROCm GPU and this run is on {device_type} ({build})",
+                      "use --rollout inprocess (or llamacpp); on a CPU, vLLM colocate needs vLLM's CPU build (track cv's image)")
     if path == "vllm-server":
         return server_choice(settings, vllm_version, gpu_count)
     return colocate_choice(settings, track, vllm_version, device_total_gb, model, estimate)
@@ -41,7 +47,7 @@ def gpu_count() -> int:
         return 0
 
 
-def configure_rollout(settings, track, device_type: str, model_path, tokenizer, out_dir=None, progress=print) -> tuple[dict, str]:
+def configure_rollout(settings, track, device_type: str, model_path, tokenizer, out_dir=None, progress=print, prompt_tokens: int | None = None) -> tuple[dict, str]:
     """(GRPOTrainer keyword arguments + "log", the line to print) for settings.rollout; LayerFailure if it can't run.
 
     For llamacpp the kwargs hold `rollout_func` (a LlamaCppRollout; its `.ledger` is also set on the trainer
@@ -50,7 +56,9 @@ def configure_rollout(settings, track, device_type: str, model_path, tokenizer, 
     if settings.rollout == "llamacpp":
         return configure_llamacpp(settings, model_path, tokenizer, out_dir, progress)
 
-    choice = choose_rollout(settings, track, device_type=device_type, vllm_version=installed_vllm_version(), gpu_count=gpu_count(), model=str(model_path))
+    distribution, version = vllm_distribution()
+    choice = choose_rollout(settings, track, device_type=device_type, vllm_version=version, gpu_count=gpu_count(), model=str(model_path),
+                            vllm_build=vllm_build(distribution, version), prompt_tokens=prompt_tokens, available_gb=host_available_gb())
     log = dict(choice.log)
     if choice.path == "vllm-server":
         log.update(wait_for_vllm_server(settings.vllm_server_url, model=str(model_path)))

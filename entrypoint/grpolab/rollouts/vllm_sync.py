@@ -1,0 +1,157 @@
+"""Lag 0 in vLLM colocate mode, verified rather than assumed.
+
+TRL copies the policy's weights into the colocated engine before a generation whenever the optimiser step
+changed (trainer._last_loaded_step, GRPOTrainer._generate_single_turn -> VLLMGeneration.sync_weights). After
+such a generation this ledger records the policy version vLLM sampled with and, on the checked syncs, asks
+the engine for a fixed probe prompt's greedy completion with its log-probabilities and scores the same tokens
+with the trainer's policy (the LoRA adapter as trained, unmerged). The sync is good when the trainer's greedy
+choice is vLLM's at every position and the log-probabilities agree within LOGPROB_TOLERANCE. Nothing TRL does
+is changed: the check runs after TRL's own generation, on the engine TRL built.
+
+Every check also scores the previous check's vLLM tokens with the current policy: how far they moved is what
+a sync that silently did nothing would have left between vLLM and the trainer (`stale_diff`), so the run log
+shows the check could have told the two apart.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from .base import refused
+from .ledger import RolloutLedger
+
+# float32 on both sides; vLLM's CPU kernels and torch's differ in summation order only (measured on the tiny
+# model: at most 2.2e-6), while one learning step moved the probe's log-probabilities by 0.006 or more (stale_diff).
+LOGPROB_TOLERANCE = 1e-3
+PROBE_TOKENS = 16
+# Which syncs are checked: every one in a short run (the smoke test), else every CHECK_EVERY-th plus the first and
+# the last. The probe costs a greedy generation and two forward passes (0.05-0.1 s on the tiny model, where a step
+# takes about 0.4 s), so checking every step of the lab would slow it by a fifth.
+CHECK_EVERY_SYNC_UP_TO_STEPS = 20
+CHECK_EVERY = 10
+
+
+@dataclass
+class SyncCheck:
+    policy_version: int  # the optimiser step whose weights TRL synced
+    matched: bool
+    tokens: int  # probe tokens compared
+    first_mismatch: int | None  # position of the first token where the trainer's greedy choice differs
+    max_logprob_diff: float  # largest |vLLM - trainer| log-probability over the probe's tokens
+    stale_diff: float | None  # the same, had the engine kept the previous check's weights (None at the first check)
+    seconds: float
+
+
+def verdict(vllm_tokens: list[int], vllm_logprobs: list[float], trainer_greedy: list[int], trainer_logprobs: list[float], tolerance: float = LOGPROB_TOLERANCE) -> tuple[bool, int | None, float]:
+    """(matched, first position where the greedy choices differ or None, largest log-probability difference)."""
+    first = next((i for i, (a, b) in enumerate(zip(vllm_tokens, trainer_greedy)) if a != b), None)
+    diff = max((abs(a - b) for a, b in zip(vllm_logprobs, trainer_logprobs)), default=0.0)
+    return first is None and diff <= tolerance, first, diff
+
+
+class VllmSyncLedger(RolloutLedger):
+    """The policy version of every vLLM batch, and the sync checks (rollout.sync_checks / sync_failures)."""
+
+    def __init__(self, probe_ids: list[int], max_steps: int, probe_tokens: int = PROBE_TOKENS):
+        super().__init__(refresh_every=1, engine="vLLM colocate")
+        self.probe_ids = list(probe_ids)
+        self.probe_tokens = probe_tokens
+        self.max_steps = max_steps
+        self.check_every = 1 if max_steps <= CHECK_EVERY_SYNC_UP_TO_STEPS else CHECK_EVERY
+        self.checks: list[SyncCheck] = []
+        self._previous: tuple[list[int], list[float]] | None = None
+
+    # --- called by the trainer after each generation --------------------------------------------------------
+
+    def after_generation(self, trainer, loaded_before: int | None, generation_seconds: float) -> None:
+        version = trainer._last_loaded_step
+        self.record(trainer.state.global_step, version, seconds=round(generation_seconds, 4))
+        if version != loaded_before and self.should_check(version):
+            self.checks.append(self.check(trainer, version))
+
+    def should_check(self, version: int) -> bool:
+        last = self.max_steps - 1  # the last sync: before the last step's generation
+        return version <= 0 or version >= last or version % self.check_every == 0
+
+    def check(self, trainer, version: int) -> SyncCheck:
+        started = time.perf_counter()
+        tokens, vllm_logprobs = self.engine_greedy(trainer.vllm_generation.llm)
+        greedy, logprobs = self.policy_scores(trainer.model, tokens)
+        matched, first, diff = verdict(tokens, vllm_logprobs, greedy, logprobs)
+        stale = None
+        if self._previous is not None:
+            previous_tokens, previous_logprobs = self._previous
+            _, now = self.policy_scores(trainer.model, previous_tokens)
+            stale = max((abs(a - b) for a, b in zip(previous_logprobs, now)), default=0.0)
+        self._previous = (tokens, vllm_logprobs)
+        return SyncCheck(version, matched, len(tokens), first, round(diff, 8), None if stale is None else round(stale, 8), round(time.perf_counter() - started, 4))
+
+    def engine_greedy(self, llm) -> tuple[list[int], list[float]]:
+        """vLLM's greedy completion of the probe prompt and the log-probability of each token it chose."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(temperature=0.0, max_tokens=self.probe_tokens, logprobs=0)
+        output = llm.generate([{"prompt_token_ids": self.probe_ids}], params, use_tqdm=False)[0].outputs[0]
+        tokens = list(output.token_ids)
+        return tokens, [float(step[token].logprob) for token, step in zip(tokens, output.logprobs)]
+
+    def policy_scores(self, model, tokens: list[int]) -> tuple[list[int], list[float]]:
+        """The trainer's greedy choice at each probe position and its log-probability of `tokens` (one forward)."""
+        import torch
+
+        if not tokens:
+            return [], []
+        ids = torch.tensor([self.probe_ids + tokens[:-1]], device=next(model.parameters()).device)
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(self.probe_ids) - 1 :].float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        chosen = logprobs.gather(1, torch.tensor(tokens, device=logprobs.device).unsqueeze(1)).squeeze(1)
+        return logprobs.argmax(-1).tolist(), chosen.tolist()
+
+    # --- what the run log keeps, and the rollout layer's verdict -------------------------------------------------
+
+    @property
+    def failures(self) -> list[SyncCheck]:
+        return [c for c in self.checks if not c.matched]
+
+    def summary(self) -> dict:
+        probe = [c.seconds for c in self.checks]
+        stale = [c.stale_diff for c in self.checks if c.stale_diff is not None]
+        return {
+            **super().summary(),
+            "lag_measured": True,
+            "policy_versions": [b.policy_version for b in self.batches],
+            "sync_checks": len(self.checks),
+            "sync_failures": len(self.failures),
+            "sync_check_every": self.check_every,
+            "sync_check_tolerance": LOGPROB_TOLERANCE,
+            "sync_max_logprob_diff": max((c.max_logprob_diff for c in self.checks), default=None),
+            "sync_min_stale_diff": min(stale, default=None),
+            "sync_probe_seconds_mean": round(sum(probe) / len(probe), 4) if probe else None,
+            "sync_check_log": [asdict(c) for c in self.checks],
+        }
+
+    def check_verdict(self) -> None:
+        """The rollout layer fails when a checked sync left vLLM sampling from weights other than the trainer's."""
+        if not self.failures:
+            return
+        first = self.failures[0]
+        raise refused(
+            f"{len(self.failures)} of {len(self.checks)} checked weight syncs did not reach vLLM: after the sync of step "
+            f"{first.policy_version}, vLLM's greedy probe completion differs from the trainer's policy (first differing token "
+            f"{first.first_mismatch}, largest log-probability difference {first.max_logprob_diff:.4g}, tolerance {LOGPROB_TOLERANCE:g}), "
+            "so its rollouts were sampled from stale or other weights",
+            "check that TRL and vLLM are the locked versions (`grpolab doctor`: lock drift), that the model's parameter names "
+            "map onto vLLM's (a model vLLM loads with another implementation), or use --rollout inprocess",
+        )
+
+
+def probe_prompt_ids(tokenizer, train_dataset) -> list[int]:
+    """The fixed probe: the first training prompt with the chat template applied, as token ids."""
+    prompt = train_dataset[0]["prompt"]
+    if isinstance(prompt, list):
+        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    else:
+        text = prompt
+    return tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -1,0 +1,167 @@
+"""vLLM colocate on a CPU, through the lab's own code: the engine's key-value space, context and threads chosen
+from the run, the refusals before the engine starts, and lag 0 verified after the weight syncs.
+
+The pure parts run everywhere. The real engine runs where vLLM's CPU build is installed (track cv's venv or
+image): one smoke test per module (an engine start takes one to two minutes here) whose run-log line several
+tests read. Nothing of vLLM or TRL is replaced.
+"""
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from grpolab.errors import LayerFailure
+from grpolab.estimate import QWEN3_MODELS, estimate_memory
+from grpolab.rollouts import choose_rollout
+from grpolab.rollouts.vllm_cpu import GIB, check_fits_in_ram, engine_context_tokens, kv_space_gib, vllm_build, vllm_distribution
+from grpolab.rollouts.vllm_sync import LOGPROB_TOLERANCE, SyncCheck, VllmSyncLedger, verdict
+from grpolab.runlog import read_runs
+from grpolab.settings import LabSettings
+from grpolab.tracks import get_track
+
+REPO = Path(__file__).resolve().parents[1]
+HAVE_VLLM_CPU = vllm_build(*vllm_distribution()) == "cpu"
+needs_vllm_cpu = pytest.mark.skipif(not HAVE_VLLM_CPU, reason="vLLM's CPU build is not installed here (track cv's venv or image has it)")
+
+
+# --- sizes and refusals, before any engine starts --------------------------------------------------------------
+
+
+def test_the_kv_space_is_the_rollout_term_in_whole_blocks_with_headroom_rounded_up_to_gib():
+    qwen3_06b_fp32 = 2 * 28 * 8 * 128 * 4  # bytes per token: K and V, 28 layers, 8 kv heads of 128, float32
+    gib, term_gb, how = kv_space_gib(qwen3_06b_fp32, sequences=64, context_tokens=272)
+    assert term_gb == pytest.approx(64 * 272 * qwen3_06b_fp32 / 1e9)
+    assert gib == 11  # 64 sequences x 3 blocks of 128 tokens x 229,376 B = 5.64 GB, x 2 headroom = 10.5 GiB, rounded up
+    assert "rounded up to whole GiB" in how
+
+
+def test_a_model_longer_than_its_context_is_refused_naming_the_limit_and_the_flag():
+    settings = LabSettings(max_completion_length=16, max_prompt_length=256)
+    with pytest.raises(LayerFailure) as refused:
+        engine_context_tokens(250, settings, model_context=256)
+    message = str(refused.value)
+    assert refused.value.layer == "rollout"
+    assert "max_position_embeddings 256" in message and "266 tokens" in message
+    assert "--max-completion-length to 6" in message
+    # Within the context, the engine's context is the settings' bound, capped by the model's.
+    assert engine_context_tokens(30, settings, model_context=256) == 256
+    assert engine_context_tokens(30, settings, model_context=1024) == 272
+
+
+def test_a_kv_cache_larger_than_free_ram_is_refused_with_the_numbers():
+    with pytest.raises(LayerFailure) as refused:
+        check_fits_in_ram(64, 0.5, available_gb=20.0, source="set in the environment")
+    message = str(refused.value)
+    assert refused.value.layer == "rollout" and refused.value.exit_status == 14
+    assert "VLLM_CPU_KVCACHE_SPACE=64 GiB (68.7 GB, set in the environment)" in message
+    assert "69.2 GB, and MemAvailable is 20.0 GB" in message and "unset VLLM_CPU_KVCACHE_SPACE" in message
+
+
+@pytest.mark.parametrize("build, said", [(None, "vLLM is not installed"), ("gpu", "is a GPU build")])
+def test_vllm_on_a_cpu_without_its_cpu_build_is_refused_with_the_reason(build, said):
+    settings = LabSettings(rollout="vllm-colocate")
+    with pytest.raises(LayerFailure) as refused:
+        choose_rollout(settings, get_track("c"), device_type="cpu", platform="linux", vllm_version="0.31.0" if build else None, vllm_build=build)
+    assert refused.value.layer == "rollout"
+    assert "needs a CUDA or ROCm GPU and this run is on cpu" in str(refused.value) and said in str(refused.value)
+
+
+def test_the_estimate_on_cpu_counts_vllms_copy_of_the_weights_its_kv_space_and_its_runtime():
+    shape = {**QWEN3_MODELS["Qwen/Qwen3-0.6B"], "_name_or_path": "qwen3-0.6b-shape"}
+    settings = LabSettings(track="cv", rollout="vllm-colocate", dtype="float32", per_device_train_batch_size=4, num_generations=4,
+                           max_completion_length=16)
+    estimate = estimate_memory(shape, settings, device_total_gb=24.0, device_type="cpu", prompt_tokens=30)
+    names = [name for name, _, _ in estimate.terms]
+    assert "vLLM's copy of the weights, FP32" in names and "vLLM engine runtime" in names
+    assert estimate.term("vLLM's copy") == pytest.approx(estimate.terms[0][1])  # the policy's weights, again
+    assert estimate.term("vLLM key-value space") == pytest.approx(1 * GIB / 1e9)  # 4 x 272 tokens fits in 1 GiB
+    assert not any(name.startswith("vLLM allocation at") for name in names)  # no fraction of "device memory" on a CPU
+    inprocess = estimate_memory(shape, replace(settings, rollout="inprocess"), device_total_gb=24.0, device_type="cpu", prompt_tokens=30)
+    assert estimate.modelled_gb > inprocess.modelled_gb + estimate.terms[0][1]
+
+
+def test_a_sync_that_did_not_reach_vllm_fails_the_rollout_layer_with_what_to_do():
+    # A probe that matched, then one where vLLM still answered with the previous policy's numbers.
+    matched, first, diff = verdict([5, 9, 2], [-0.1, -0.5, -0.02], [5, 9, 2], [-0.1000004, -0.5000002, -0.02])
+    assert matched and first is None and diff < LOGPROB_TOLERANCE
+    stale, first, diff = verdict([5, 9, 2], [-0.1, -0.5, -0.02], [5, 7, 2], [-0.2, -0.9, -0.03])
+    assert not stale and first == 1 and diff == pytest.approx(0.4)
+    ledger = VllmSyncLedger([1, 2, 3], max_steps=10)
+    ledger.checks = [SyncCheck(0, True, 3, None, 1e-7, None, 0.05), SyncCheck(1, False, 3, 1, 0.4, 0.4, 0.05)]
+    summary = ledger.summary()
+    assert summary["sync_checks"] == 2 and summary["sync_failures"] == 1
+    with pytest.raises(LayerFailure) as refused:
+        ledger.check_verdict()
+    message = str(refused.value)
+    assert refused.value.layer == "rollout"
+    assert "1 of 2 checked weight syncs did not reach vLLM" in message and "step 1" in message and "what to do:" in message
+
+
+def test_short_runs_check_every_sync_and_long_ones_every_tenth_plus_the_first_and_last():
+    smoke, lab = VllmSyncLedger([1], max_steps=10), VllmSyncLedger([1], max_steps=120)
+    assert [v for v in range(10) if smoke.should_check(v)] == list(range(10))
+    assert [v for v in range(120) if lab.should_check(v)] == [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 119]
+
+
+# --- the real engine ------------------------------------------------------------------------------------------------
+
+
+def grpolab(args: list[str], runs: Path, extra_env: dict | None = None, timeout_s: float = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint"), "GRPOLAB_RUNS_DIR": str(runs), **(extra_env or {})}
+    return subprocess.run([sys.executable, "-m", "grpolab", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
+
+
+@pytest.fixture(scope="module")
+def colocate_smoke(tmp_path_factory, tiny_model_path):
+    """One smoke test on track cv's default path, vLLM colocate, with the real engine: its output and run-log line."""
+    runs = tmp_path_factory.mktemp("runs")
+    proc = grpolab(["smoke", "--track", "cv", "--rollout", "vllm-colocate"], runs)
+    return proc, read_runs(runs / "runlog.jsonl")
+
+
+@needs_vllm_cpu
+def test_the_colocate_smoke_test_passes_every_layer_naming_vllm_on_cpu(colocate_smoke):
+    proc, _ = colocate_smoke
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for layer in ("device", "adapter", "rewards", "first step", "rollout"):
+        assert f"  ok  {layer:<11}" in proc.stdout
+    rollout_line = next(line for line in proc.stdout.splitlines() if line.startswith("  ok  rollout"))
+    assert "vLLM colocate on CPU, vLLM 0.31.0 (cpu build)" in rollout_line
+    assert "inside TRL's declared range >=0.22.0,<=0.31.0" in rollout_line
+    assert "VLLM_CPU_KVCACHE_SPACE=1 GiB" in rollout_line and "VLLM_CPU_OMP_THREADS_BIND=nobind" in rollout_line
+
+
+@needs_vllm_cpu
+def test_the_run_log_records_the_engine_and_the_policy_version_vllm_sampled_with_each_step(colocate_smoke):
+    _, lines = colocate_smoke
+    rollout = lines[-1]["rollout"]
+    assert lines[-1]["status"] == "passed"
+    assert rollout["path"] == "vllm-colocate" and rollout["vllm_version"] == "0.31.0" and rollout["vllm_build"] == "cpu"
+    assert rollout["policy_versions"] == list(range(10))  # step s sampled with the weights after s - 1 updates
+    assert rollout["max_lag_steps"] == 0 and rollout["stale"] is False and rollout["lag_measured"] is True
+    assert rollout["vllm_cpu_kvcache_space_gib"] == 1 and rollout["engine_dtype"] == "float32"
+
+
+@needs_vllm_cpu
+def test_every_weight_sync_of_the_smoke_test_is_verified_against_the_trainers_policy(colocate_smoke):
+    _, lines = colocate_smoke
+    rollout = lines[-1]["rollout"]
+    assert rollout["sync_checks"] == 10 and rollout["sync_failures"] == 0
+    # vLLM and the trainer agree far inside the tolerance, and one step's learning moves the probe far outside
+    # it: a sync that silently did nothing would have been caught.
+    assert rollout["sync_max_logprob_diff"] < LOGPROB_TOLERANCE / 10
+    assert rollout["sync_min_stale_diff"] > LOGPROB_TOLERANCE
+
+
+@needs_vllm_cpu
+def test_a_kv_cache_larger_than_free_ram_is_refused_before_the_engine_starts(tmp_path, tiny_model_path):
+    proc = grpolab(["smoke", "--track", "cv", "--rollout", "vllm-colocate"], tmp_path / "runs", {"VLLM_CPU_KVCACHE_SPACE": "100000"}, timeout_s=300)
+    assert proc.returncode == 14, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "[rollout] vLLM's key-value cache does not fit in free RAM: VLLM_CPU_KVCACHE_SPACE=100000 GiB" in proc.stdout + proc.stderr
+    assert "Loading safetensors checkpoint" not in proc.stderr  # the engine never started
+    ended = read_runs(tmp_path / "runs" / "runlog.jsonl")
+    assert len(ended) == 1 and ended[-1]["status"] == "failed" and ended[-1]["failed_layer"] == "rollout"
