@@ -70,23 +70,6 @@ def host_available_gb() -> float | None:
     return None if available is None else available / GB
 
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
-MMAP_THRESHOLD_BYTES = 64 * 1024
-
-
-def return_freed_tensors_to_the_os() -> bool:
-    """Serve every allocation of 64 KiB or more (tensors) with its own mapping, returned to the OS when freed.
-
-    glibc otherwise raises its mmap threshold as large blocks are freed (up to 32 MiB) and then keeps freed heap
-    pages resident, fragmented: the resident peak drifts above the live peak from one step to the next (the
-    tiny model at track c: 0.134 GB resident against 0.106 GB live, seen here). With this the CPU's resident
-    peak is the live peak the estimate models. False where the C library is not glibc."""
-    try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-    except (OSError, AttributeError):
-        return False
-
-
 def release_freed_memory() -> None:
     """Collect garbage and hand freed heap pages back to the OS, so an earlier run in this process (the
     smoke test before the lab) does not hide in the baseline or get reused unseen."""
@@ -123,6 +106,7 @@ class PeakMemoryMeter:
         self._min: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stopped = True  # until started
         self.baseline_gb = 0.0
         self.hwm_reset = False
         self._since_mark = 0.0  # the primary sampled value's largest since the last mark (cpu: VmRSS, mps: driver)
@@ -139,6 +123,7 @@ class PeakMemoryMeter:
         self.stop()
 
     def start(self) -> "PeakMemoryMeter":
+        self._stopped = False
         for name in self.preload:
             try:
                 importlib.import_module(name)
@@ -146,9 +131,10 @@ class PeakMemoryMeter:
                 pass
         self._torch = sys.modules.get("torch")
         if self.device_type == "cpu":
-            returned = return_freed_tensors_to_the_os()
-            self.sources["allocator"] = ("glibc, mmap threshold 64 KiB: freed tensors go back to the OS" if returned
-                                         else "not glibc: freed memory may stay resident and raise the peak")
+            # The allocator is left as the C library set it: the resident set measured is the one the run has
+            # without a meter (and the one the out-of-memory killer counts); the estimate's allocator term
+            # predicts what glibc keeps resident beyond the live tensors.
+            self.sources["allocator"] = "the C library's own settings, untouched by the meter"
         if self._torch is not None:
             warm_up_runtime(self._torch, self.device_type)
         release_freed_memory()
@@ -165,16 +151,29 @@ class PeakMemoryMeter:
             self.baseline_gb = resident_set_gb() or 0.0
             self.sources["baseline"] = "resident set (VmRSS) after imports, before the model loads"
         self._sample()
-        self._thread = threading.Thread(target=self._sample_until_stopped, name="peak-memory-meter", daemon=True)
-        self._thread.start()
+        if self.needs_sampling:
+            self._thread = threading.Thread(target=self._sample_until_stopped, name="peak-memory-meter", daemon=True)
+            self._thread.start()
+        self.sources["sampling"] = (f"a thread every {self.sample_every_s:g} s" if self.needs_sampling
+                                    else "none: the kernel keeps the resident high-water mark")
         return self
 
+    @property
+    def needs_sampling(self) -> bool:
+        """Whether anything the meter logs is only known by sampling. On the CPU the kernel keeps the peak
+        (VmHWM) for free, so no thread runs beside the trainer unless the high-water mark cannot be reset or
+        the host's MemAvailable must be followed (unified memory). GPUs: the device-wide use and MPS's driver
+        allocation have no high-water mark."""
+        return self.device_type != "cpu" or not self.hwm_reset or self.unified_memory
+
     def stop(self) -> None:
-        if self._thread is None:
+        if self._stopped:
             return
-        self._stop.set()
-        self._thread.join()
-        self._thread = None
+        self._stopped = True
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
         self._sample()
         self._read_peaks()
 
