@@ -157,7 +157,7 @@ def doctor(c, track=None, args=""):
 
 @task(name="tiny-model", help={"track": LAB_HELP["track"], "args": LAB_HELP["args"]})
 def tiny_model(c, track=None, args=""):
-    """Build the built-in tiny model into the cache."""
+    """Check the committed tiny model; --args "--rebuild --out DIR" makes it again with the recipe and prints its hashes."""
     _lab("tiny-model", track, args)
 
 

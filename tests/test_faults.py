@@ -296,62 +296,39 @@ def test_read_only_runs_folder_fails_in_the_runlog_layer_before_training(read_on
     assert list(read_only_folder.iterdir()) == []
 
 
-def _tiny_model_as(uid: int, cache: str, answers) -> None:
-    import grpolab.errors  # noqa: F401  imported before dropping privileges
+def test_a_changed_tiny_model_file_is_named_with_what_to_do(tmp_path):
+    """The committed model's files are checked at every load: one changed byte is refused, naming the file."""
+    import shutil
+
     from grpolab.errors import LayerFailure
-    from grpolab.tiny_model import ensure_tiny_model
+    from grpolab.tiny_model import tiny_model_dir, verify_tiny_model
 
-    os.environ["GRPOLAB_CACHE_DIR"] = cache
-    os.setgid(uid)
-    os.setuid(uid)
-    try:
-        ensure_tiny_model(progress=lambda *_: None)
-        answers.put(("built", ""))
-    except LayerFailure as failure:
-        answers.put((failure.layer, str(failure)))
-
-
-@pytest.mark.skipif(os.getuid() != 0, reason="needs root to make a cache that belongs to another user")
-def test_a_cache_owned_by_another_user_says_so_and_how_to_fix_it(tmp_path):
-    cache = tmp_path / "cache"
-    cache.mkdir(mode=0o755)  # root's; the build runs as nobody (65534)
-    os.chmod(tmp_path, 0o755)
-    context = multiprocessing.get_context("fork")
-    answers = context.Queue()
-    child = context.Process(target=_tiny_model_as, args=(65534, str(cache), answers))
-    child.start()
-    layer, message = answers.get(timeout=120)
-    child.join(timeout=30)
-    assert layer == "input" and child.exitcode == 0
-    assert "may not write the cache folder" in message and "chown -R 65534:65534" in message
-    assert list(cache.iterdir()) == []
+    copy = tmp_path / "tiny-model"
+    shutil.copytree(tiny_model_dir(), copy)
+    assert verify_tiny_model(copy) == copy
+    weights = bytearray((copy / "model.safetensors").read_bytes())
+    weights[-1] ^= 1
+    (copy / "model.safetensors").write_bytes(bytes(weights))
+    with pytest.raises(LayerFailure) as failure:
+        verify_tiny_model(copy)
+    assert failure.value.layer == "input"
+    assert f"{copy / 'model.safetensors'} has sha256" in str(failure.value) and "git checkout -- entrypoint/tiny-model" in str(failure.value)
+    (copy / "tokenizer.json").unlink()
+    with pytest.raises(LayerFailure, match="tokenizer.json is missing"):
+        verify_tiny_model(copy)
 
 
-BUILD_WITH_A_SIZE_LIMIT = textwrap.dedent(
-    """
-    import resource, signal, sys
-    from grpolab.errors import LayerFailure
-    from grpolab.tiny_model import ensure_tiny_model
-
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))  # the weights are ~2 MB
-    try:
-        ensure_tiny_model(progress=print, max_steps=2)
-    except LayerFailure as failure:
-        print(failure)
-        sys.exit(failure.exit_status)
-    """
-)
-
-
-def test_a_full_cache_while_the_tiny_model_is_written_keeps_nothing_half_written(tmp_path):
-    cache = tmp_path / "cache"
-    env = {**PYTHON_ENV, "GRPOLAB_CACHE_DIR": str(cache)}
-    proc = subprocess.run([sys.executable, "-c", BUILD_WITH_A_SIZE_LIMIT], env=env, capture_output=True, text=True, timeout=900)
+def test_a_model_folder_without_weights_is_refused_before_anything_loads(tmp_path, tiny_model_env):
+    folder = tmp_path / "no-weights"
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (folder / name).write_bytes((REPO / "entrypoint" / "tiny-model" / name).read_bytes())
+    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")}
+    proc = subprocess.run([sys.executable, "-m", "grpolab", "smoke", "--track", "c", "--model", str(folder)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == EXIT_STATUS["input"], proc.stdout + proc.stderr
-    assert "[input] could not write the tiny model" in proc.stdout and "nothing half-written was kept" in proc.stdout
-    assert list((cache / "models").iterdir()) == []  # neither the model folder nor its staging folder
-    assert "Traceback" not in proc.stdout + proc.stderr
+    assert f"--model {folder}: the folder holds no weights" in proc.stderr
+    assert "Traceback" not in proc.stderr and "memory" not in proc.stdout.lower()  # refused before the estimate and the load
 
 
 EXTRACT_WITH_A_SIZE_LIMIT = textwrap.dedent(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TEST_CACHE
 from grpolab.report import LESSON_TRACKS, load_runs, run_report
 from grpolab.runlog import SCHEMA_VERSION, read_runs
 
@@ -56,7 +57,7 @@ def track_c(tiny_model_path, tmp_path_factory):
 
     runs = tmp_path_factory.mktemp("runs-c")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "entrypoint"), str(REPO / "tests")]),
-           "GRPOLAB_CACHE_DIR": str(tiny_model_path.parents[1]), "GRPOLAB_TRACK": "c", "GRPOLAB_RUNS_DIR": str(runs)}
+           "GRPOLAB_CACHE_DIR": str(TEST_CACHE), "GRPOLAB_TRACK": "c", "GRPOLAB_RUNS_DIR": str(runs)}
     for seed in ("1", "2", "3"):
         smoke = python_grpolab("smoke", "--track", "c", "--seed", seed, env=env)
         if smoke.returncode != 13:  # 13: group collapse on the first step; try the next seed

@@ -60,7 +60,7 @@ def test_settings_flags_and_extra_vllm_arguments_reach_the_command():
 
 def test_the_tiny_model_is_served_from_its_folder():
     argv = dry_run("--track", "c")
-    assert argv[3].endswith("models/tiny-qwen3") and value(argv, "--dtype") == "float32"
+    assert argv[3].endswith("entrypoint/tiny-model") and value(argv, "--dtype") == "float32"  # the committed model
 
 
 def test_bad_memory_fraction_is_an_input_error():

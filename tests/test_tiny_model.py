@@ -1,4 +1,5 @@
-"""The built-in tiny model: its tokenizer, a real build, reload, and the cache's atomic build."""
+"""The built-in tiny model: its tokenizer, the committed model (hashes, context, reload, answers), and the recipe
+that made it (deterministic, and still making a model of the same shape that adds)."""
 
 import json
 
@@ -8,12 +9,15 @@ from grpolab import tiny_model
 from grpolab.data import arithmetic_splits
 from grpolab.tiny_model import (
     BUILD_FACTS_FILE,
+    FIXTURE_SHA256,
     QWEN2_SPLIT_REGEX,
     TINY_MODEL,
     build_tiny_model,
     build_tokenizer,
-    ensure_tiny_model,
+    fixture_hashes,
+    rebuild_tiny_model,
     resolve_model_name,
+    tiny_model_dir,
 )
 
 PROMPT = [{"role": "user", "content": "What is 40 plus 52?"}]
@@ -59,24 +63,62 @@ def test_pre_tokenizer_is_qwen2s(tokenizer):
     assert byte_level == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
 
 
-def test_build_reloads_with_auto_classes_and_answers(tiny_model_path):
-    """The cached build (conftest's tiny_model_path: built once per cache through ensure_tiny_model)."""
+def test_the_committed_model_is_checked_reloads_with_auto_classes_and_answers(tiny_model_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpolab.evaluate import pass_at_1
 
-    tiny_model_dir = tiny_model_path
-    assert (tiny_model_dir / "model.safetensors").is_file()
-    facts = json.loads((tiny_model_dir / BUILD_FACTS_FILE).read_text())
-    assert facts["seed"] == 0 and facts["steps"] > 0
-    assert facts["validation_pass_at_1"] >= 0.2
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert tiny_model_path == tiny_model_dir() and resolve_model_name(TINY_MODEL) == str(tiny_model_path)
+    assert fixture_hashes(tiny_model_path) == FIXTURE_SHA256  # every file the recipe writes, and only those
+    assert sorted(p.name for p in tiny_model_path.iterdir()) == sorted(FIXTURE_SHA256)
+    facts = json.loads((tiny_model_path / BUILD_FACTS_FILE).read_text())
+    assert facts["seed"] == 0 and facts["steps"] > 0 and facts["recipe"] == tiny_model.RECIPE_VERSION
+    assert facts["validation_pass_at_1"] >= tiny_model.WARMUP_TARGET_PASS_AT_1
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     assert 0.4e6 < sum(p.numel() for p in model.parameters()) < 0.7e6
     assert model.config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert "<answer>" not in tokenizer.all_special_tokens
     heldout = arithmetic_splits()["heldout"][:200]
     assert pass_at_1(model, tokenizer, heldout, max_new_tokens=8) > 0.2
+
+
+def test_its_context_holds_track_c_prompt_and_completion(tiny_model_path):
+    """vLLM refuses a max_model_len beyond max_position_embeddings: track c's prompt plus completion must fit."""
+    from grpolab.settings import resolve_settings
+    from grpolab.tracks import get_track
+
+    config = json.loads((tiny_model_path / "config.json").read_text())
+    settings = resolve_settings(get_track("c"))
+    assert config["max_position_embeddings"] >= settings.max_prompt_length + settings.max_completion_length
+
+
+@pytest.mark.slow
+def test_the_recipe_still_makes_a_model_of_the_committed_shape_that_adds(tmp_path, tiny_model_path):
+    """The whole recipe (about 600 warm-up steps, 1.5-2.5 minutes on 2 cores: a shortened one answers nothing, validation
+    pass@1 stays under 0.1 until step ~580 here). Its weights need not be the committed bytes (they differ between CPUs),
+    but the tokenizer, config and every tensor's name and shape must be, and it must add as well as the recipe asks."""
+    from safetensors import safe_open
+
+    from grpolab.evaluate import pass_at_1
+
+    built = build_tiny_model(tmp_path / "tiny", seed=0, progress=lambda line: None)
+    assert sorted(p.name for p in built.iterdir()) == sorted(FIXTURE_SHA256)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        assert (built / name).read_bytes() == (tiny_model_path / name).read_bytes(), name
+    assert json.loads((built / "config.json").read_text()) == json.loads((tiny_model_path / "config.json").read_text())
+
+    def shapes(folder):
+        with safe_open(folder / "model.safetensors", "pt") as weights:
+            return {key: tuple(weights.get_slice(key).get_shape()) for key in weights.keys()}
+
+    assert shapes(built) == shapes(tiny_model_path)
+    facts = json.loads((built / BUILD_FACTS_FILE).read_text())
+    assert facts["validation_pass_at_1"] >= tiny_model.WARMUP_TARGET_PASS_AT_1 and facts["steps"] < tiny_model.WARMUP_MAX_STEPS
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(built), AutoTokenizer.from_pretrained(built)
+    assert pass_at_1(model, tokenizer, arithmetic_splits()["heldout"][:200], max_new_tokens=8) > 0.2
 
 
 @pytest.mark.slow
@@ -92,54 +134,15 @@ def test_build_is_deterministic(tmp_path):
     assert json.loads((builds[0] / BUILD_FACTS_FILE).read_text())["steps"] == 3
 
 
-def _fake_build(out_dir, seed=0, progress=print):
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"):
-        (out_dir / name).write_text("{}")
-    (out_dir / BUILD_FACTS_FILE).write_text(json.dumps({"recipe": tiny_model.RECIPE_VERSION, "seed": seed}))
-    return out_dir
-
-
-def test_ensure_builds_once_into_the_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("GRPOLAB_CACHE_DIR", str(tmp_path))
-    calls = []
-    monkeypatch.setattr(tiny_model, "build_tiny_model", lambda out, **kw: calls.append(out) or _fake_build(out))
-    path = ensure_tiny_model(progress=lambda line: None)
-    assert path == tmp_path / "models" / "tiny-qwen3"
-    assert (path / BUILD_FACTS_FILE).is_file()
-    assert ensure_tiny_model(progress=lambda line: None) == path
-    assert len(calls) == 1
-    assert resolve_model_name(TINY_MODEL) == str(path)
-    assert resolve_model_name("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"
-    assert [p.name for p in path.parent.iterdir()] == ["tiny-qwen3"]  # no staging folder left behind
-
-
-def test_the_build_says_where_the_model_ends_up_not_its_staging_folder(monkeypatch, tmp_path):
-    monkeypatch.setenv("GRPOLAB_CACHE_DIR", str(tmp_path))
+def test_rebuild_prints_the_new_hashes_and_never_overwrites_the_committed_model(tmp_path):
     lines = []
-    path = ensure_tiny_model(progress=lines.append, max_steps=2)  # a real build, cut short
-    (built,) = [line for line in lines if line.startswith("tiny model: built in")]
-    assert built.endswith(f"-> {path}") and ".building-" not in built
-
-
-def test_interrupted_build_is_not_mistaken_for_a_finished_one(monkeypatch, tmp_path):
-    monkeypatch.setenv("GRPOLAB_CACHE_DIR", str(tmp_path))
-
-    def interrupted(out_dir, **kwargs):
-        (out_dir / "model.safetensors").write_text("half")
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(tiny_model, "build_tiny_model", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        ensure_tiny_model(progress=lambda line: None)
-    models = tmp_path / "models"
-    assert list(models.iterdir()) == []  # neither a target nor a staging folder
-    # a leftover incomplete folder at the target (from an older, non-atomic copy) is rebuilt
-    (models / "tiny-qwen3").mkdir()
-    (models / "tiny-qwen3" / "model.safetensors").write_text("half")
-    monkeypatch.setattr(tiny_model, "build_tiny_model", lambda out, **kw: _fake_build(out))
-    path = ensure_tiny_model(progress=lambda line: None)
-    assert json.loads((path / BUILD_FACTS_FILE).read_text())["recipe"] == tiny_model.RECIPE_VERSION
+    hashes = rebuild_tiny_model(tmp_path / "rebuilt", progress=lines.append, max_steps=2)  # the recipe, cut short
+    assert sorted(hashes) == sorted(FIXTURE_SHA256)
+    assert f'    "model.safetensors": "{hashes["model.safetensors"]}",' in lines[-1].splitlines()
+    with pytest.raises(ValueError, match="not over the committed model"):
+        rebuild_tiny_model(tiny_model_dir(), progress=lines.append, max_steps=2)
+    with pytest.raises(ValueError, match="not empty"):
+        rebuild_tiny_model(tmp_path / "rebuilt", progress=lines.append, max_steps=2)
 
 
 def test_pass_at_1_leaves_the_tokenizer_and_model_as_it_found_them(tokenizer):

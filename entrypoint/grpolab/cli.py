@@ -100,10 +100,12 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_tiny_model(args) -> int:
-    from .tiny_model import build_tiny_model, ensure_tiny_model
+    from .tiny_model import FIXTURE_SHA256, rebuild_tiny_model, verify_tiny_model
 
-    path = build_tiny_model(Path(args.out)) if args.out else ensure_tiny_model()
-    print(f"tiny model ready: {path}")
+    if args.rebuild:
+        rebuild_tiny_model(Path(args.out or "tiny-model-rebuilt"))
+        return 0
+    print(f"tiny model: {verify_tiny_model()} (committed; model.safetensors sha256 {FIXTURE_SHA256['model.safetensors']}, checked)")
     return 0
 
 
@@ -135,7 +137,7 @@ def cmd_serve(args) -> int:
     if exposure_warning(args.host):
         print(exposure_warning(args.host), file=sys.stderr)
     if args.dry_run:
-        model = str(tiny_model_dir()) if settings.model == TINY_MODEL else settings.model  # not built for a dry run
+        model = str(tiny_model_dir()) if settings.model == TINY_MODEL else settings.model  # not checked for a dry run
         print(display(serve_command(settings, model, args.host, args.port, args.gpu_memory_utilization, extra)))
         return 0
     version_line = refuse_unless_servable()
@@ -223,8 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     gguf.add_argument("--model", default="tiny", help="a saved Hugging Face model folder, or tiny")
     gguf.add_argument("--out", required=True, help="the .gguf file to write")
     gguf.add_argument("--outtype", choices=["f32", "f16", "bf16"], default="f32")
-    tiny = add("tiny-model", cmd_tiny_model, "Build the built-in tiny model (offline, deterministic, about a minute on 2 cores).", settings=False)
-    tiny.add_argument("--out", help="build into this folder instead of the cache")
+    tiny = add("tiny-model", cmd_tiny_model, "Check the built-in tiny model (committed in entrypoint/tiny-model/) against its hashes; --rebuild makes it again with the recipe.", settings=False)
+    tiny.add_argument("--rebuild", action="store_true", help="run the recipe (a few minutes on 2 cores) into --out and print the hashes that tiny_model.FIXTURE_SHA256 would take")
+    tiny.add_argument("--out", help="with --rebuild: the new, empty folder to build into (default ./tiny-model-rebuilt)")
     return parser
 
 

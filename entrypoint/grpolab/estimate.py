@@ -194,11 +194,9 @@ def model_shape(model: str | dict) -> ModelShape:
     name = str(model)
     path = Path(name).expanduser()
     if name == "tiny":
-        from .paths import cache_dir
+        from .tiny_model import tiny_model_dir
 
-        path = cache_dir() / "models" / "tiny-qwen3"
-        if not (path / "config.json").is_file():
-            raise UnknownModel(f"the tiny model is not built yet ({path}): run `grpolab tiny-model` first, then estimate again")
+        path = tiny_model_dir()  # committed: its config is always there (its hashes are checked when it loads)
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():

@@ -357,9 +357,9 @@ def _bundle_model(settings: LabSettings, out: Path) -> str:
     """The model path the cluster uses: the built-in tiny model travels in the bundle, anything else by name."""
     if settings.model != TINY_MODEL:
         return settings.model
-    from .tiny_model import ensure_tiny_model
+    from .tiny_model import verify_tiny_model
 
-    source = Path(ensure_tiny_model(progress=lambda *_: None))
+    source = verify_tiny_model()
     shutil.copytree(source, out / "model")
     return f"{BUNDLE_PLACEHOLDER}/model"
 

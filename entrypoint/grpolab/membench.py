@@ -59,9 +59,9 @@ def case_tokenizer(case: dict):
     from .training import load_tokenizer
 
     if case["model"] == "tiny":
-        from .tiny_model import ensure_tiny_model
+        from .tiny_model import verify_tiny_model
 
-        tiny = str(ensure_tiny_model(progress=lambda *a: None))
+        tiny = str(verify_tiny_model())
         return load_tokenizer(tiny), tiny
     from .data import arithmetic_splits
     from .tiny_model import build_tokenizer

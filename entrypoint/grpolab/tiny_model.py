@@ -1,16 +1,23 @@
-"""The built-in tiny model: a ~0.5 M parameter Qwen3 that adds two numbers, built offline in about a minute.
+"""The built-in tiny model: a ~0.5 M parameter Qwen3 that adds two numbers, committed to the repository.
 
 It exists so that every track, CPU-only CI included, can run real GRPO on a real (if tiny) language model
 with no Hub access, and see held-out pass@1 move. `--model tiny` in the lab means this model.
 
-The recipe, all deterministic from the seed:
+It is a fixture, made once with the recipe below and committed in entrypoint/tiny-model/ (weights, tokenizer,
+config; the images carry it with entrypoint/): no run trains a model. The recipe is deterministic on one
+machine but not across CPUs (float kernels differ between instruction sets, AVX-512 or not, and the warm-up
+stopped at 610 steps on one machine and 1200 on another), so building it at first use gave each machine its
+own "tiny" model. FIXTURE_SHA256 is the one place its hashes live; every load checks them.
+
+The recipe (`grpolab tiny-model --rebuild --out DIR` runs it and prints the new hashes), deterministic from the seed:
 1. A byte-level BPE tokenizer (~300 tokens) trained with `tokenizers` on the task's own text. Its
    pre-tokenizer is exactly Qwen2's (the regex Split, "isolated", then ByteLevel without its own regex),
    which puts every digit in a token of its own and lets llama.cpp's "qwen2" pre-tokenizer reproduce our
    tokenisation. ChatML chat template, eos `<|im_end|>`. `<answer>` and `</answer>` are single tokens but
    *ordinary* ones: special tokens are stripped when TRL decodes completions, and the format reward would
    never see them.
-2. A Qwen3 from a config (hidden 128, 2 layers, 4 heads, tied embeddings).
+2. A Qwen3 from a config (hidden 128, 2 layers, 4 heads, tied embeddings; a 1024-token context, which costs
+   no parameters with RoPE and covers track c's prompt plus completion, so vLLM takes the model as it is).
 3. A supervised warm-up on the train split of grpolab.data's arithmetic problems, stopped as soon as
    validation greedy pass@1 reaches WARMUP_TARGET_PASS_AT_1: good enough that GRPO's groups of 8 mix right
    and wrong answers (the learning signal), bad enough that GRPO has something to improve.
@@ -21,20 +28,32 @@ The result is saved with save_pretrained (safetensors) plus grpolab_tiny.json, t
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from .data import arithmetic_splits
-from .paths import cache_dir
+from .model_identity import sha256_of_file
 
 TINY_MODEL = "tiny"  # the name users pass as --model
-TINY_MODEL_DIRNAME = "tiny-qwen3"
 BUILD_FACTS_FILE = "grpolab_tiny.json"
-RECIPE_VERSION = 3  # bump when the recipe changes (3: held-out split by unordered pair): ensure_tiny_model() then rebuilds cached copies
+RECIPE_VERSION = 4  # bump when the recipe changes (4: a 1024-token context; 3: held-out split by unordered pair)
+
+# The committed model, beside the package (entrypoint/tiny-model/), and the sha256 of each of its files: the one
+# place they are written. `grpolab tiny-model --rebuild` prints a new dict for a regenerated model.
+FIXTURE_DIR = Path(__file__).resolve().parents[1] / "tiny-model"
+FIXTURE_RELATIVE = "entrypoint/tiny-model"
+FIXTURE_FILES = ("chat_template.jinja", "config.json", "generation_config.json", BUILD_FACTS_FILE, "model.safetensors", "tokenizer.json",
+                 "tokenizer_config.json")  # what a build writes
+FIXTURE_SHA256 = {
+    "chat_template.jinja": "2eefca287a0f008b170ce31bc2c4dabb398a64eb74716bf64db5d9a21da50da9",
+    "config.json": "3d4357c85002dba0e745c6e4e9f41417db8ba92314533cd1ccad76cb492bd4e8",
+    "generation_config.json": "3c26e8f5e008bd93bd9b7aad28b2a200961276c2953f44b4654269549e1a30e2",
+    "grpolab_tiny.json": "bfa7ef16c70c1a729966ab7153db34cfd6625db0971d386c1ec04af55aff2416",
+    "model.safetensors": "fb79d1beace2efce883012c4e85f74bbd29c398801c834e190e9f2fba332165f",
+    "tokenizer.json": "1b7131eaa824afe0681fa34192bb1fd3873042da370429397ff8e910fd2437dc",
+    "tokenizer_config.json": "650f365f8e34d5d0a9b092fa7d03ad4c3c121ac1ff011754dc3e399ded323944",
+}
 
 # Qwen2's pre-tokenizer regex, verbatim from its tokenizer.json (also llama.cpp's "qwen2" pre-tokenizer).
 QWEN2_SPLIT_REGEX = (
@@ -57,7 +76,7 @@ MODEL_CONFIG = dict(
     num_attention_heads=4,
     num_key_value_heads=2,
     head_dim=32,
-    max_position_embeddings=256,
+    max_position_embeddings=1024,
     tie_word_embeddings=True,
 )
 
@@ -269,87 +288,74 @@ def _name_tokenizer_class(tokenizer_config: Path) -> None:
 
 
 def tiny_model_dir() -> Path:
-    return cache_dir() / "models" / TINY_MODEL_DIRNAME
+    """The committed model: entrypoint/tiny-model/ in the repository, /opt/grpolab/entrypoint/tiny-model/ in the images."""
+    return FIXTURE_DIR
 
 
-def is_complete(path: Path) -> bool:
-    """A finished build of the current recipe: weights, tokenizer and the build facts written last."""
-    try:
-        facts = json.loads((path / BUILD_FACTS_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return facts.get("recipe") == RECIPE_VERSION and all(
-        (path / name).is_file() for name in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")
-    )
+def fixture_hashes(folder: Path) -> dict[str, str]:
+    """{file name: sha256} of the files a build writes (the form of FIXTURE_SHA256)."""
+    return {path.name: sha256_of_file(path) for path in sorted(Path(folder).iterdir()) if path.is_file() and path.name in FIXTURE_FILES}
 
 
-def ensure_tiny_model(progress=print, *, max_steps: int = WARMUP_MAX_STEPS) -> Path:
-    """cache_dir()/models/tiny-qwen3, built first if missing, incomplete or from an older recipe.
-
-    The build goes into a temporary sibling folder that is renamed into place only when finished, so an
-    interrupted build, or one that ran out of disk, is never mistaken for a finished one (and is removed).
-    A cache that can't be written (full, or owned by another user) is the input layer's failure, saying which.
-    """
-    target = tiny_model_dir()
-    if is_complete(target):
-        return target
-    progress(f"tiny model: not built yet at {target}; building it (about a minute, once)")
-    try:
-        return _build_into_place(target, progress, max_steps)
-    except Exception as error:  # noqa: BLE001 - only write errors become a layer failure; the rest is re-raised
-        os_error = as_os_error(error)
-        if os_error is None:
-            raise
-        raise cache_write_failure(target, os_error) from error
-
-
-def _build_into_place(target: Path, progress, max_steps: int) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{TINY_MODEL_DIRNAME}.building-", dir=target.parent))
-    try:
-        build_tiny_model(staging, progress=progress, max_steps=max_steps, final_dir=target)
-        if is_complete(target):  # another process finished first: keep theirs
-            return target
-        if target.exists():
-            shutil.rmtree(target)  # an incomplete or outdated build
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would hide the model from other users of a shared cache
-        os.replace(staging, target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
-
-
-def as_os_error(error: Exception) -> OSError | None:
-    """The OSError behind a write failure: itself, or the one safetensors reports only in words ("os error 27")."""
-    import re
-
-    if isinstance(error, OSError):
-        return error
-    found = re.search(r"I/O error: .*\(os error (\d+)\)", str(error))
-    return OSError(int(found.group(1)), os.strerror(int(found.group(1)))) if found else None
-
-
-def cache_write_failure(target: Path, error: OSError):
-    """The cache is full, or not this user's: which, and what to do. Nothing half-written was kept."""
-    import errno
-
+def verify_tiny_model(folder: Path | None = None) -> Path:
+    """The committed model's folder, once every file in it has the sha256 that FIXTURE_SHA256 gives it; else the
+    input layer's failure naming the file and what to do. (About 2 MB: hashing it costs milliseconds.)"""
     from .errors import LayerFailure
 
-    folder = target.parent
-    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        what = f"this user (uid {os.getuid()}) may not write the cache folder {folder} ({error.strerror})"
-        action = (f"give the cache to this user (`sudo chown -R {os.getuid()}:{os.getgid()} {cache_dir()}`) or point "
-                  "GRPOLAB_CACHE_DIR elsewhere; in a container, the cache volume must belong to the user the "
-                  "container runs as (`docker volume rm` the cache volume and it is made again)")  # fmt: skip
-    else:
-        what = f"could not write the tiny model into {folder} ({error.strerror or error}): the disk may be full"
-        action = f"free space where the cache lives (`df -h {folder}`) or point GRPOLAB_CACHE_DIR elsewhere"
-    return LayerFailure("input", what + "; nothing half-written was kept", action)
+    folder = Path(folder or tiny_model_dir())
+    restore = (f"restore the committed files (`git checkout -- {FIXTURE_RELATIVE}` in the repository, or rebuild the "
+               "image); if you regenerated the model on purpose (`grpolab tiny-model --rebuild`), commit its files and "
+               "put the hashes it printed into FIXTURE_SHA256 in grpolab/tiny_model.py")  # fmt: skip
+    missing = [str(folder / name) for name in FIXTURE_SHA256 if not (folder / name).is_file()]
+    if missing:
+        raise LayerFailure("input", f"the built-in tiny model is incomplete: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing", restore)
+    for name, expected in FIXTURE_SHA256.items():
+        path = folder / name
+        found = sha256_of_file(path)
+        if found != expected:
+            raise LayerFailure("input", f"the built-in tiny model's {path} has sha256 {found}, not the committed {expected}: "
+                               "the file was changed or damaged", restore)  # fmt: skip
+    return folder
+
+
+def rebuild_tiny_model(out_dir, progress=print, *, max_steps: int = WARMUP_MAX_STEPS) -> dict[str, str]:
+    """Make the model again with the recipe into `out_dir` (a folder of its own, never the committed one) and
+    print the hashes that FIXTURE_SHA256 would take; returns them."""
+    out_dir = Path(out_dir)
+    if out_dir.resolve() == tiny_model_dir().resolve():
+        raise ValueError(f"rebuild into a folder of its own, not over the committed model ({out_dir}); copy it over once checked")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ValueError(f"{out_dir} is not empty: rebuild into a new folder")
+    build_tiny_model(out_dir, progress=progress, max_steps=max_steps)
+    for path in out_dir.iterdir():
+        path.chmod(0o644)  # safetensors writes 0600: the images' user (not the builder) must read the committed files
+    hashes = fixture_hashes(out_dir)
+    progress(f"tiny model rebuilt into {out_dir}; model.safetensors sha256 {hashes['model.safetensors']}")
+    progress(f"to make it the committed model: copy {out_dir}/* over {FIXTURE_RELATIVE}/ and set FIXTURE_SHA256 in "
+             "entrypoint/grpolab/tiny_model.py to:")  # fmt: skip
+    progress("FIXTURE_SHA256 = {\n" + "".join(f'    "{name}": "{digest}",\n' for name, digest in hashes.items()) + "}")
+    return hashes
 
 
 def resolve_model_name(name: str) -> str:
-    """The path or Hub id to load: "tiny" means the built-in model (built on first use)."""
-    return str(ensure_tiny_model()) if name == TINY_MODEL else name
+    """The path or Hub id to load: "tiny" means the committed model (its hashes checked). A local folder with a
+    config.json and no weights is refused here, before anything loads."""
+    if name == TINY_MODEL:
+        return str(verify_tiny_model())
+    refuse_folder_without_weights(name)
+    return name
+
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin")  # what from_pretrained loads weights from
+
+
+def refuse_folder_without_weights(name: str) -> None:
+    from .errors import LayerFailure
+
+    folder = Path(name).expanduser()
+    if not folder.is_dir():
+        return  # a Hub id (or a path that does not exist: the loader says so)
+    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_PATTERNS):
+        has = ", ".join(sorted(p.name for p in folder.iterdir())[:8]) or "nothing"
+        raise LayerFailure("input", f"--model {name}: the folder holds no weights (no *.safetensors or *.bin; it holds {has})",
+                           "point --model at a folder saved with save_pretrained (config.json, tokenizer and *.safetensors), a Hub id, or tiny")  # fmt: skip
