@@ -201,11 +201,15 @@ def report(c, logs="", all=False, against_lesson=False, out=None):
     "stale": "llama.cpp rollouts never refreshed against refreshed every 10 steps, 2 seeds each, one at a time (host Python)",
     "memory": "peak memory instead, predicted against measured on CPU: the tiny model at track c, the Qwen3-0.6B and 1.7B shapes",
     "case": "with --memory: only this case (tiny-track-c, qwen3-0.6b-shape, qwen3-1.7b-shape)",
+    "colocate": "track cv's lab with vLLM colocate on the CPU beside in-process, same settings: seconds per step, sync checks",
+    "versus_trl": "the lab against plain TRL's GRPOTrainer on the same settings, interleaved, and each observer's cost",
+    "rounds": "with --versus-trl: rounds of every variant (default 3)",
 })
-def bench(c, build=False, learning=False, stale=False, memory=False, case=None):
+def bench(c, build=False, learning=False, stale=False, memory=False, case=None, colocate=False, versus_trl=False, rounds=3):
     """JSON under bench/: the lab's timings on track c, (--build) the image build, (--learning) pass@1 on 3
-    seeds and a control, (--stale) llama.cpp rollouts never refreshed against refreshed every 10 steps, or
-    (--memory) peak memory predicted against measured."""
+    seeds and a control, (--stale) llama.cpp rollouts never refreshed against refreshed every 10 steps,
+    (--memory) peak memory predicted against measured, (--colocate) vLLM colocate beside in-process, or
+    (--versus-trl) the lab against plain TRL with each observer's cost."""
     from hostlab import bench as benchmarks
 
     with user_errors():
@@ -215,6 +219,10 @@ def bench(c, build=False, learning=False, stale=False, memory=False, case=None):
             benchmarks.learning_bench()
         elif stale:
             benchmarks.stale_bench()
+        elif colocate:
+            benchmarks.colocate_bench()
+        elif versus_trl:
+            benchmarks.versus_trl_bench(int(rounds))
         else:
             benchmarks.build_bench() if build else benchmarks.lab_bench()
 

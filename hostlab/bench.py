@@ -107,7 +107,7 @@ def stale_bench() -> Path:
 LAB_RUNS_WHERE = "host python (PYTHONPATH=entrypoint), the tiny model from GRPOLAB_CACHE_DIR"
 
 
-def _lab_runs(cases: list[tuple[str, dict, list[str]]], at_once: int) -> list[dict]:
+def _lab_runs(cases: list[tuple[str, dict, list[str]]], at_once: int, track: str = "c") -> list[dict]:
     """Each case is the default c lab (smoke test skipped) with its options and extra arguments, run on the
     host's Python with this checkout's code (the shared grpolab:c image may hold other code), `at_once` at a
     time, each with a runs folder of its own. Returns what each run's run-log line says."""
@@ -122,10 +122,10 @@ def _lab_runs(cases: list[tuple[str, dict, list[str]]], at_once: int) -> list[di
             if len(running) == at_once:
                 runs.append(_lab_run(*running.pop(0)))
             runs_dir = Path(tmp) / str(index)
-            argv = lab_command("lab", "c", {**options, "smoke": "never"}, extra)
+            argv = lab_command("lab", track, {**options, "smoke": "never"}, extra)
             say(f"[{index + 1}/{len(cases)}] {name}: $ " + " ".join(argv))
             output = open(Path(tmp) / f"{index}.log", "w")  # closed with the folder
-            process = subprocess.Popen(argv, cwd=REPO, env={**lab_env(get_track("c")), "GRPOLAB_RUNS_DIR": str(runs_dir)}, stdout=output, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(argv, cwd=REPO, env={**lab_env(get_track(track)), "GRPOLAB_RUNS_DIR": str(runs_dir)}, stdout=output, stderr=subprocess.STDOUT)
             running.append((name, argv, runs_dir, process))
         runs += [_lab_run(*run) for run in running]
     return runs
@@ -138,11 +138,111 @@ def _lab_run(name: str, argv: list[str], runs_dir: Path, process) -> dict:
     say(f"{name}: exit {status}, pass@1 {line.get('pass_at_1_before')} -> {line.get('pass_at_1_after')}")
     rollout = line.get("rollout") or {}
     return {"case": name, "command": " ".join(argv), "exit_status": status, **{key: line.get(key) for key in LEARNING_FIELDS},
-            **{key: rollout.get(key) for key in ROLLOUT_FIELDS if key in rollout}}  # fmt: skip
+            **{key: line[key] for key in EXTRA_LAB_FIELDS if key in line},
+            **{key: rollout.get(key) for key in ROLLOUT_FIELDS + SYNC_FIELDS if key in rollout}}  # fmt: skip
 
 
 LEARNING_FIELDS = ("status", "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "seconds_per_step", "wall_clock_s", "settings")
 ROLLOUT_FIELDS = ("engine", "stale", "max_lag_steps", "refreshes", "refresh_seconds_mean", "refresh_export_seconds_mean", "refresh_reload_seconds_mean", "initial_export_seconds")
+SYNC_FIELDS = ("vllm_version", "vllm_build", "vllm_cpu_kvcache_space_gib", "sync_checks", "sync_failures", "sync_max_logprob_diff",
+               "sync_min_stale_diff", "sync_probe_seconds_mean")
+EXTRA_LAB_FIELDS = ("time_split_s_per_step", "peak_memory_gb_measured", "peak_memory_gb_predicted", "peak_memory_ratio")
+COLOCATE_PATHS = ("inprocess", "vllm-colocate")
+
+
+def colocate_bench() -> Path:
+    """vLLM colocate on the CPU beside in-process generation: track cv's default lab (the tiny model, 120 steps,
+    smoke test skipped) on each path, same settings and seed, one run at a time with this checkout's code and
+    track cv's venv (vLLM's CPU build): seconds per step and its split, pass@1, peak memory, the sync checks."""
+    cases = [(path, {"rollout": path, "seed": 0}, []) for path in COLOCATE_PATHS]
+    runs = _lab_runs(cases, at_once=1, track="cv")
+    by_path = {run["case"]: run.get("seconds_per_step") for run in runs}
+    ratio = by_path["vllm-colocate"] / by_path["inprocess"] if all(by_path.values()) else None
+    return _write("lab-colocate", {"track": "cv", "where": "host python, track cv's venv (.venvs/cv, else this interpreter), one run at a time",
+                                   "seconds_per_step": by_path, "colocate_over_inprocess": ratio and round(ratio, 3), "runs": runs})
+
+
+# The lab against plain TRL (grpolab.plaintrl) on the same model, data, rewards and settings: track c's lab at
+# 40 steps, each variant in a process of its own, interleaved round by round so that a change in the machine's
+# load reaches every variant alike. Seconds per step: transformers' train_runtime over the steps, for all.
+VERSUS_STEPS = 40
+VERSUS_ROUNDS = 3
+VERSUS_VARIANTS = {
+    # name: (what runs, its arguments)
+    "plain TRL": ("plain", []),
+    "plain TRL + meter": ("plain", ["--observers", "meter"]),
+    "plain TRL + meter sampling every 20 ms": ("plain", ["--observers", "sampler"]),
+    "plain TRL + step recorder": ("plain", ["--observers", "recorder"]),
+    "plain TRL + step recorder + per-step checks": ("plain", ["--observers", "checks"]),
+    "lab (--smoke never)": ("lab", ["--smoke", "never"]),
+    "lab (smoke test first)": ("lab", ["--smoke", "always"]),
+}
+# Each observer's cost: a variant against the one it adds to.
+VERSUS_COSTS = {
+    "peak-memory meter (no sampling thread on CPU)": ("plain TRL + meter", "plain TRL"),
+    "meter's 50 Hz sampling thread": ("plain TRL + meter sampling every 20 ms", "plain TRL + meter"),
+    "step recorder (generation/reward/update split)": ("plain TRL + step recorder", "plain TRL"),
+    "per-step checks and progress line": ("plain TRL + step recorder + per-step checks", "plain TRL + step recorder"),
+    "smoke test before the lab (per step of the lab after it)": ("lab (smoke test first)", "lab (--smoke never)"),
+    "the whole lab against plain TRL": ("lab (--smoke never)", "plain TRL"),
+}
+
+
+def _versus_run(kind: str, extra: list[str], seed: int, runs_dir: Path) -> dict:
+    """One variant's run; what it measured (from its PLAIN-TRL line or its run-log line) and its wall clock."""
+    from grpolab.tracks import get_track
+
+    from .labrun import lab_command, lab_env
+
+    options = {"max_steps": VERSUS_STEPS, "seed": seed}
+    argv = lab_command("lab", "c", options, extra)
+    if kind == "plain":
+        argv = [argv[0], "-m", "grpolab.plaintrl", *argv[3:]]
+    env = {**lab_env(get_track("c")), "GRPOLAB_RUNS_DIR": str(runs_dir)}
+    started = time.monotonic()
+    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = {"command": " ".join(argv[1:]), "exit_status": proc.returncode, "wall_clock_s": round(time.monotonic() - started, 1)}
+    if kind == "plain":
+        line = next((line for line in proc.stdout.splitlines() if line.startswith("PLAIN-TRL ")), None)
+        return {**out, **(json.loads(line.removeprefix("PLAIN-TRL ")) if line else {"error": proc.stdout[-2000:]})}
+    log = runs_dir / "runlog.jsonl"
+    lines = [json.loads(text) for text in log.read_text().splitlines()] if log.exists() else []
+    lab = next((line for line in reversed(lines) if line.get("kind") == "lab"), None)
+    if lab is None or proc.returncode:
+        return {**out, "error": proc.stdout[-2000:]}
+    smoke = next((line for line in lines if line.get("kind") == "smoke"), None)
+    return {**out, "steps": len(lab.get("steps") or []) * lab["settings"]["logging_steps"], "train_runtime_s": lab.get("train_runtime_s"),
+            "seconds_per_step": round(lab["train_runtime_s"] / VERSUS_STEPS, 4),
+            "recorder": {"seconds_per_step": lab.get("seconds_per_step"), "time_split_s_per_step": lab.get("time_split_s_per_step")},
+            "peak_memory_gb_measured": lab.get("peak_memory_gb_measured"), "peak_memory_gb_predicted": lab.get("peak_memory_gb_predicted"),
+            **({"smoke_wall_clock_s": smoke.get("wall_clock_s"), "smoke_seconds_per_step": smoke.get("seconds_per_step")} if smoke else {})}  # fmt: skip
+
+
+def versus_trl_bench(rounds: int = VERSUS_ROUNDS) -> Path:
+    """The lab against plain TRL on the same settings, and each observer's cost (JSON under bench/)."""
+    import statistics
+
+    runs: dict[str, list[dict]] = {name: [] for name in VERSUS_VARIANTS}
+    with tempfile.TemporaryDirectory(prefix="grpolab-versus-") as tmp:
+        for round_index in range(rounds):
+            for index, (name, (kind, extra)) in enumerate(VERSUS_VARIANTS.items()):
+                say(f"[round {round_index + 1}/{rounds}] {name}")
+                result = _versus_run(kind, extra, seed=0, runs_dir=Path(tmp) / f"{round_index}-{index}")
+                say(f"  {result.get('seconds_per_step', 'failed')} s/step" + (f": {result['error'][-400:]}" if "error" in result else ""))
+                runs[name].append(result)
+    median = {name: statistics.median(r["seconds_per_step"] for r in results if "seconds_per_step" in r) for name, results in runs.items()
+              if any("seconds_per_step" in r for r in results)}  # fmt: skip
+    costs = {what: {"s_per_step": round(median[a] - median[b], 4), "ratio": round(median[a] / median[b], 3), "variants": [a, b]}
+             for what, (a, b) in VERSUS_COSTS.items() if a in median and b in median}  # fmt: skip
+    ratio = costs.get("the whole lab against plain TRL", {}).get("ratio")
+    say(f"lab / plain TRL, seconds per step (median of {rounds}): {ratio}")
+    return _write("versus-trl", {
+        "track": "c", "steps": VERSUS_STEPS, "rounds": rounds, "where": f"{LAB_RUNS_WHERE}, variants interleaved, one at a time",
+        "basis": "seconds per step = transformers' train_runtime / steps (the lab's run-log train_runtime_s; plain TRL's TrainOutput)",
+        "median_seconds_per_step": {name: round(value, 4) for name, value in median.items()},
+        "lab_over_plain_trl": ratio, "goal": "lab / plain TRL <= 1.05 on CPU",
+        "observer_costs": costs, "runs": runs,
+    })
 
 
 MEMORY_CASES = ("tiny-track-c", "qwen3-0.6b-shape", "qwen3-1.7b-shape")

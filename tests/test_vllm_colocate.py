@@ -76,8 +76,8 @@ def test_the_estimate_on_cpu_counts_vllms_copy_of_the_weights_its_kv_space_and_i
                            max_completion_length=16)
     estimate = estimate_memory(shape, settings, device_total_gb=24.0, device_type="cpu", prompt_tokens=30)
     names = [name for name, _, _ in estimate.terms]
-    assert "vLLM's copy of the weights, FP32" in names and "vLLM engine runtime" in names
-    assert estimate.term("vLLM's copy") == pytest.approx(estimate.terms[0][1])  # the policy's weights, again
+    assert "vLLM's copies of the weights, FP32" in names and "vLLM engine runtime" in names
+    assert estimate.term("vLLM's copies") == pytest.approx(2 * estimate.terms[0][1])  # loaded, then repacked (measured)
     assert estimate.term("vLLM key-value space") == pytest.approx(1 * GIB / 1e9)  # 4 x 272 tokens fits in 1 GiB
     assert not any(name.startswith("vLLM allocation at") for name in names)  # no fraction of "device memory" on a CPU
     inprocess = estimate_memory(shape, replace(settings, rollout="inprocess"), device_total_gb=24.0, device_type="cpu", prompt_tokens=30)

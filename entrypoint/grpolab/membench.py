@@ -160,3 +160,15 @@ def main(case: str, device: str, out: str | None, unified_memory: bool = False) 
         Path(out).write_text(text + "\n")
     print("MEMORY-BENCH " + json.dumps(record))
     return 0
+
+
+def write_shape_folder(name: str, out: str) -> str:
+    """A "-shape" case's randomly initialised model and its tokenizer saved as a local model folder (float32), for
+    the paths that load a model by path (vLLM colocate: the engine reads the folder). Returns the folder."""
+    case = ALL_CASES[name]
+    settings = replace(case_settings(case), dtype="float32")
+    tokenizer, _ = case_tokenizer(case)
+    model = case_model(case, settings, "cpu", tokenizer, None)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

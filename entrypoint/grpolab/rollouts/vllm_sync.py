@@ -61,11 +61,16 @@ class VllmSyncLedger(RolloutLedger):
         self.check_every = 1 if max_steps <= CHECK_EVERY_SYNC_UP_TO_STEPS else CHECK_EVERY
         self.checks: list[SyncCheck] = []
         self._previous: tuple[list[int], list[float]] | None = None
+        self.torch_threads: int | None = None
 
     # --- called by the trainer after each generation --------------------------------------------------------
 
     def after_generation(self, trainer, loaded_before: int | None, generation_seconds: float) -> None:
         version = trainer._last_loaded_step
+        if self.torch_threads is None:  # after the engine started: vLLM's CPU worker may have changed torch's threads
+            import torch
+
+            self.torch_threads = torch.get_num_threads()
         self.record(trainer.state.global_step, version, seconds=round(generation_seconds, 4))
         if version != loaded_before and self.should_check(version):
             self.checks.append(self.check(trainer, version))
@@ -130,6 +135,7 @@ class VllmSyncLedger(RolloutLedger):
             "sync_min_stale_diff": min(stale, default=None),
             "sync_probe_seconds_mean": round(sum(probe) / len(probe), 4) if probe else None,
             "sync_check_log": [asdict(c) for c in self.checks],
+            "torch_threads_after_engine_start": self.torch_threads,
         }
 
     def check_verdict(self) -> None:
