@@ -1,9 +1,10 @@
 """The .env that ties `docker compose` to the image last built: which compose files, which image, whose ids.
 
 `docker compose` reads .env from the directory it runs in (the repository root): COMPOSE_FILE selects
-compose/base.yaml plus the file for the track's device access (compose/<device_access>.yaml), for NVIDIA
-tracks with vLLM compose/vllm-server.yaml (server mode: `invoke serve`, `docker compose run lab-server`)
-and, when a CA bundle was given, compose/ca.yaml.
+compose/base.yaml plus the file for the track's device access (compose/<device_access>.yaml), for tracks with
+vLLM compose/vllm-server.yaml (server mode: `invoke serve`, `docker compose run lab-server`; NVIDIA tracks also
+compose/vllm-server-nvidia.yaml, the server's and the trainer's GPUs) and, when a CA bundle was given,
+compose/ca.yaml.
 """
 
 from __future__ import annotations
@@ -22,8 +23,14 @@ OWNED = ("COMPOSE_FILE", "LAB_IMAGE", "LAB_TRACK", "LAB_UID", "LAB_GID", "VIDEO_
 
 
 def serves_vllm(track: Track) -> bool:
-    """Can the track's image run TRL's vLLM server mode? Its lock has vLLM, and NCCL weight transfer needs CUDA."""
-    return track.device_access == "nvidia" and uses_vllm(track.lock_inputs)
+    """Can the track's image start a vLLM server? Its lock has vLLM (on a CPU, vLLM's CPU build: the server runs
+    and generates, though TRL's weight transfer, NCCL, needs CUDA GPUs: syncs_with_server)."""
+    return uses_vllm(track.lock_inputs)
+
+
+def syncs_with_server(track: Track) -> bool:
+    """Can a trainer of this track stream its weights into a vLLM server? TRL does it with NCCL: CUDA GPUs."""
+    return serves_vllm(track) and track.device_access == "nvidia"
 
 
 def compose_files(track: Track, ca_bundle: Path | None = None, repo: Path = REPO) -> list[str]:
@@ -32,6 +39,8 @@ def compose_files(track: Track, ca_bundle: Path | None = None, repo: Path = REPO
         files.append(f"compose/{track.device_access}.yaml")
     if serves_vllm(track):
         files.append("compose/vllm-server.yaml")
+    if syncs_with_server(track):
+        files.append("compose/vllm-server-nvidia.yaml")
     if ca_bundle:
         files.append("compose/ca.yaml")
     return files

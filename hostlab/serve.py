@@ -1,7 +1,9 @@
 """`invoke serve`: the vLLM server for TRL's server mode, as the Compose `vllm` service of the image last built.
 
 The image's `grpolab serve` builds the command (TRL's flags, the lab's model); this side only checks the host
-and starts the service. The server takes one GPU (VLLM_GPU, default 1); the trainer needs another.
+and starts the service. On NVIDIA tracks the server takes one GPU (VLLM_GPU, default 1); the trainer needs
+another. Track cv's image serves on the CPU (vLLM's CPU build): the server answers and generates, but TRL's
+weight transfer is NCCL (CUDA GPUs), so a trainer against it is refused and colocate is the way to train.
 It is published on this host's loopback interface (VLLM_BIND=127.0.0.1) unless `expose` says otherwise, in
 which case the image's own warning (what an unauthenticated server exposes) is printed first.
 """
@@ -15,7 +17,7 @@ from grpolab.health import DEFAULT_HOST, ServerNotReady, exposure_warning, wait_
 from grpolab.tracks import get_track, load_tracks
 
 from . import REPO, HostError, engine
-from .compose import ENV_FILE, recorded_track, serves_vllm
+from .compose import ENV_FILE, recorded_track, serves_vllm, syncs_with_server
 from .console import say, warn
 from .detect import HostFacts, host_problems
 
@@ -66,16 +68,21 @@ def serve(
     track = get_track(recorded)
     if not serves_vllm(track):
         raise HostError(
-            f"the image recorded in .env is track {track.name}'s, which can't serve TRL's vLLM server mode (it needs "
-            f"vLLM and CUDA for the NCCL weight transfer). Tracks that can: {', '.join(server_tracks())}; "
-            "elsewhere use --rollout inprocess (or vllm-colocate where vLLM runs)"
+            f"the image recorded in .env is track {track.name}'s, which has no vLLM to serve with. Tracks whose image "
+            f"can: {', '.join(server_tracks())} (`invoke build --track NAME`); elsewhere use --rollout inprocess"
         )
     engine.client()  # is the engine running? a clear error rather than Compose's
     facts = facts or HostFacts.probe()
     problems = host_problems(track, facts, engine_runtimes=engine.runtimes())
     if problems:
         raise HostError("\n".join(problems))
-    if facts.nvidia_gpus < 2:
+    if not syncs_with_server(track):
+        warn(
+            f"track {track.name}'s server runs on the CPU: it answers and generates, but TRL streams the trainer's weights "
+            "with NCCL, which needs CUDA GPUs, so a trainer (`docker compose run lab-server`) is refused; train with "
+            "--rollout vllm-colocate on this machine"
+        )
+    elif facts.nvidia_gpus < 2:
         warn(
             f"this host has {facts.nvidia_gpus} NVIDIA GPU(s): server mode needs the server and the trainer on separate "
             "GPUs, so a trainer here would be refused. With one GPU use colocate mode (the track's default); this "
@@ -84,12 +91,16 @@ def serve(
     bind = bind_address(expose)
     env = {**os.environ, "VLLM_GPU": str(gpu), "VLLM_PORT": str(port), "VLLM_BIND": bind}
     cmd = compose_command(detach)
-    say(f"$ VLLM_GPU={gpu} VLLM_PORT={port} VLLM_BIND={bind} " + " ".join(cmd))
+    say(f"$ {'VLLM_GPU=' + str(gpu) + ' ' if syncs_with_server(track) else ''}VLLM_PORT={port} VLLM_BIND={bind} " + " ".join(cmd))
     status = subprocess.run(cmd, cwd=REPO, env=env).returncode
     if status or not detach:
         return status
     waited = wait_until_healthy(port, wait_s)
     reach = f"http://<this host>:{port} from other machines" if expose else f"http://localhost:{port} (this host only)"
+    if not syncs_with_server(track):
+        say(f"vLLM server ready at {reach} after {waited:.0f} s (on the CPU): ask it for completions (/v1/completions); "
+            "stop it with `docker compose --profile server down`")
+        return 0
     say(
         f"vLLM server ready at {reach} after {waited:.0f} s (GPU {gpu}). Next: `docker compose run lab-server`, "
         f"or on this host `invoke lab --rollout vllm-server --args '--vllm-server-url http://localhost:{port}'`; "

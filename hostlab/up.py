@@ -20,17 +20,22 @@ def up(track_name: str | None = None) -> int:
         make_venv(track.name)
         return run_lab("lab", track.name)
     engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
-    base = None
-    if engine.image_or_none(track.base_image) is None:
-        say(f"pulling {track.base_image} ...")
-        ok, reason = engine.pull(track.base_image, track.platform)
-        if not ok:
-            arch = track.platform.partition("/")[2]
-            warn(f"cannot pull {track.base_image} ({reason}): building on a stand-in base from Debian's archive")
-            if arch != host_arch():
-                say(f"(an {arch} stand-in on this {host_arch()} host needs QEMU; see images/qemu-arm64-check.sh)")
-            base = build_standin(arch)
-    build(track.name, base=base)
+    build(track.name, base=base_for(track))
     cmd = ["docker", "compose", "run", "--rm"] + ([] if sys.stdin.isatty() else ["-T"]) + ["lab"]
     say("$ " + " ".join(cmd))
     return subprocess.run(cmd, cwd=REPO).returncode
+
+
+def base_for(track) -> str | None:
+    """None when the track's pinned base is here or can be pulled; else the stand-in base from Debian's archive."""
+    if engine.image_or_none(track.base_image) is not None:
+        return None
+    say(f"pulling {track.base_image} ...")
+    ok, reason = engine.pull(track.base_image, track.platform)
+    if ok:
+        return None
+    arch = track.platform.partition("/")[2]
+    warn(f"cannot pull {track.base_image} ({reason}): building on a stand-in base from Debian's archive")
+    if arch != host_arch():
+        say(f"(an {arch} stand-in on this {host_arch()} host needs QEMU; see images/qemu-arm64-check.sh)")
+    return build_standin(arch)

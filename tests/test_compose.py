@@ -83,12 +83,17 @@ def test_vllm_server_services_only_where_server_mode_runs(track, tmp_path, monke
     monkeypatch.setattr("hostlab.compose.device_gids", lambda: {"VIDEO_GID": "44", "RENDER_GID": "993"})
     env = compose_env(track, f"grpolab:{track.name}", uid_gid=(1234, 2345))
     services = render(env, tmp_path, profiles=("server",))["services"]
-    if track.name not in ("s", "n"):  # no vLLM, or no CUDA for NCCL weight transfer
+    if track.name not in ("s", "n", "cv"):  # no vLLM in the image
         assert set(services) == set(SERVICES)
         return
     server, lab = services["vllm"], services["lab-server"]
     assert server["image"] == lab["image"] == f"grpolab:{track.name}" and server["user"] == "1234:2345"
-    assert server["command"][0] == "serve" and server["ipc"] == "host"
+    assert server["command"][0] == "serve"
+    assert server["ports"][0]["host_ip"] == "127.0.0.1"  # loopback only
+    if track.name == "cv":  # vLLM's CPU build: no GPU to reserve, no NCCL to share memory with
+        assert "deploy" not in server and "deploy" not in lab and "ipc" not in server
+        return
+    assert server["ipc"] == "host"
     assert server["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["1"]
     assert server["ports"][0]["published"] == "8000" and server["ports"][0]["target"] == 8000
     assert "/health" in " ".join(server["healthcheck"]["test"])

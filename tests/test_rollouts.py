@@ -48,6 +48,15 @@ def test_server_mode_on_one_gpu_suggests_colocate():
     assert "vllm-colocate" in error.value.action
 
 
+@pytest.mark.parametrize("url", ["http://vllm:8000", "http://gpu-box.lab.example:8000"])
+def test_server_mode_without_a_cuda_gpu_names_nccl_and_colocate(url):
+    """On a CPU (track cv: vLLM's CPU build, a server that generates) TRL still can't stream weights: refused first."""
+    with pytest.raises(LayerFailure, match="NCCL, which needs CUDA GPUs") as error:
+        choose_rollout(lab("cv", rollout="vllm-server", vllm_server_url=url), get_track("cv"), device_type="cpu", platform="linux",
+                       vllm_version="0.31.0", vllm_build="cpu", gpu_count=0)
+    assert error.value.layer == "rollout" and "--rollout vllm-colocate" in error.value.action
+
+
 @pytest.mark.parametrize("url, local", [
     ("http://localhost:8000", True), ("http://127.0.0.1:8000", True), ("http://0.0.0.0:8000", True),
     ("http://vllm:8000", True),  # a Compose service: same machine, same GPUs

@@ -89,8 +89,8 @@ def env_file(tmp_path, track):
     return path
 
 
-def test_server_tracks_are_the_nvidia_tracks_with_vllm():
-    assert set(server_tracks()) == {"s", "n"}
+def test_server_tracks_are_the_tracks_with_vllm():
+    assert set(server_tracks()) == {"s", "n", "cv"}  # cv: vLLM's CPU build (serves, can't take TRL's NCCL weights)
 
 
 def test_invoke_serve_without_a_build_says_what_to_do(tmp_path):
@@ -99,7 +99,7 @@ def test_invoke_serve_without_a_build_says_what_to_do(tmp_path):
 
 
 def test_invoke_serve_refuses_an_image_without_server_mode(tmp_path):
-    with pytest.raises(HostError, match="track c's, which can't serve.*Tracks that can: s, n"):
+    with pytest.raises(HostError, match="track c's, which has no vLLM.*Tracks whose image can: s, n, cv"):
         serve(env_file=env_file(tmp_path, "c"))
 
 

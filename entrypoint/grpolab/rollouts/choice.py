@@ -27,14 +27,14 @@ def choose_rollout(settings, track, *, device_type: str, platform: str = sys.pla
 
     if platform == "darwin" or track.expected_device == "mps":
         raise refused("vLLM does not run on macOS (no macOS wheels; its GPU path does not cover Metal)", "use --rollout inprocess (or llamacpp)")
+    if path == "vllm-server":  # the trainer's side decides: TRL's weight transfer is NCCL (server_choice says so)
+        return server_choice(settings, vllm_version, gpu_count)
     if device_type == "cpu" and path == "vllm-colocate" and vllm_build == "cpu":
         return colocate_cpu_choice(settings, vllm_version, check_vllm_version(vllm_version), model or settings.model, prompt_tokens, available_gb)
     if device_type != "cuda":
         build = {"gpu": f"the vLLM installed here ({vllm_version}) is a GPU build", "cpu": "vLLM's CPU build runs colocate only here"}.get(vllm_build or "", "vLLM is not installed")
         raise refused(f"vLLM needs a CUDA or ROCm GPU and this run is on {device_type} ({build})",
                       "use --rollout inprocess (or llamacpp); on a CPU, vLLM colocate needs vLLM's CPU build (track cv's image)")
-    if path == "vllm-server":
-        return server_choice(settings, vllm_version, gpu_count)
     return colocate_choice(settings, track, vllm_version, device_total_gb, model, estimate)
 
 

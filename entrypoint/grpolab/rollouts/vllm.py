@@ -121,7 +121,16 @@ def server_is_on_this_machine(url: str) -> bool:
 
 
 def server_choice(settings, vllm_version: str | None, gpu_count: int) -> RolloutChoice:
-    """TRL's server mode against settings.vllm_server_url; refused on one GPU when the server shares the machine."""
+    """TRL's server mode against settings.vllm_server_url; refused without a CUDA GPU (TRL's weight transfer is NCCL,
+    whatever the server runs on: a server on vLLM's CPU build generates but can't be synchronised), and on one GPU
+    when the server shares the machine."""
+    if gpu_count == 0:
+        raise refused(
+            "TRL streams the trainer's weights to a vLLM server with NCCL, which needs CUDA GPUs, and this machine has none: "
+            "the server would keep sampling from the weights it loaded",
+            "on this machine use --rollout vllm-colocate (vLLM inside the trainer's process, on the CPU here), or train "
+            "where there are NVIDIA GPUs (tracks s, n)",
+        )
     if server_is_on_this_machine(settings.vllm_server_url) and gpu_count < 2:
         raise refused(
             f"vLLM server mode on this machine needs a second GPU: the server and the trainer must run on separate CUDA "
