@@ -173,7 +173,7 @@ def export(c, engine="verl", nodes=1, gpus_per_node=1, out=None, track="cluster"
 @task(
     help={
         "logs": "run logs or folders holding them, space-separated (default: runs/runlog.jsonl)",
-        "all": "one row per run, failed ones included (default: latest passing per machine, track, rollout path)",
+        "all": "one row per run, failed ones included (default: latest passing per machine, track, rollout path, model)",
         "against_lesson": "beside each row, what the lesson predicts for that track",
         "out": "output folder (default: runs/report)",
     }

@@ -20,6 +20,7 @@ import pytest
 from conftest import TEST_CACHE
 from grpolab.report import LESSON_TRACKS, load_runs, run_report
 from grpolab.runlog import SCHEMA_VERSION, read_runs
+from grpolab.tiny_model import FIXTURE_SHA256
 
 REPO = Path(__file__).resolve().parents[1]
 PLOTS = ("reward_per_step.png", "time_split.png", "peak_memory.png", "pass_at_1.png")
@@ -107,6 +108,16 @@ def every_track(track_c, tmp_path_factory):
     return {"folder": folder, "smoke": real_smoke, "lab": real_lab, "failed": real[2], **track_c}
 
 
+def test_every_line_names_the_model_by_its_weights(track_c):
+    """Start records and full records alike: the committed tiny model's sha256, the one FIXTURE_SHA256 gives."""
+    lines = [json.loads(line) for line in track_c["log"].read_text().splitlines()]
+    assert len(lines) == 6 and {line.get("record") for line in lines} == {"start", None}
+    for line in lines:
+        identity = line["model_identity"]
+        assert identity["name"] == "tiny" and identity["weights_sha256"] == FIXTURE_SHA256["model.safetensors"]
+        assert identity["revision"] is None and identity["source"].startswith("committed tiny model")
+
+
 def test_smoke_test_ends_with_what_to_write_down(track_c):
     smoke = read_runs(track_c["log"])[0]
     out = track_c["smoke_output"]
@@ -143,6 +154,7 @@ def test_report_of_every_track(every_track, tmp_path):
 
     c = rows["c"]  # the real runs; the latest is the smoke test that failed its device layer
     assert c["machine"].startswith("CPU ") and c["rollout"] == "inprocess" and c["runs"] == "3"
+    assert c["model"] == f"tiny (weights {FIXTURE_SHA256['model.safetensors'][:8]})"
     assert c["status"] == "latest failed" and c["failed_layer"] == "device" and "cuda" in c["error"].lower()
     assert float(c["smoke_steps_s"]) == pytest.approx(smoke["before_scaling_up"]["steps_s"])
     assert float(c["projected_lab_wall_clock_s"]) == pytest.approx(smoke["before_scaling_up"]["projected_lab_wall_clock_s"])
@@ -263,6 +275,25 @@ def test_same_run_ids_in_two_logs_count_once(tmp_path):
     assert len(load_runs([tmp_path / "a.jsonl", tmp_path / "b.jsonl"]).runs) == 2
 
 
+def test_runs_of_different_models_are_different_rows_each_naming_its_model(tmp_path):
+    """Two "tiny" models with different weights (built on two machines) and one Hub model at a revision: three
+    rows on one machine, track and rollout path; a line from before model_identity says its weights were not recorded."""
+    def identity(name, weights, revision=None):
+        return {"name": name, "weights_sha256": weights, "revision": revision, "source": "test"}
+
+    lines = [good_line("20261201T000000Z-aaaaaa", model_identity=identity("tiny", "953354a3" + "0" * 56)),
+             good_line("20261201T000001Z-bbbbbb", model_identity=identity("tiny", "fb79d1be" + "1" * 56)),
+             good_line("20261201T000002Z-cccccc", settings={"model": "Qwen/Qwen3-0.6B", "rollout": "inprocess"},
+                       model_identity=identity("Qwen/Qwen3-0.6B", "0123abcd" + "2" * 56, "c1899de289a04d12100db370d81485cdf75e47ca")),
+             good_line("20261201T000003Z-dddddd")]  # fmt: skip
+    log = write(tmp_path / "models.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
+    status, rows, _ = report_of(log, tmp_path=tmp_path)
+    assert status == 0
+    assert [row["model"] for row in rows] == ["tiny (weights 953354a3)", "tiny (weights fb79d1be)",
+                                              "Qwen/Qwen3-0.6B@c1899de2 (weights 0123abcd)", "tiny (weights not recorded)"]
+    assert [row["lab_run_id"][-6:] for row in rows] == ["aaaaaa", "bbbbbb", "cccccc", "dddddd"]
+
+
 def test_start_record_gives_way_to_the_finished_one(tmp_path):
     start = {"run_id": "r1", "kind": "lab", "track": "c", "status": "running", "started_at": "2026-12-01T00:00:00+00:00"}
     killed = {"run_id": "r2", "kind": "lab", "track": "c", "status": "running", "started_at": "2026-12-01T02:00:00+00:00"}
@@ -300,7 +331,7 @@ def test_cli_exit_status_when_nothing_to_report(tmp_path):
 # --- --report-to -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend, message", [("mlflow", "unknown --report-to 'mlflow'"), ("wandb", "needs the wandb package")])
+@pytest.mark.parametrize("backend, message", [("mlflow", "--report-to mlflow (from the command line): not one of the choices"), ("wandb", "needs the wandb package")])
 def test_report_to_refused_before_the_model_loads(backend, message, tiny_model_env, tmp_path):
     import importlib.util
 
@@ -308,7 +339,9 @@ def test_report_to_refused_before_the_model_loads(backend, message, tiny_model_e
         pytest.skip("wandb is installed here: nothing to refuse")
     result = python_grpolab("lab", "--track", "c", "--report-to", backend, "--smoke", "never", env={**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path)})
     assert result.returncode == 2 and message in result.stderr
-    assert "memory estimate" not in result.stdout and not (tmp_path / "runlog.jsonl").exists()
+    assert "memory estimate" not in result.stdout
+    (line,) = (tmp_path / "runlog.jsonl").read_text().splitlines()  # the refused run's one line, nothing loaded
+    assert json.loads(line)["failed_layer"] == "input" and "model_path" not in json.loads(line)
 
 
 def test_report_to_tensorboard_writes_into_the_run_folder(tiny_model_env, tmp_path):

@@ -114,6 +114,7 @@ def headline(settings: LabSettings, track: Track, shape: RunShape) -> str:
 
 def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, expect_device, say) -> Prepared:
     """Device first (everything else is misleading on the wrong one), then data and rewards before any model loads."""
+    from .model_identity import model_identity
     from .tiny_model import resolve_model_name
     from .training import load_model, load_tokenizer, torch_dtype
 
@@ -130,6 +131,7 @@ def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, 
     tokenizer = load_tokenizer(model_path)
     meter, estimate = start_memory_meter(settings, track, shape, device_type, model_path, tokenizer, train, record, say)
     model = load_model(model_path, torch_dtype(settings, device_type))
+    record["model_identity"] = model_identity(settings.model)  # a Hub model is in the cache now: its revision and weights
     if device_type != "cpu":
         model.to(device_type)
     return Prepared(device_type, train, heldout_rows, reward_funcs, rewards_line, model_path, tokenizer, model, meter, estimate)

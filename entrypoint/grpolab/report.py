@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .paths import runlog_path, runs_dir
+from .model_identity import short as short_identity
 from .runlog import SCHEMA_VERSION
 
 FINISHED = ("passed", "failed", "crashed", "interrupted")
@@ -133,7 +134,7 @@ def when(run: dict) -> str:
     return str(run.get("finished_at") or run.get("started_at") or run.get("run_id") or "")
 
 
-# --- one row per machine x track x rollout path ----------------------------------------------------------------
+# --- one row per machine x track x rollout path x model --------------------------------------------------------
 
 
 def fingerprint(run: dict) -> dict:
@@ -162,8 +163,15 @@ def rollout_of(run: dict) -> str:
     return str(settings.get("rollout") or "?")
 
 
-def group_key(run: dict) -> tuple[str, str, str]:
-    return machine_of(run), str(run.get("track") or "?"), rollout_of(run)
+def model_of(run: dict) -> str:
+    """Which model the run ran, in a few words: its name, Hub revision and weights' sha256 (schema 3), so that
+    two models of one name ("tiny" built on two machines, a Hub id at two revisions) are two rows."""
+    settings = run.get("settings") if isinstance(run.get("settings"), dict) else {}
+    return short_identity(run.get("model_identity"), settings.get("model") or run.get("model"))
+
+
+def group_key(run: dict) -> tuple[str, str, str, str]:
+    return machine_of(run), str(run.get("track") or "?"), rollout_of(run), model_of(run)
 
 
 def number(value) -> float | None:
@@ -261,7 +269,7 @@ def lab_figures(lab: dict) -> dict:
 
 
 COLUMNS = (
-    "machine", "track", "rollout", "status", "failed_layer", "error", "runs",
+    "machine", "track", "rollout", "model", "status", "failed_layer", "error", "runs",
     "smoke_run_id", "smoke_model", "smoke_steps", "smoke_steps_s", "smoke_wall_clock_s",
     "projected_lab_seconds_per_step", "projected_lab_wall_clock_s", "projected_lab_steps", "projected_for", "projection",
     "lab_run_id", "lab_model", "lab_ran", "lab_steps", "lab_wall_clock_s", "lab_seconds_per_step", "generation_s", "reward_s", "update_s",
@@ -271,16 +279,16 @@ COLUMNS = (
 )
 
 
-def make_row(key: tuple[str, str, str], runs: list[dict]) -> dict:
-    """One row from the runs of one machine x track x rollout path: the latest passing smoke test and lab,
-    and the status of the latest run (a failure names its layer and message)."""
-    machine, track, rollout = key
+def make_row(key: tuple[str, str, str, str], runs: list[dict]) -> dict:
+    """One row from the runs of one machine x track x rollout path x model: the latest passing smoke test and
+    lab, and the status of the latest run (a failure names its layer and message)."""
+    machine, track, rollout, model = key
     smoke, lab, last = latest(runs, "smoke"), latest(runs, "lab"), runs[-1]
     status, layer, error = status_of(last)
     if status != "passed" and (smoke or lab):
         status = f"latest {status}"
     row = dict.fromkeys(COLUMNS)
-    row.update(machine=machine, track=track, rollout=rollout, status=status, failed_layer=layer, error=error, runs=len(runs))
+    row.update(machine=machine, track=track, rollout=rollout, model=model, status=status, failed_layer=layer, error=error, runs=len(runs))
     if smoke:
         row.update(smoke_figures(smoke))
     if lab:
@@ -296,7 +304,7 @@ def make_row(key: tuple[str, str, str], runs: list[dict]) -> dict:
 
 
 def build_rows(runs: list[dict], every_run: bool = False) -> list[dict]:
-    """The table: one row per machine x track x rollout path (or, with every_run, one per run), in log order."""
+    """The table: one row per machine x track x rollout path x model (or, with every_run, one per run), in log order."""
     if every_run:
         return [make_row(group_key(run), [run]) for run in runs]
     groups: dict[tuple, list[dict]] = {}
@@ -371,7 +379,7 @@ def cells(row: dict, with_lesson: bool = False) -> dict[str, str]:
            f"vLLM {row['vllm']}" if row["vllm"] else None,
            f"lock {row['lock']}" if row["lock"] else None]
     shown = {
-        "machine": row["machine"], "track": row["track"], "rollout": row["rollout"], "status": status,
+        "machine": row["machine"], "track": row["track"], "rollout": row["rollout"], "model": row["model"], "status": status,
         "smoke: steps": f"{row['smoke_steps']} in {duration(row['smoke_steps_s'])} (run {duration(row['smoke_wall_clock_s'])})" if row["smoke_steps"] else "–",
         "lab s/step projected by the smoke test": projected(row),
         "lab s/step (generation / reward / update); wall clock": split,
@@ -408,7 +416,7 @@ def markdown_table(rows: list[dict], with_lesson: bool = False) -> str:
 
 
 def markdown(rows: list[dict], loaded: LoadedRuns, with_lesson: bool, every_run: bool) -> str:
-    what = "every run" if every_run else "the latest passing smoke test and lab per machine, track and rollout path"
+    what = "every run" if every_run else "the latest passing smoke test and lab per machine, track, rollout path and model"
     text = [
         "# GRPO validation table",
         "",
@@ -501,7 +509,7 @@ def write_report(loaded: LoadedRuns, out_dir: Path, with_lesson: bool = False, e
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("logs", nargs="*", type=Path, help="run logs, or folders holding them (*.jsonl at any depth); default: runs/runlog.jsonl")
-    parser.add_argument("--all", dest="every_run", action="store_true", help="one row per run, failed ones included, instead of the latest passing per machine, track and rollout path")
+    parser.add_argument("--all", dest="every_run", action="store_true", help="one row per run, failed ones included, instead of the latest passing per machine, track, rollout path and model")
     parser.add_argument("--against-lesson", action="store_true", help="beside each row, what the lesson predicts for that track and whether this machine agrees")
     parser.add_argument("--out", type=Path, help="where to write report.md, report.csv, the plots and index.html (default: runs/report)")
 

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 
 from .errors import LayerFailure
+from .model_identity import model_identity
 from .runlog import append_start, describe_unfinished, new_run_id, unfinished_runs
 from .settings import LabSettings
 
@@ -26,6 +27,7 @@ def new_record(kind: str, settings: LabSettings) -> dict:
         "error": None,
         "settings": settings.as_dict(),
         "model": settings.model,
+        "model_identity": model_identity(settings.model),  # refreshed once the model has loaded (a Hub download)
     }
 
 

@@ -24,8 +24,9 @@ from pathlib import Path
 from .paths import runlog_path
 
 # Version of a run-log line's fields, written into every line as "schema". Lines without it are schema 1
-# (written before it existed); grpolab.report reads both. 2 added the smoke test's "before_scaling_up".
-SCHEMA_VERSION = 2
+# (written before it existed); grpolab.report reads both. 2 added the smoke test's "before_scaling_up"; 3 added
+# "model_identity" (grpolab.model_identity: the weights' sha256 and Hub revision), in start records too.
+SCHEMA_VERSION = 3
 
 
 def new_run_id() -> str:
@@ -63,7 +64,7 @@ def _write_whole(fd: int, data: bytes, size_before: int) -> None:
 
 def append_start(record: dict, path: Path | None = None) -> Path:
     """The start record of a run that `record` (its run_id, kind, track, started_at) describes."""
-    start = {key: record.get(key) for key in ("run_id", "kind", "track", "started_at")}
+    start = {key: record.get(key) for key in ("run_id", "kind", "track", "started_at", "model", "model_identity")}
     start.update(record="start", pid=os.getpid(), host=socket.gethostname())
     return append_run(start, path)
 
