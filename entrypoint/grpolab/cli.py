@@ -129,23 +129,26 @@ def cmd_export_gguf(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from .serve import display, exec_server, exposure_warning, refuse_unless_servable, serve_command
+    from .serve import check_server, display, exec_server, exposure_warning, prepare_server, serve_command
     from .tiny_model import TINY_MODEL, resolve_model_name, tiny_model_dir
 
     _, settings = settings_from(args)
     extra = tuple(args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args)
     if exposure_warning(args.host):
         print(exposure_warning(args.host), file=sys.stderr)
+    if args.check:
+        for line in check_server(args.check, resolve_model_name(settings.model), args.wait):
+            print(line)
+        return 0
     if args.dry_run:
         model = str(tiny_model_dir()) if settings.model == TINY_MODEL else settings.model  # not checked for a dry run
         print(display(serve_command(settings, model, args.host, args.port, args.gpu_memory_utilization, extra)))
         return 0
-    version_line = refuse_unless_servable()
-    argv = serve_command(settings, resolve_model_name(settings.model), args.host, args.port, args.gpu_memory_utilization, extra)
+    argv, env, version_line = prepare_server(settings, resolve_model_name(settings.model), args.host, args.port, args.gpu_memory_utilization, extra)
     print(f"vLLM server for TRL's server mode ({version_line}); the lab connects with "
           f"--rollout vllm-server --vllm-server-url http://HOST:{args.port}")
-    print("$ " + (f"CUDA_VISIBLE_DEVICES={args.gpu} " if args.gpu is not None else "") + display(argv), flush=True)
-    exec_server(argv, gpu=args.gpu)
+    print("$ " + (f"CUDA_VISIBLE_DEVICES={args.gpu} " if args.gpu is not None else "") + display(argv, env), flush=True)
+    exec_server(argv, gpu=args.gpu, extra_env=env)
     return 0  # not reached: the server replaced this process
 
 
@@ -220,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--gpu-memory-utilization", type=float, default=DEFAULT_GPU_MEMORY_UTILIZATION,
                        help=f"fraction of the server's GPU vLLM takes (default {DEFAULT_GPU_MEMORY_UTILIZATION}: the GPU is the server's alone)")
     serve.add_argument("--dry-run", action="store_true", help="print the command and exit, checking and starting nothing")
+    serve.add_argument("--check", metavar="URL", help="start nothing: check the server at URL as the lab would (health, version, "
+                       "/server_info, the lab's model) and ask it for one completion")
+    serve.add_argument("--wait", type=float, default=240.0, help="with --check: seconds to wait for /health (default 240, TRL's)")
     serve.add_argument("vllm_args", nargs=argparse.REMAINDER, help="after --: more arguments for `vllm serve` (e.g. -- --enforce-eager)")
     gguf = add("export-gguf", cmd_export_gguf, "Convert a model (a saved folder, or tiny) to GGUF for llama.cpp; the lab's llamacpp rollout path does this itself.", settings=False)
     gguf.add_argument("--model", default="tiny", help="a saved Hugging Face model folder, or tiny")
