@@ -96,7 +96,7 @@ def test_a_crash_during_training_is_crashed_not_bad_input(tiny_model_env, tmp_pa
 
 
 def test_missing_column_fails_the_rewards_layer_before_the_model_loads(runs_dir):
-    settings = resolve_settings(get_track("c"), smoke=True, overrides={"model": "/nonexistent/model", "reward_weights": {"rewards_for_tests:needs_missing_column": 1.0}})
+    settings = resolve_settings(get_track("c"), smoke=True, overrides={"model": "nobody/no-such-model", "reward_weights": {"rewards_for_tests:needs_missing_column": 1.0}})
     with pytest.raises(LayerFailure) as failure:
         run_smoke(settings, get_track("c"), say=quiet)
     assert failure.value.layer == "rewards" and "difficulty" in str(failure.value)

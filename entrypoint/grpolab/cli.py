@@ -7,47 +7,49 @@ import json
 import os
 import sys
 import traceback
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from pathlib import Path
 
 from .errors import EXIT_STATUS, LayerFailure
-from .settings import ROLLOUT_PATHS, LabSettings
+from .settings import ROLLOUT_PATHS, LabSettings, parse_weights, setting_help  # noqa: F401 - parse_weights: the flag's syntax
 
 EXIT_CODES_HELP = "exit status: " + ", ".join(f"{code} {layer}" for layer, code in EXIT_STATUS.items()) + ", 0 passed"
 
 
-def parse_weights(text: str) -> dict[str, float]:
-    """`numeric_reward=1,format_reward=0.25` or a JSON object."""
-    text = text.strip()
-    if text.startswith("{"):
-        return {str(k): float(v) for k, v in json.loads(text).items()}
-    weights = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, weight = part.rpartition("=")
-        if not name:
-            raise argparse.ArgumentTypeError(f"reward weight {part!r} is not NAME=WEIGHT")
-        weights[name] = float(weight)
-    return weights
-
-
 def add_settings_flags(parser: argparse.ArgumentParser, skip=("track",)) -> None:
-    group = parser.add_argument_group("lab settings (defaults: the lesson's, then the track's row in images/tracks.toml)")
+    group = parser.add_argument_group("lab settings (defaults: the lesson's, then the track's row in images/tracks.toml; "
+                                      "every value is checked against what it allows before anything loads)")
     for f in fields(LabSettings):
         if f.name in skip:
             continue
-        default = f.default if f.default is not MISSING else f.default_factory()
-        kind = {int: int, float: float, str: str}.get(type(default), str)
-        converter = parse_weights if f.name == "reward_weights" else kind
-        group.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=converter, default=None, metavar=f.name.upper().split("_")[-1], help=f"lesson default: {default!r}")
+        # Text as typed: grpolab.settings converts and checks it with every other setting, so that a bad value
+        # is one line of one [input] message, not argparse's usage error.
+        group.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, metavar=f.name.upper().split("_")[-1], help=setting_help(f.name))
 
 
-def settings_from(args, smoke=False):
+def settings_from(args, smoke=False, kind=None):
+    """The track and its checked settings, their warnings printed. Settings that cannot run fail the input layer
+    with every problem at once; for a run (`kind` lab or smoke) the refusal is also its run-log line."""
     from .settings import resolve_settings
     from .tracks import get_track
 
-    track = get_track(args.track)
     overrides = {f.name: getattr(args, f.name, None) for f in fields(LabSettings) if f.name != "track"}
-    return track, resolve_settings(track, config_file=getattr(args, "config", None), overrides=overrides, smoke=smoke)
+    try:
+        track = get_track(args.track)
+        settings = resolve_settings(track, config_file=getattr(args, "config", None), overrides=overrides, smoke=smoke)
+    except ValueError as error:  # SettingsRefused, UnknownTrack
+        failure = LayerFailure("input", str(error), getattr(error, "action", ""))
+        for warning in getattr(error, "warnings", []):
+            print(f"warning: {warning}", file=sys.stderr)
+        if kind:
+            from .run import log_refused
+
+            given = getattr(error, "given", None) or {k: v for k, v in overrides.items() if v is not None}
+            log_refused(kind, args.track, given, failure, warnings=getattr(error, "warnings", []))
+        raise failure from None
+    for warning in settings.warnings(kind or "lab"):
+        print(f"warning: {warning}", file=sys.stderr)
+    return track, settings
 
 
 def cmd_smoke(args) -> int:
@@ -55,7 +57,7 @@ def cmd_smoke(args) -> int:
     from .runlog import last_passing_smoke
     from .smoke import run_smoke
 
-    track, settings = settings_from(args, smoke=True)  # the lesson's first-run sizes; flags given are honoured
+    track, settings = settings_from(args, smoke=True, kind="smoke")  # the lesson's first-run sizes; flags given are honoured
     last = last_passing_smoke()
     if last is None:
         print("no smoke test has passed here before")
@@ -70,7 +72,7 @@ def cmd_smoke(args) -> int:
 def cmd_lab(args) -> int:
     from .lab import run_lab
 
-    track, settings = settings_from(args)
+    track, settings = settings_from(args, kind="lab")
     run_lab(settings, track, smoke=args.smoke)
     return 0
 

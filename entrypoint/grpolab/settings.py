@@ -1,96 +1,308 @@
-"""The lab's settings: one dataclass whose defaults are the lesson's.
+"""The lab's settings: one dataclass whose defaults are the lesson's, each declared beside what it allows.
 
 Precedence, lowest first: the lesson's defaults below, the track's [tracks.T.lab] row in
 images/tracks.toml, a config file (--config, TOML or JSON), then command-line flags.
+
+Every setting says, next to its default, its type and its valid range or choices (`Allowed`), and where one
+exists the range a careful user stays inside (outside it: a warning that reaches the run log, never a
+refusal). `check_settings` is the one loop over them all, then over the relations between settings, for
+values from every source alike; it runs before any model, tokenizer or dataset loads and refuses with every
+problem in one message (`SettingsRefused`), each naming the flag, the value given, where it came from and
+what is allowed. `grpolab lab --help` prints the same declarations.
+
+Why dataclass field metadata and not pydantic: LabSettings stays the plain dataclass the rest of the lab
+uses (asdict, replace, fields); the messages are ours (flag, value, source, range) rather than a library's
+error dump; and nothing is added to the images' locks or to the start-up of a run that must be refused in
+well under a second.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import math
+import re
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Callable
+from urllib.parse import urlsplit
 
+from .errors import LayerFailure
 from .tracks import Track
 
 ROLLOUT_PATHS = ("inprocess", "vllm-colocate", "vllm-server", "llamacpp")
 # Live logging backends TRL's report_to accepts that we offer, each with the package it needs.
 REPORT_TO_PACKAGES = {"none": None, "tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+SEED_LIMIT = 2**32  # numpy's seeds (transformers' set_seed seeds numpy too) are below 2**32
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # owner/name, or a bare canonical name
+MODULE_NAME = re.compile(r"^[\w.*\[\]|()?+^$-]+$")  # a module name, or a regex PEFT matches module names against
+
+
+# --- what each setting allows ------------------------------------------------------------------------------
+
+TYPE_WORDS = {int: "an integer", float: "a number", str: "text", dict: "NAME=WEIGHT pairs"}
+
+
+class WrongType(ValueError):
+    """A value of the wrong type; str() is the type expected, in words."""
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """What one setting accepts: its type, then a range (low/high inclusive, above/below exclusive), choices,
+    or a rule (a function returning why a value is refused, with `rule_text` saying the rule in words).
+    `wise` (low, high) is the range a careful user stays inside; outside it the run warns with `wise_why`."""
+
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    above: float | None = None
+    below: float | None = None
+    choices: tuple = ()
+    rule: Callable[[object], str | None] | None = None
+    rule_text: str = ""
+    wise: tuple[float, float] | None = None
+    wise_why: str = ""
+
+    def describe(self) -> str:
+        """What is allowed, in words: "an integer, at least 1"; the same text for --help and for refusals."""
+        if self.choices:
+            return "one of " + ", ".join(self.choices) + (f", {self.rule_text}" if self.rule_text else "")
+        bounds = []
+        if self.above is not None and self.below is not None:
+            bounds.append(f"between {number(self.above)} and {number(self.below)}, both excluded")
+        elif self.low is not None and self.high is not None:
+            bounds.append(f"from {number(self.low)} to {number(self.high)}")
+        elif self.low is not None and self.below is not None:
+            bounds.append(f"at least {number(self.low)} and below {number(self.below)}")
+        else:
+            bounds += [f"at least {number(self.low)}"] if self.low is not None else []
+            bounds += [f"above {number(self.above)}"] if self.above is not None else []
+            bounds += [f"at most {number(self.high)}"] if self.high is not None else []
+        if self.kind is str and self.rule_text and not bounds:
+            return self.rule_text
+        words = ", ".join([TYPE_WORDS[self.kind]] + bounds + ([self.rule_text] if self.rule_text else []))
+        if self.kind is float:
+            words += " (finite)"
+        return words
+
+    def convert(self, value, from_text: bool):
+        """The value as its declared type. Text from the command line is parsed; a config file's or the track
+        row's value must already have the type (TOML and JSON have numbers); raises WrongType."""
+        expected = TYPE_WORDS[self.kind] if self.kind is not dict else "a table of reward name = weight"
+        if self.kind is dict:
+            if isinstance(value, str):
+                try:
+                    return parse_weights(value)
+                except ValueError as error:
+                    raise WrongType(f"NAME=WEIGHT pairs separated by commas, or a JSON object ({error})") from None
+            if isinstance(value, dict):
+                bad = [name for name, weight in value.items() if isinstance(weight, bool) or not isinstance(weight, (int, float))]
+                if bad:
+                    raise WrongType(f"a number as the weight of {', '.join(map(str, bad))}")
+                return {str(name): float(weight) for name, weight in value.items()}
+            raise WrongType(expected)
+        if isinstance(value, str) and self.kind is not str:
+            if not from_text:
+                raise WrongType(f"{expected} (this is text in quotes: write it without them)")
+            try:
+                return self.kind(value.strip())
+            except ValueError:
+                raise WrongType(expected) from None
+        if isinstance(value, bool) or not isinstance(value, (self.kind, int) if self.kind is float else self.kind):
+            raise WrongType(expected)
+        return float(value) if self.kind is float else value
+
+    def refusal(self, value) -> str | None:
+        """Why a value of the right type is refused; None when it is allowed."""
+        if self.kind is float and not math.isfinite(value):
+            return "not a finite number"
+        outside = (
+            (self.choices and value not in self.choices)
+            or (self.low is not None and value < self.low)
+            or (self.high is not None and value > self.high)
+            or (self.above is not None and value <= self.above)
+            or (self.below is not None and value >= self.below)
+        )
+        if outside:
+            return "outside the range" if not self.choices else "not one of the choices"
+        return self.rule(value) if self.rule else None
+
+    def warning(self, value) -> str | None:
+        if self.wise and not self.wise[0] <= value <= self.wise[1]:
+            return f"outside {number(self.wise[0])} to {number(self.wise[1])}: {self.wise_why}"
+        return None
+
+
+def number(value) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def setting(default, allowed: Allowed, help_text: str = ""):
+    """A LabSettings field: its default and, beside it, what it allows (read by check_settings and --help)."""
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata={"allowed": allowed, "help": help_text})
+    return field(default=default, metadata={"allowed": allowed, "help": help_text})
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """`numeric_reward=1,format_reward=0.25` or a JSON object."""
+    text = text.strip()
+    if text.startswith("{"):
+        loaded = json.loads(text)
+        if not isinstance(loaded, dict):
+            raise ValueError("the JSON is not an object")
+        return {str(k): float(v) for k, v in loaded.items()}
+    weights = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, weight = part.rpartition("=")
+        if not name:
+            raise ValueError(f"{part!r} is not NAME=WEIGHT")
+        try:
+            weights[name.strip()] = float(weight)
+        except ValueError:
+            raise ValueError(f"the weight in {part!r} is not a number") from None
+    return weights
+
+
+# --- rules that are more than a range -----------------------------------------------------------------------
+
+
+def _model_rule(name: str) -> str | None:
+    if not name.strip() or name != name.strip():
+        return "empty, or with spaces around it"
+    looks_like_path = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
+    if looks_like_path and not Path(name).expanduser().exists():
+        return f"no such folder ({Path(name).expanduser()})"
+    if not looks_like_path and not HUB_ID.match(name) and not Path(name).exists():
+        return "neither a Hugging Face id (owner/name) nor a folder here"
+    return None
+
+
+def _dataset_rule(name: str) -> str | None:
+    from .data import BUILTIN_DATASETS
+
+    return None if name in BUILTIN_DATASETS or HUB_ID.match(name) else "neither a built-in dataset nor a Hugging Face id (owner/name)"
+
+
+def _target_modules_rule(text: str) -> str | None:
+    if text == "all-linear":
+        return None
+    names = [name.strip() for name in text.split(",")]
+    if not any(names):
+        return "no module name in it"
+    bad = [name for name in names if not name or not MODULE_NAME.match(name)]
+    if bad:
+        return f"{', '.join(repr(n) for n in bad)} is not a module name"
+    if "lm_head" in names:  # TRL's own refusal: the log-probabilities use lm_head.weight directly, so its adapter never trains
+        return "lm_head cannot carry the adapter in GRPO (TRL computes log-probabilities from lm_head.weight directly, so it would never train)"
+    return None
+
+
+def _weights_rule(weights: dict) -> str | None:
+    from .rewards import REWARD_FUNCS
+
+    if not weights:
+        return "empty: a run needs at least one reward function"
+    unknown = [name for name in weights if name not in REWARD_FUNCS and not re.match(r"^[\w.]+:\w+$", name)]
+    if unknown:
+        return f"{', '.join(unknown)}: neither a built-in reward ({', '.join(REWARD_FUNCS)}) nor module:function"
+    infinite = [name for name, weight in weights.items() if not math.isfinite(weight)]
+    if infinite:
+        return f"the weight of {', '.join(infinite)} is not a finite number"
+    if not any(weights.values()):
+        return "every weight is 0: every completion would score the same and nothing would be learned"
+    return None
+
+
+def _url_rule(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as error:
+        return f"not a URL ({error})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "not http://HOST[:PORT] or https://HOST[:PORT]"
+    return None if port is None or 0 < port < 65536 else "its port is outside 1 to 65535"
+
+
+def _report_to_rule(name: str) -> str | None:
+    """A live-logging backend must be installed, found before any model loads."""
+    import importlib.util
+
+    package = REPORT_TO_PACKAGES.get(name)
+    if package and importlib.util.find_spec(package) is None:
+        return (f"needs the {package} package, which this environment does not have: install it (pip install {package}), "
+                "use a track whose lock has it, or leave --report-to at none")
+    return None
+
+
+def _nonempty(text: str) -> str | None:
+    return None if text.strip() else "empty"
+
+
+# --- the settings -------------------------------------------------------------------------------------------
 
 
 @dataclass
 class LabSettings:
     # Which machine, model and data.
-    track: str = "c"
-    model: str = "Qwen/Qwen3-1.7B"  # a Hugging Face id, a local path, or "tiny" (the built-in model)
-    dataset: str = "arithmetic"  # the built-in generator, or a Hugging Face dataset id (openai/gsm8k)
-    train_size: int = 1000  # training prompts drawn from the dataset
-    heldout_size: int = 200  # held-out problems for pass@1, never seen in training
-    seed: int = 0
-    dtype: str = "auto"  # auto: bf16 on CUDA/ROCm, float32 on MPS and CPU
+    track: str = setting("c", Allowed(str, rule=_nonempty, rule_text="a track in images/tracks.toml, chosen with --track"))
+    model: str = setting("Qwen/Qwen3-1.7B", Allowed(str, rule=_model_rule, rule_text="a Hugging Face id (owner/name), a local model folder, or tiny (the built-in model)"))
+    dataset: str = setting("arithmetic", Allowed(str, rule=_dataset_rule, rule_text="arithmetic, arithmetic-words, or a Hugging Face dataset id (openai/gsm8k)"))
+    train_size: int = setting(1000, Allowed(int, low=1, rule_text="at least one batch's prompts; at most 8500 for the built-in datasets"), "training prompts drawn from the dataset")
+    heldout_size: int = setting(200, Allowed(int, low=0, rule_text="at most 1000 for the built-in datasets (the held-out problems without twins in training); the lab needs 1 or more"),
+                                "held-out problems for pass@1, never seen in training")
+    seed: int = setting(0, Allowed(int, low=0, high=SEED_LIMIT - 1))
+    dtype: str = setting("auto", Allowed(str, choices=DTYPES), "auto: bf16 on CUDA/ROCm, float32 on MPS and CPU")
 
     # The adapter: rank-16 LoRA on every linear layer.
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_target_modules: str = "all-linear"  # comma-separated names, or all-linear
+    lora_rank: int = setting(16, Allowed(int, low=1, wise=(1, 256), wise_why="LoRA ranks are 8 to 64 as a rule; a larger one costs memory and rarely helps"))
+    lora_alpha: int = setting(32, Allowed(int, low=1))
+    lora_dropout: float = setting(0.0, Allowed(float, low=0, below=1, wise=(0.0, 0.5), wise_why="more than half the adapter's inputs dropped slows learning to a crawl"))
+    lora_target_modules: str = setting("all-linear", Allowed(str, rule=_target_modules_rule, rule_text="all-linear or module names separated by commas, not lm_head"))
 
     # GRPO, with TRL's defaults where the lesson does not say otherwise.
-    num_generations: int = 8  # rollouts per prompt (G)
-    max_prompt_length: int = 256
-    max_completion_length: int = 512
-    max_steps: int = 200
-    per_device_train_batch_size: int = 8  # completions per step; must be a multiple of num_generations
-    learning_rate: float = 1e-5
-    beta: float = 0.0  # 0: no reference model is loaded and no kl is logged
-    temperature: float = 1.0
-    logging_steps: int = 1
-    reward_weights: dict[str, float] = field(default_factory=lambda: {"numeric_reward": 1.0, "format_reward": 0.25})
+    num_generations: int = setting(8, Allowed(int, low=2, rule_text="GRPO compares completions within a group"), "rollouts per prompt (G)")
+    max_prompt_length: int = setting(256, Allowed(int, low=1, rule_text="with max_completion_length within the model's context"),
+                                     "the longest prompt, in tokens, the memory estimate and llama.cpp's context plan for")
+    max_completion_length: int = setting(512, Allowed(int, low=1, rule_text="with max_prompt_length within the model's context"))
+    max_steps: int = setting(200, Allowed(int, low=1))
+    per_device_train_batch_size: int = setting(8, Allowed(int, low=1, rule_text="a multiple of num_generations (whole groups per batch)"), "completions per step")
+    learning_rate: float = setting(1e-5, Allowed(float, above=0, wise=(1e-6, 1e-2), wise_why="LoRA is trained at about 1e-5 to 1e-3; far above, training diverges, far below, nothing moves"))
+    beta: float = setting(0.0, Allowed(float, wise=(0.0, 1.0), wise_why="a negative beta rewards drifting away from the reference model; above 1 the KL term drowns the reward"),
+                          "0: no reference model is loaded and no kl is logged")
+    temperature: float = setting(1.0, Allowed(float, above=0, wise=(0.3, 2.0),
+                                              wise_why="below, a group's completions are near copies and their rewards lose the spread GRPO learns from; above, samples are mostly noise"))
+    logging_steps: int = setting(1, Allowed(int, low=1, rule_text="at most max_steps"))
+    reward_weights: dict[str, float] = setting({"numeric_reward": 1.0, "format_reward": 0.25},
+                                               Allowed(dict, rule=_weights_rule, rule_text="built-in rewards or module:function, finite weights, not all 0"))
 
     # Where completions come from.
-    rollout: str = "inprocess"
-    vllm_gpu_memory_utilization: float = 0.3  # colocate only; TRL's default
-    vllm_server_url: str = "http://localhost:8000"
-    llamacpp_refresh_every: int = 0  # 0: never refresh the sampler (stale); K: re-export every K steps
+    rollout: str = setting("inprocess", Allowed(str, choices=ROLLOUT_PATHS))
+    vllm_gpu_memory_utilization: float = setting(0.3, Allowed(float, above=0, below=1), "colocate only; TRL's default")
+    vllm_server_url: str = setting("http://localhost:8000", Allowed(str, rule=_url_rule, rule_text="http://HOST[:PORT]"), "server mode only")
+    llamacpp_refresh_every: int = setting(0, Allowed(int, low=0), "llamacpp only; 0: never refresh the sampler (stale); K: re-export every K steps")
 
     # Live logging: TRL's report_to, into the run's folder (none, tensorboard, trackio, wandb where installed).
-    report_to: str = "none"
+    report_to: str = setting("none", Allowed(str, choices=tuple(REPORT_TO_PACKAGES), rule=_report_to_rule, rule_text="its package installed"))
 
     # Evaluation.
-    eval_max_new_tokens: int = 0  # 0: same as max_completion_length
+    eval_max_new_tokens: int = setting(0, Allowed(int, low=0), "0: same as max_completion_length")
 
-    def validate(self) -> None:
-        """Raise ValueError with an actionable sentence for settings that cannot run."""
-        if self.num_generations < 2:
-            raise ValueError(f"num_generations is {self.num_generations}: GRPO compares completions within a group, so it needs at least 2")
-        if self.per_device_train_batch_size % self.num_generations:
-            raise ValueError(
-                f"per_device_train_batch_size {self.per_device_train_batch_size} is not a multiple of num_generations "
-                f"{self.num_generations}: TRL needs whole groups per batch; try {self.num_generations * max(1, self.per_device_train_batch_size // self.num_generations)}"
-            )
-        if self.rollout not in ROLLOUT_PATHS:
-            raise ValueError(f"unknown rollout path {self.rollout!r}: choose one of {', '.join(ROLLOUT_PATHS)}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
-        if not 0 < self.vllm_gpu_memory_utilization < 1:
-            raise ValueError("vllm_gpu_memory_utilization must be between 0 and 1")
-        self.validate_report_to()
-        if not self.reward_weights:
-            raise ValueError("reward_weights is empty: a run needs at least one reward function")
+    def validate(self, kind: str = "lab") -> None:
+        """Raise SettingsRefused (a ValueError) naming every setting that cannot run, in words."""
+        checked = check_settings(self.as_dict(), kind=kind)
+        if checked.problems:
+            raise SettingsRefused(checked.problems, self.as_dict(), checked.warnings)
 
-    def validate_report_to(self) -> None:
-        """Refuse a live-logging backend that is unknown or not installed, before any model loads."""
-        import importlib.util
-
-        if self.report_to not in REPORT_TO_PACKAGES:
-            raise ValueError(f"unknown --report-to {self.report_to!r}: choose one of {', '.join(REPORT_TO_PACKAGES)}")
-        package = REPORT_TO_PACKAGES[self.report_to]
-        if package and importlib.util.find_spec(package) is None:
-            raise ValueError(
-                f"--report-to {self.report_to} needs the {package} package, which this environment does not have; "
-                f"install it (pip install {package}) or use a track whose lock has it, or leave --report-to at none"
-            )
+    def warnings(self, kind: str = "lab") -> list[str]:
+        """Legal but unwise values, one sentence each (printed at the start of a run and kept in its run-log line):
+        as resolve_settings found them, with where each value came from; else judged from the values alone."""
+        found = self.__dict__.get("_warnings")
+        return list(found) if found is not None else check_settings(self.as_dict(), kind=kind).warnings
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -102,36 +314,353 @@ class LabSettings:
 
 
 SETTING_NAMES = {f.name for f in fields(LabSettings)}
+ALLOWED = {f.name: f.metadata["allowed"] for f in fields(LabSettings)}
+DEFAULTS = {f.name: (f.default if f.default is not MISSING else f.default_factory()) for f in fields(LabSettings)}
 
 
-def read_config_file(path: Path) -> dict:
-    text = Path(path).read_bytes()
-    data = tomllib.loads(text.decode()) if str(path).endswith(".toml") else json.loads(text)
-    unknown = set(data) - SETTING_NAMES
-    if unknown:
-        raise ValueError(f"{path}: unknown settings {', '.join(sorted(unknown))}; known: {', '.join(sorted(SETTING_NAMES))}")
-    return data
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
-def resolve_settings(track: Track, config_file: Path | None = None, overrides: dict | None = None, smoke: bool = False) -> LabSettings:
-    """Lesson defaults < track row < config file < overrides (None values in overrides are ignored).
+def setting_help(name: str) -> str:
+    """--help's text for a setting: what it means, what it allows, the lesson's default (all from the declaration)."""
+    meta = next(f.metadata for f in fields(LabSettings) if f.name == name)
+    allowed = meta["allowed"]
+    words = [meta["help"]] if meta["help"] else []
+    words.append(f"allowed: {allowed.describe()}")
+    if allowed.wise:
+        words.append(f"usual: {number(allowed.wise[0])} to {number(allowed.wise[1])} (outside, a warning)")
+    return "; ".join(words + [f"lesson default: {DEFAULTS[name]!r}"])
 
-    smoke: the smoke test of the lab those settings describe (smoke_settings), the flags in `overrides`
-    honoured over its sizes.
-    """
+
+# --- checking: one loop over every setting, then the relations ---------------------------------------------
+
+COMMAND_LINE = "the command line"
+LESSON_DEFAULT = "the lesson's default"
+
+
+def shown(value) -> str:
+    """A value as the user typed or wrote it."""
+    if isinstance(value, str):
+        return value if value.strip() and value == value.strip() and " " not in value else repr(value)
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"{k}={v!r}" for k, v in value.items())
+    return repr(value)
+
+
+@dataclass
+class Problem:
+    """One refused value or relation, as one line: the flag(s), the value(s) given and where from, and what is allowed."""
+
+    names: tuple[str, ...]
+    line: str
+
+
+@dataclass
+class Checked:
+    values: dict  # the settings, converted to their types (values that could not be are left as given)
+    problems: list[Problem]
+    warnings: list[str]
+
+
+class SettingsRefused(ValueError):
+    """Settings that cannot run. str() is the whole message: every problem, one line each."""
+
+    def __init__(self, problems: list[Problem], given: dict | None = None, warnings: list[str] | None = None):
+        self.problems, self.given, self.warnings = problems, dict(given or {}), list(warnings or [])
+        if len(problems) == 1:
+            text = f"{problems[0].line} (nothing was loaded)"
+        else:
+            text = f"{len(problems)} settings cannot be used (nothing was loaded):\n" + "\n".join("  " + p.line for p in problems)
+        super().__init__(text)
+
+    @property
+    def names(self) -> list[str]:
+        return [name for problem in self.problems for name in problem.names]
+
+    action = ("correct the value(s) named above, where each came from (a flag, the --config file, or the track's row in "
+              "images/tracks.toml); `grpolab lab --help` lists what every setting allows")
+
+
+def check_settings(values: dict, sources: dict | None = None, kind: str = "lab", context: int | None = None,
+                   context_from: str = "") -> Checked:
+    """Every setting against its declaration, then the relations between settings: all problems, never the first
+    only. `values` may hold text from the command line (its source COMMAND_LINE); `kind` is "lab", "smoke" or
+    "any" (only what every run needs); `context` is the model's context in tokens when known (read from its
+    config, before any weights load)."""
+    known = sources is not None  # else where the values came from is not said
+    sources = sources or {}
+    values = {**DEFAULTS, **values}
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    typed = dict(values)
+    for name, allowed in ALLOWED.items():
+        source = sources.get(name, LESSON_DEFAULT) if known else None
+        # Text in a file is shown in quotes: a number written as "16" is refused for being text.
+        value_shown = json.dumps(values[name]) if source not in (COMMAND_LINE, None) and isinstance(values[name], str) else shown(values[name])
+        where = f"{flag(name)} {value_shown}" + (f" (from {source})" if source else "")
+        try:
+            typed[name] = allowed.convert(values[name], from_text=source == COMMAND_LINE)
+        except WrongType as expected:
+            problems.append(Problem((name,), f"{where}: the wrong type; expected {expected}"))
+            continue
+        why = allowed.refusal(typed[name])
+        if why:
+            problems.append(Problem((name,), f"{where}: {why}; allowed: {allowed.describe()}"))
+            continue
+        unwise = allowed.warning(typed[name])
+        if unwise:
+            warnings.append(f"{where} is {unwise}; allowed, so it never stops a run")
+    bad = {name for problem in problems for name in problem.names}
+    relations, relation_warnings = check_relations(typed, sources if known else None, kind, bad, context, context_from)
+    return Checked(typed, problems + relations, warnings + relation_warnings)
+
+
+def check_relations(s: dict, sources: dict | None, kind: str, bad: set, context: int | None, context_from: str) -> tuple[list[Problem], list[str]]:
+    """Where one value makes another impossible or meaningless (refused), or pointless (a warning). A relation
+    is judged only when every setting in it passed its own check."""
+    from .data import BUILTIN_DATASETS, HELDOUT_SIZE, OPERAND_RANGE, VALIDATION_SIZE
+
+    problems: list[Problem] = []
+    warnings: list[str] = []
+
+    def judge(names: tuple[str, ...]) -> bool:
+        return not bad & set(names)
+
+    def given(*names: str) -> str:
+        return " and ".join(f"{flag(n)} {shown(s[n])}" + (f" (from {sources.get(n, LESSON_DEFAULT)})" if sources is not None else "") for n in names)
+
+    def refuse(names: tuple[str, ...], why: str) -> None:
+        problems.append(Problem(names, f"{given(*names)}: {why}"))
+
+    batch, group = s["per_device_train_batch_size"], s["num_generations"]
+    whole_groups = judge(("per_device_train_batch_size", "num_generations")) and not batch % group
+    if judge(("per_device_train_batch_size", "num_generations")) and batch % group:
+        refuse(("per_device_train_batch_size", "num_generations"),
+               f"TRL needs whole groups per batch, so the batch must be a multiple of num_generations; try "
+               + " or ".join(str(group * n) for n in sorted({max(1, batch // group), batch // group + 1})))
+    if whole_groups and judge(("train_size",)) and s["train_size"] < batch // group:
+        refuse(("train_size", "per_device_train_batch_size", "num_generations"),
+               f"one batch takes {batch // group} prompts ({batch} completions / {group} per prompt) and TRL drops an incomplete batch, "
+               f"so a training set of {s['train_size']} never makes one; use --train-size {batch // group} or more")
+    if judge(("logging_steps", "max_steps")) and s["logging_steps"] > s["max_steps"]:
+        refuse(("logging_steps", "max_steps"), f"no step would ever be logged, so the run would have no reward curve; use --logging-steps {s['max_steps']} or less")
+    if judge(("dataset", "train_size", "heldout_size")) and s["dataset"] in BUILTIN_DATASETS:
+        train_problems = len(OPERAND_RANGE) ** 2 - HELDOUT_SIZE - VALIDATION_SIZE
+        if s["train_size"] > train_problems:
+            refuse(("train_size", "dataset"), f"the {s['dataset']} generator has {train_problems} training problems; use --train-size {train_problems} or less")
+        if s["heldout_size"] > HELDOUT_SIZE:
+            refuse(("heldout_size", "dataset"), f"the {s['dataset']} generator makes {HELDOUT_SIZE} held-out problems with no twin (A+B or B+A) "
+                   f"in training; use --heldout-size {HELDOUT_SIZE} or less")
+    if kind == "lab" and judge(("heldout_size",)):
+        if s["heldout_size"] == 0:
+            refuse(("heldout_size",), "the lab measures pass@1 on held-out problems before and after training; use --heldout-size 50 or more")
+        elif s["heldout_size"] < 50:
+            warnings.append(f"{given('heldout_size')}: pass@1 on fewer than 50 problems moves in steps of {1 / s['heldout_size']:.0%} or more, "
+                            "so a before/after difference may be noise; allowed, so it never stops a run")
+    if context is not None:
+        lengths = [("max_prompt_length", "max_completion_length")]
+        if kind == "lab" and s["eval_max_new_tokens"]:
+            lengths.append(("max_prompt_length", "eval_max_new_tokens"))
+        for names in lengths:
+            if judge(names + ("model",)) and s[names[0]] + s[names[1]] > context:
+                refuse(names, f"together {s[names[0]] + s[names[1]]} tokens, more than model {s['model']}'s context of {context} tokens "
+                       f"({context_from}); lower them to {context} tokens together")
+    # Settings of another rollout path than the one chosen change nothing: said, not refused.
+    for name, path in (("vllm_gpu_memory_utilization", "vllm-colocate"), ("vllm_server_url", "vllm-server"), ("llamacpp_refresh_every", "llamacpp")):
+        if judge((name, "rollout")) and s["rollout"] != path and s[name] != DEFAULTS[name]:
+            warnings.append(f"{given(name)} has no effect: it is for --rollout {path}, and this run's rollout path is {s['rollout']}")
+    if judge(("llamacpp_refresh_every", "max_steps", "rollout")) and s["rollout"] == "llamacpp" and s["llamacpp_refresh_every"] >= s["max_steps"]:
+        warnings.append(f"{given('llamacpp_refresh_every', 'max_steps')}: the sampler is never refreshed in this run (the same as 0: stale rollouts)")
+    return problems, warnings
+
+
+# --- the model's context, from its config alone -------------------------------------------------------------
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def context_from_config(config: dict) -> int | None:
+    for scope in (config, config.get("text_config") or {}):
+        for key in CONTEXT_KEYS:
+            if isinstance(scope.get(key), int) and not isinstance(scope.get(key), bool):
+                return scope[key]
+    return None
+
+
+def local_model_config(model: str) -> tuple[dict | None, str]:
+    """(the model's config.json, where it was read) without loading anything else and without the network:
+    the built-in model's, a local folder's, or a Hub model's from the local Hugging Face cache; (None, "")
+    when it is not here yet (the pipeline reads it again once downloaded, still before the weights)."""
+    from .tiny_model import TINY_MODEL, resolve_model_name
+
+    path = Path(resolve_model_name(model) if model == TINY_MODEL else model).expanduser()
+    config_file = path / "config.json" if path.is_dir() else None
+    if config_file is None and HUB_ID.match(model) and "/" in model:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(model, "config.json")
+            config_file = Path(cached) if isinstance(cached, str) else None
+        except ImportError:
+            config_file = None
+    if config_file is None or not config_file.is_file():
+        return None, ""
+    try:
+        return json.loads(config_file.read_text()), str(config_file)
+    except (OSError, ValueError):
+        return None, ""
+
+
+def check_model_context(settings: LabSettings, model_path: str, kind: str = "lab") -> None:
+    """The input layer's refusal of prompt plus completion beyond the model's context, from its config alone
+    (config.json: downloaded here for a Hub model not yet cached; its weights are not). A config that cannot be
+    read is left to the model's loader, which says why in words."""
+    config, where = local_model_config(model_path)
+    if config is None:
+        try:
+            from transformers import AutoConfig
+
+            config, where = AutoConfig.from_pretrained(model_path).to_dict(), f"{model_path}'s config.json"
+        except Exception:  # noqa: BLE001 - offline, unknown id: the loader's own failure names it
+            return
+    context = context_from_config(config)
+    if context is None:
+        return
+    checked = check_settings(settings.as_dict(), kind=kind, context=context, context_from=where)
+    problems = [p for p in checked.problems if "context" in p.line]
+    if problems:
+        refused = SettingsRefused(problems, settings.as_dict())
+        raise LayerFailure("input", str(refused), refused.action)
+
+
+# --- where the values come from -----------------------------------------------------------------------------
+
+CONFIG_FORMATS = {".toml": "TOML", ".json": "JSON"}
+
+
+def line_of_key(text: str, key: str, suffix: str) -> int | None:
+    pattern = rf'^\s*"{re.escape(key)}"\s*:' if suffix == ".json" else rf'^\s*"?{re.escape(key)}"?\s*='
+    for number, line in enumerate(text.splitlines(), 1):
+        if re.search(pattern, line) or (suffix == ".json" and f'"{key}"' in line):
+            return number
+    return None
+
+
+def read_config_file(path: Path) -> tuple[dict, dict]:
+    """(settings, where each came from: 'PATH line N') from a TOML or JSON file; ConfigFileError in words
+    (the file, the format expected, the line and column) when it cannot be read."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in CONFIG_FORMATS:
+        raise ConfigFileError(f"--config {path}: a config file is TOML (a name ending .toml) or JSON (.json), the two accepted; "
+                              f"this one ends {suffix or 'without a suffix'}")
+    form = CONFIG_FORMATS[suffix]
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigFileError(f"--config {path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigFileError(f"--config {path}: a folder, not a {form} file") from None
+    except OSError as error:
+        raise ConfigFileError(f"--config {path}: could not be read ({error.strerror})") from None
+    except UnicodeDecodeError as error:
+        raise ConfigFileError(f"--config {path}: not UTF-8 text (byte {error.start}), so not {form}") from None
+    try:
+        data = tomllib.loads(text) if form == "TOML" else json.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        where = re.search(r"\(at line (\d+), column (\d+)\)", str(error))
+        at = f"line {where[1]}, column {where[2]}" if where else "somewhere"
+        raise ConfigFileError(f"--config {path}: not valid TOML at {at}: {str(error).split(' (at ')[0]}") from None
+    except json.JSONDecodeError as error:
+        raise ConfigFileError(f"--config {path}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"--config {path}: the {form} must be an object of settings (name: value), not a {type(data).__name__}")
+    sources = {key: f"{path}" + (f" line {line}" if (line := line_of_key(text, key, suffix)) else "") for key in data}
+    return data, sources
+
+
+class ConfigFileError(ValueError):
+    pass
+
+
+def unknown_problems(names, source: str) -> list[Problem]:
+    problems = []
+    for name in sorted(names):
+        close = difflib.get_close_matches(str(name), sorted(SETTING_NAMES), n=1)
+        hint = f"did you mean {close[0]}?" if close else f"the settings are listed by `grpolab lab --help`"
+        problems.append(Problem((str(name),), f"unknown setting {name!r} in {source}: {hint}"))
+    return problems
+
+
+def gather(track: Track, config_file: Path | None, overrides: dict | None, track_source: str) -> tuple[dict, dict, list[Problem]]:
+    """(values, their sources, problems found while reading them), lowest precedence first."""
     values: dict = {"track": track.name, "rollout": track.rollout}
-    values.update({key: value for key, value in track.lab.items() if key != "smoke_model"})
+    sources: dict = {"track": f"--track {track.name}", "rollout": track_source.replace(".lab]", "] rollout")}
+    problems: list[Problem] = []
+    row = {key: value for key, value in track.lab.items() if key != "smoke_model"}
+    problems += unknown_problems(set(row) - SETTING_NAMES, track_source)
+    for key in set(row) & SETTING_NAMES:
+        values[key], sources[key] = row[key], track_source
     if config_file:
-        values.update(read_config_file(config_file))
+        try:
+            data, where = read_config_file(config_file)
+        except ConfigFileError as error:
+            problems.append(Problem(("config",), str(error)))
+        else:
+            problems += unknown_problems(set(data) - SETTING_NAMES, f"--config {config_file}")
+            if "track" in data and data["track"] != track.name:
+                problems.append(Problem(("track",), f"track {shown(data['track'])} (from {where['track']}): the track is chosen with --track "
+                                        f"(or GRPOLAB_TRACK), and this run's is {track.name}; leave track out of the file"))
+            for key in set(data) & SETTING_NAMES - {"track"}:
+                values[key], sources[key] = data[key], where[key]
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key], sources[key] = value, COMMAND_LINE
+    problems += unknown_problems(set(values) - SETTING_NAMES, COMMAND_LINE)
+    return {k: v for k, v in values.items() if k in SETTING_NAMES}, sources, problems
+
+
+def resolve_settings(track: Track, config_file: Path | None = None, overrides: dict | None = None, smoke: bool = False,
+                     with_context: bool = True) -> LabSettings:
+    """Lesson defaults < track row < config file < overrides (None values in overrides are ignored), every value
+    checked (check_settings) before any model loads; SettingsRefused lists every problem at once.
+
+    Overrides are typed values, or text as typed on the command line. smoke: the smoke test of the lab those
+    settings describe (smoke_settings), the flags in `overrides` honoured over its sizes. with_context: also
+    check prompt plus completion against the model's context where its config is already here (a local read).
+    """
+    from .tracks import TRACKS_FILE
+
+    track_source = f"[tracks.{track.name}.lab] in {TRACKS_FILE}"
+    values, sources, problems = gather(track, config_file, overrides, track_source)
     flags = {k: v for k, v in (overrides or {}).items() if v is not None}
-    values.update(flags)
-    unknown = set(values) - SETTING_NAMES
-    if unknown:
-        raise ValueError(f"unknown settings {', '.join(sorted(unknown))}")
-    settings = LabSettings(**values)
+    kind = "smoke" if smoke else "lab"
     if smoke:
-        return smoke_settings(settings, track, flags)
-    settings.validate()
+        refused = [name for name in LAB_ONLY_SETTINGS if name in flags]
+        if refused:
+            problems.append(lab_only_problem(refused))
+        lab_checked = check_settings(values, sources)
+        values, sources = smoke_values(lab_checked.values, sources, track, {k: v for k, v in flags.items() if k not in LAB_ONLY_SETTINGS})
+    checked = check_settings(values, sources, kind=kind)
+    problems += checked.problems
+    if with_context and not problems:
+        try:
+            config, where = local_model_config(checked.values["model"])
+        except LayerFailure as failure:  # the built-in model's files damaged, a folder without weights
+            raise SettingsRefused([Problem(("model",), f"{flag('model')} {shown(checked.values['model'])} (from {sources.get('model', LESSON_DEFAULT)}): {failure.what}")],
+                                  values, checked.warnings) from failure
+        context = context_from_config(config) if config else None
+        if context is not None:
+            problems += check_settings(values, sources, kind=kind, context=context, context_from=where).problems
+    if problems:
+        raise SettingsRefused(problems, {**values}, checked.warnings)
+    return with_warnings(LabSettings(**checked.values), checked.warnings)
+
+
+def with_warnings(settings: LabSettings, warnings: list[str]) -> LabSettings:
+    """Keep the warnings found with the values' sources on the settings (not a setting: no field, not in as_dict)."""
+    settings.__dict__["_warnings"] = list(warnings)
     return settings
 
 
@@ -139,6 +668,31 @@ def resolve_settings(track: Track, config_file: Path | None = None, overrides: d
 SMOKE_SIZES = {"train_size": 10, "num_generations": 4, "max_steps": 10, "logging_steps": 1}
 # The smoke test trains but does not evaluate: flags for the held-out evaluation are refused, not ignored.
 LAB_ONLY_SETTINGS = ("heldout_size", "eval_max_new_tokens")
+SMOKE_SOURCE = "the smoke test's first-run size"
+
+
+def lab_only_problem(refused: list[str]) -> Problem:
+    return Problem(tuple(refused), f"the smoke test does not evaluate held-out problems, so {', '.join(flag(n) for n in refused)} "
+                   "would change nothing: leave it out, or give it to `grpolab lab`")
+
+
+def smoke_values(lab: dict, sources: dict, track: Track, flags: dict) -> tuple[dict, dict]:
+    """The smoke test's values for the lab `lab` describes (see smoke_settings), with their sources."""
+    values = {**lab, **SMOKE_SIZES, "heldout_size": 0}
+    sources = {**sources, **{name: SMOKE_SOURCE for name in (*SMOKE_SIZES, "heldout_size", "per_device_train_batch_size")}}
+    smoke_model = track.lab.get("smoke_model")
+    uses_track_model = lab["model"] == track.lab.get("model", DEFAULTS["model"])
+    if smoke_model and uses_track_model and lab["rollout"] != "vllm-server":
+        values["model"], sources["model"] = smoke_model, f"track {track.name}'s smoke_model"
+    # Two groups per step, whatever the group size: TRL needs whole groups per batch.
+    group = flags.get("num_generations", SMOKE_SIZES["num_generations"])
+    try:
+        values["per_device_train_batch_size"] = 2 * ALLOWED["num_generations"].convert(group, from_text=True)
+    except WrongType:
+        values["per_device_train_batch_size"] = 2 * SMOKE_SIZES["num_generations"]  # num_generations itself is refused
+    values.update(flags)
+    sources.update({name: COMMAND_LINE for name in flags})
+    return values, sources
 
 
 def smoke_settings(lab: LabSettings, track: Track, flags: dict | None = None) -> LabSettings:
@@ -152,18 +706,9 @@ def smoke_settings(lab: LabSettings, track: Track, flags: dict | None = None) ->
     flags = flags or {}
     refused = [name for name in LAB_ONLY_SETTINGS if name in flags]
     if refused:
-        raise ValueError(
-            f"the smoke test does not evaluate held-out problems, so {', '.join('--' + n.replace('_', '-') for n in refused)} "
-            "would change nothing: leave it out, or give it to `grpolab lab`"
-        )
-    values = {**lab.as_dict(), **SMOKE_SIZES, "heldout_size": 0}
-    smoke_model = track.lab.get("smoke_model")
-    uses_track_model = lab.model == track.lab.get("model", LabSettings.model)
-    if smoke_model and uses_track_model and lab.rollout != "vllm-server":
-        values["model"] = smoke_model
-    # Two groups per step, whatever the group size: TRL needs whole groups per batch.
-    values["per_device_train_batch_size"] = 2 * flags.get("num_generations", SMOKE_SIZES["num_generations"])
-    values.update(flags)
-    settings = LabSettings(**values)
-    settings.validate()
-    return settings
+        raise SettingsRefused([lab_only_problem(refused)])
+    values, sources = smoke_values(lab.as_dict(), {name: "the lab's settings" for name in SETTING_NAMES}, track, flags)
+    checked = check_settings(values, sources, kind="smoke")
+    if checked.problems:
+        raise SettingsRefused(checked.problems, values, checked.warnings)
+    return with_warnings(LabSettings(**checked.values), checked.warnings)
