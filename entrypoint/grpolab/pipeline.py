@@ -25,7 +25,7 @@ from .checks import check_adapter, check_device, check_first_step, check_rewards
 from .errors import LayerFailure
 from .paths import runs_dir
 from .run import recorded_run
-from .settings import LabSettings
+from .settings import LabSettings, check_model_context
 from .tracks import Track
 
 # On what basis each rollout path's `stale` / `max_lag_steps` is given (the run log's rollout.lag_basis).
@@ -128,6 +128,7 @@ def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, 
     reward_funcs, rewards_line = check_rewards(settings, train.column_names)
     model_path = resolve_model_name(settings.model)
     record["model_path"] = model_path
+    check_model_context(settings, model_path, shape.kind)  # the model's config only: before its tokenizer and weights
     tokenizer = load_tokenizer(model_path)
     meter, estimate = start_memory_meter(settings, track, shape, device_type, model_path, tokenizer, train, record, say)
     model = load_model(model_path, torch_dtype(settings, device_type))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -25,10 +26,36 @@ def new_record(kind: str, settings: LabSettings) -> dict:
         "status": "running",
         "failed_layer": None,
         "error": None,
+        "warnings": settings.warnings(kind),  # legal but unwise values, as printed at the start
         "settings": settings.as_dict(),
         "model": settings.model,
         "model_identity": model_identity(settings.model),  # refreshed once the model has loaded (a Hub download)
     }
+
+
+def log_refused(kind: str, track: str, given: dict, failure: LayerFailure, warnings=(), log_path=None, say=print) -> None:
+    """The run-log line of a run whose settings were refused before anything loaded: one whole failed line (no
+    start line: nothing ran that could be killed), the values as given, and no device, model or fingerprint
+    fields, since none was looked at. A run log that cannot be written is said, and the input verdict stands."""
+    from .checks import check_runlog
+
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    record = {"run_id": new_run_id(), "kind": kind, "track": track, "started_at": now, "finished_at": now, "status": "failed",
+              "failed_layer": failure.layer, "error": str(failure), "settings": as_given(given), "warnings": list(warnings), "wall_clock_s": 0.0}
+    try:
+        path = check_runlog(record, log_path)
+        say(f"run log: failed -> {path} ({record['run_id']})")
+    except LayerFailure as runlog_failure:
+        say(str(runlog_failure))
+
+
+def as_given(value):
+    """A refused value as JSON can hold it: NaN and infinity (a JSON config file may hold them) as text."""
+    if isinstance(value, dict):
+        return {str(k): as_given(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    return value if isinstance(value, (str, int, float, bool, type(None), list)) else str(value)
 
 
 def log_start(record: dict, log_path=None, say=print) -> None:
