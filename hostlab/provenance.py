@@ -90,11 +90,8 @@ def compare(upstream: Path, rebuild: Path) -> Comparison:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def fetch_locked_wheel(track: Track, project: str, version: str, hashes: list[str], cache: Path = CACHE) -> Path:
