@@ -9,11 +9,20 @@ import contextlib
 import functools
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import LayerFailure
 from .settings import LabSettings
+
+# PEFT 0.21 (get_peft_model: `getattr(model, "is_gradient_checkpointing", True)`) and TRL 1.16 (its
+# disable_gradient_checkpointing, around every generation) read the model's `is_gradient_checkpointing`, which
+# transformers 5 keeps as a deprecated alias of `is_activation_checkpointing` and warns about on every read: a
+# library warning about another library, nothing our code passes. Filtered exactly (this message, this category,
+# raised in transformers.modeling_utils); remove once PEFT and TRL read is_activation_checkpointing (transformers
+# v6 removes the alias, and any remaining reader fails loudly then).
+warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning, module=r"transformers\.modeling_utils")
 
 
 @dataclass
@@ -179,8 +188,9 @@ def grpo_config(settings: LabSettings, reward_names: list[str], device_type: str
         use_cpu=device_type == "cpu",
         bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16,
-        # Checkpointing trades compute for memory: worth it on an accelerator, only slower on a CPU.
-        gradient_checkpointing=device_type != "cpu",
+        # Checkpointing trades compute for memory: worth it on an accelerator, only slower on a CPU. transformers 5's
+        # name (gradient_checkpointing is its deprecated alias, a FutureWarning whenever TRL's default True is left set).
+        activation_checkpointing=device_type != "cpu",
         save_strategy="no",
         report_to=settings.report_to,
         disable_tqdm=True,
