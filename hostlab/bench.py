@@ -104,7 +104,7 @@ def stale_bench() -> Path:
     return _write("lab-stale", {"track": "c", "where": f"{LAB_RUNS_WHERE}, one run at a time", "runs": runs})
 
 
-LAB_RUNS_WHERE = "host python (PYTHONPATH=entrypoint), the tiny model from GRPOLAB_CACHE_DIR"
+LAB_RUNS_WHERE = "host python (PYTHONPATH=entrypoint), the committed tiny model (entrypoint/tiny-model/)"
 
 
 def _lab_runs(cases: list[tuple[str, dict, list[str]]], at_once: int, track: str = "c") -> list[dict]:
@@ -142,7 +142,8 @@ def _lab_run(name: str, argv: list[str], runs_dir: Path, process) -> dict:
             **{key: rollout.get(key) for key in ROLLOUT_FIELDS + SYNC_FIELDS if key in rollout}}  # fmt: skip
 
 
-LEARNING_FIELDS = ("status", "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "seconds_per_step", "wall_clock_s", "settings")
+LEARNING_FIELDS = ("status", "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "seconds_per_step", "wall_clock_s", "settings",
+                   "model_identity")  # which model: its weights' sha256 (grpolab.model_identity)
 ROLLOUT_FIELDS = ("engine", "stale", "max_lag_steps", "refreshes", "refresh_seconds_mean", "refresh_export_seconds_mean", "refresh_reload_seconds_mean", "initial_export_seconds")
 SYNC_FIELDS = ("vllm_version", "vllm_build", "vllm_cpu_kvcache_space_gib", "sync_checks", "sync_failures", "sync_max_logprob_diff",
                "sync_min_stale_diff", "sync_probe_seconds_mean")

@@ -83,6 +83,55 @@ def test_the_committed_model_is_checked_reloads_with_auto_classes_and_answers(ti
     assert pass_at_1(model, tokenizer, heldout, max_new_tokens=8) > 0.2
 
 
+GREEDY_HELDOUT = """
+import hashlib, json, sys
+import torch
+from grpolab.data import load_lab_datasets
+from grpolab.evaluate import greedy_completions
+from grpolab.rewards import numeric_reward
+from grpolab.settings import resolve_settings
+from grpolab.tiny_model import resolve_model_name
+from grpolab.tracks import get_track
+from grpolab.training import load_model, load_tokenizer
+
+torch.set_num_threads(int(sys.argv[1]))
+settings = resolve_settings(get_track("c"))
+rows = list(load_lab_datasets(settings.dataset, settings.train_size, settings.heldout_size, settings.seed)[1])
+path = resolve_model_name("tiny")
+tokenizer, model = load_tokenizer(path), load_model(path, torch.float32)
+done = greedy_completions(model, tokenizer, [r["prompt"] for r in rows], settings.eval_max_new_tokens or settings.max_completion_length)
+rewards = numeric_reward(done, answer=[r["answer"] for r in rows])
+print(json.dumps({"kernels": torch.backends.cpu.get_cpu_capability(), "rows": len(rows), "pass_at_1": sum(rewards) / len(rewards),
+                  "completions": hashlib.sha256("\\n".join(done).encode()).hexdigest()}))
+"""
+# torch's CPU kernel sets, narrowed the way a machine without AVX-512 (or without AVX) has them: ATen's own
+# kernels (ATEN_CPU_CAPABILITY), MKL's (MKL_ENABLE_INSTRUCTIONS) and oneDNN's (ONEDNN_MAX_CPU_ISA).
+KERNEL_SETS = {
+    "best": {},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "default": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+}
+
+
+@pytest.mark.slow
+def test_the_labs_pass_at_1_before_training_is_the_same_whatever_the_cpus_kernels(tiny_model_env):
+    """The committed model's greedy completions of track c's held-out problems, as the lab scores them before
+    training: the same text (so the same pass@1, 0.290) with torch's AVX-512, AVX2 and plain kernels, on 1 and 2
+    threads. (The recipe's *training* is what differed between CPUs; greedy decoding of fixed weights does not.)"""
+    import subprocess
+    import sys
+
+    seen = {}
+    for name, kernels in KERNEL_SETS.items():
+        for threads in ("1", "2"):
+            proc = subprocess.run([sys.executable, "-c", GREEDY_HELDOUT, threads], env={**tiny_model_env, **kernels},
+                                  capture_output=True, text=True, timeout=600)  # fmt: skip
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            seen[name, threads] = json.loads(proc.stdout.splitlines()[-1])
+    assert seen["avx2", "1"]["kernels"] == "AVX2" and seen["default", "1"]["kernels"] == "DEFAULT"
+    assert {(r["completions"], r["pass_at_1"], r["rows"]) for r in seen.values()} == {(seen["best", "1"]["completions"], 0.29, 200)}
+
+
 def test_its_context_holds_track_c_prompt_and_completion(tiny_model_path):
     """vLLM refuses a max_model_len beyond max_position_embeddings: track c's prompt plus completion must fit."""
     from grpolab.settings import resolve_settings
