@@ -25,8 +25,10 @@ from .paths import runlog_path
 
 # Version of a run-log line's fields, written into every line as "schema". Lines without it are schema 1
 # (written before it existed); grpolab.report reads both. 2 added the smoke test's "before_scaling_up"; 3 added
-# "model_identity" (grpolab.model_identity: the weights' sha256 and Hub revision), in start records too.
-SCHEMA_VERSION = 3
+# "model_identity" (grpolab.model_identity: the weights' sha256 and Hub revision), in start records too; 4 added
+# "warnings" (legal but unwise settings) and the line of a run whose settings were refused before anything loaded
+# (grpolab.run.log_refused: failed at input, no start line, the settings as given, no model or device fields).
+SCHEMA_VERSION = 4
 
 
 def new_run_id() -> str:
