@@ -5,7 +5,7 @@
 #   - run from the repository root, in a Python environment holding the track's lock: torch (CUDA), trl 1.16.0,
 #     peft, transformers, and vLLM inside TRL's declared range (check 1 refuses anything else);
 #   - a small model on local disk: GRPOLAB_GPU_MODEL=/path/to/Qwen3-0.6B (a saved HF folder), else the
-#     built-in tiny model, built here on the CPU in about a minute (`python -m grpolab tiny-model`);
+#     built-in tiny model, committed in entrypoint/tiny-model/ (its hashes checked: `python -m grpolab tiny-model`);
 #   - one GPU or more. With one GPU, server mode *training* is refused by design (the server and the trainer
 #     need separate devices; the refusal itself is checked), and the server path is checked up to generation:
 #     health, version against TRL's range, the weight-transfer engine, and token ids + logprobs in responses.
@@ -36,8 +36,8 @@ echo "GPUs: $GPUS; logs in $LOGS"
 if [[ -n "${GRPOLAB_GPU_MODEL:-}" ]]; then
   MODEL="$GRPOLAB_GPU_MODEL"
 else
-  MODEL="$(timeout 300 python3 -c 'from grpolab.tiny_model import ensure_tiny_model; print(ensure_tiny_model(progress=lambda *a: None))' 2>"$LOGS/tiny-model.log")" \
-    || { echo "FAIL  could not build the tiny model (see $LOGS/tiny-model.log)"; exit 1; }
+  MODEL="$(timeout 300 python3 -c 'from grpolab.tiny_model import verify_tiny_model; print(verify_tiny_model())' 2>"$LOGS/tiny-model.log")" \
+    || { echo "FAIL  the committed tiny model is missing or changed (see $LOGS/tiny-model.log)"; exit 1; }
 fi
 echo "model: $MODEL"
 

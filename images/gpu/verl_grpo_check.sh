@@ -8,7 +8,7 @@
 #     .venvs/verl-check/bin/python, else python3. The export runs in the same Python (it needs only datasets,
 #     pyarrow, transformers, tokenizers and torch, which verl's environment has);
 #   - a small model on local disk: GRPOLAB_GPU_MODEL=/path/to/Qwen3-0.6B (a saved HF folder), else the
-#     built-in tiny model (built on the CPU first: about a minute on a free machine), which learns the
+#     built-in tiny model (committed in entrypoint/tiny-model/), which learns the
 #     arithmetic task within a few dozen steps;
 #   - one GPU.
 #
