@@ -173,6 +173,10 @@ def grpo_config(settings: LabSettings, reward_names: list[str], device_type: str
     from trl import GRPOConfig
 
     dtype = torch_dtype(settings, device_type)
+    # Checkpointing trades compute for memory: worth it on an accelerator, only slower on a CPU. transformers 5.24
+    # (track c) names it activation_checkpointing (gradient_checkpointing is its deprecated alias, a FutureWarning
+    # whenever TRL's default True is left set); 5.17 (tracks n, s, cv: TRL's vLLM stack) knows only the old name.
+    checkpointing_field = "activation_checkpointing" if "activation_checkpointing" in GRPOConfig.__dataclass_fields__ else "gradient_checkpointing"
     return GRPOConfig(
         output_dir=str(output_dir),
         max_steps=settings.max_steps,
@@ -188,9 +192,7 @@ def grpo_config(settings: LabSettings, reward_names: list[str], device_type: str
         use_cpu=device_type == "cpu",
         bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16,
-        # Checkpointing trades compute for memory: worth it on an accelerator, only slower on a CPU. transformers 5's
-        # name (gradient_checkpointing is its deprecated alias, a FutureWarning whenever TRL's default True is left set).
-        activation_checkpointing=device_type != "cpu",
+        **{checkpointing_field: device_type != "cpu"},
         save_strategy="no",
         report_to=settings.report_to,
         disable_tqdm=True,
