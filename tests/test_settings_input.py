@@ -90,6 +90,7 @@ BAD_INPUTS = [
     ("reward_weights", "flag", ["--reward-weights", "numeric_reward=0"], "every weight is 0"),
     ("reward_weights", "flag", ["--reward-weights", "no such reward=1"], "neither a built-in reward"),
     ("reward_weights", "flag", ["--reward-weights", "numeric_reward=inf"], "not a finite number"),
+    ("reward_weights", "flag", ["--reward-weights", '{"numeric_reward": null}'], "a weight in the JSON is not a number"),
     ("rollout", "flag", ["--rollout", "vllm"], "one of inprocess, vllm-colocate, vllm-server, llamacpp"),
     ("vllm_gpu_memory_utilization", "flag", ["--vllm-gpu-memory-utilization", "0"], "between 0 and 1"),
     ("vllm_gpu_memory_utilization", "flag", ["--vllm-gpu-memory-utilization", "1.5"], "between 0 and 1"),

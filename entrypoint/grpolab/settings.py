@@ -154,7 +154,10 @@ def parse_weights(text: str) -> dict[str, float]:
         loaded = json.loads(text)
         if not isinstance(loaded, dict):
             raise ValueError("the JSON is not an object")
-        return {str(k): float(v) for k, v in loaded.items()}
+        try:
+            return {str(k): float(v) for k, v in loaded.items()}
+        except (TypeError, ValueError):  # null, a list, a word
+            raise ValueError("a weight in the JSON is not a number") from None
     weights = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, weight = part.rpartition("=")
