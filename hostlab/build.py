@@ -53,16 +53,17 @@ SOURCE_BUILDS = {
 
 
 def source_build_args(lock_text: str) -> dict[str, str]:
-    """Build args for the lock's source-only packages: BUILD_PACKAGES, BUILD_CONFIG_SETTINGS (uv options),
-    IMPORT_CHECK, KEEP_SDISTS; all empty when the lock has none."""
+    """Build args for the lock's source-only packages, compiled in the Dockerfile's source-builds stage while the
+    main stage installs the rest: SOURCE_PACKAGES, BUILD_PACKAGES, BUILD_CONFIG_SETTINGS (pip options: every
+    package's settings go to each compile, harmless while there is one), IMPORT_CHECK, KEEP_SDISTS; all empty
+    when the lock has none."""
     from .locks import parse_lock
 
     builds = {name: SOURCE_BUILDS[name] for name in parse_lock(lock_text).packages if name in SOURCE_BUILDS}
     return {
+        "SOURCE_PACKAGES": " ".join(builds),
         "BUILD_PACKAGES": " ".join(sorted({p for b in builds.values() for p in b.debian_packages})),
-        "BUILD_CONFIG_SETTINGS": " ".join(
-            f"--config-settings-package={name}:{setting}" for name, b in builds.items() for setting in b.config_settings
-        ),
+        "BUILD_CONFIG_SETTINGS": " ".join(f"--config-settings={setting}" for b in builds.values() for setting in b.config_settings),
         "IMPORT_CHECK": " ".join(b.module for b in builds.values() if b.module),
         "KEEP_SDISTS": " ".join(name for name, b in builds.items() if b.keep_sdist),
     }

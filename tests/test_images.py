@@ -58,15 +58,20 @@ def test_dockerfile_layout():
     assert "--require-hashes" in text and "type=secret,id=ca_bundle" in text
 
 
-def test_source_only_packages_get_a_compiler_for_the_install_step_only():
+def test_source_only_packages_compile_in_a_stage_of_their_own_beside_the_install():
     with_llama = source_build_args(lock_path(get_track("c")).read_text())
+    assert with_llama["SOURCE_PACKAGES"] == "llama-cpp-python"
     assert with_llama["BUILD_PACKAGES"] == "g++" and with_llama["IMPORT_CHECK"] == "llama_cpp"
-    assert "--config-settings-package=llama-cpp-python:cmake.define.GGML_NATIVE=OFF" in with_llama["BUILD_CONFIG_SETTINGS"].split()
+    assert "--config-settings=cmake.define.GGML_NATIVE=OFF" in with_llama["BUILD_CONFIG_SETTINGS"].split()
     assert with_llama["KEEP_SDISTS"] == "llama-cpp-python"  # its sdist carries llama.cpp's GGUF converter
     assert set(source_build_args(lock_path(get_track("n")).read_text()).values()) == {""}
     text = DOCKERFILE.read_text()
-    install = text[text.index("apt-get install"):text.index("verify-locked.py /tmp/lock.txt")]
-    assert "uv pip sync" in install and "apt-get purge" in install, "the compiler is installed and purged in one step"
+    stage, image = text.split("\nFROM ${BASE_IMAGE}\n", 1)
+    assert "AS source-builds" in stage and "apt-get install" in stage and "pip wheel" in stage
+    assert "apt-get" not in image, "the image never has a compiler: only the source-builds stage installs one"
+    install, joined = image.split("from=source-builds", 1)
+    assert "uv pip sync" in install and "/tmp/rest.txt" in install  # the rest of the lock, not waiting for the compile
+    assert "uv pip install" in joined and "verify-locked.py /tmp/lock.txt" in joined
 
 
 def test_verify_locked_fails_a_module_that_does_not_import(tmp_path):
@@ -90,6 +95,10 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
         "verify-locked.py",
     ]
     assert not list(tmp_path.rglob("__pycache__"))
+    # the committed tiny model travels with entrypoint/: the image has it, readable by the user it runs as
+    weights = tmp_path / "entrypoint" / "tiny-model" / "model.safetensors"
+    assert weights.read_bytes() == (REPO / "entrypoint" / "tiny-model" / "model.safetensors").read_bytes()
+    assert weights.stat().st_mode & 0o004
 
 
 def test_entrypoint_script(tmp_path):
