@@ -90,6 +90,9 @@ def test_a_sync_that_did_not_reach_vllm_fails_the_rollout_layer_with_what_to_do(
     assert matched and first is None and diff < LOGPROB_TOLERANCE
     stale, first, diff = verdict([5, 9, 2], [-0.1, -0.5, -0.02], [5, 7, 2], [-0.2, -0.9, -0.03])
     assert not stale and first == 1 and diff == pytest.approx(0.4)
+    # A different greedy choice where the trainer rates vLLM's token as high as its own (a tie) is no mismatch.
+    tie, first, _ = verdict([5, 9], [-0.1, -0.69315], [5, 7], [-0.1, -0.69315], trainer_max_logprobs=[-0.1, -0.69314])
+    assert tie and first is None
     ledger = VllmSyncLedger([1, 2, 3], max_steps=10)
     ledger.checks = [SyncCheck(0, True, 3, None, 1e-7, None, 0.05), SyncCheck(1, False, 3, 1, 0.4, 0.4, 0.05)]
     summary = ledger.summary()

@@ -24,6 +24,9 @@ from .ledger import RolloutLedger
 # float32 on both sides; vLLM's CPU kernels and torch's differ in summation order only (measured on the tiny
 # model: at most 2.2e-6), while one learning step moved the probe's log-probabilities by 0.006 or more (stale_diff).
 LOGPROB_TOLERANCE = 1e-3
+# bf16 and fp16 keep about three significant digits, so two correct engines differ by far more there (vLLM's GPU
+# kernels against the trainer's): a guess, not yet measured on a GPU (none was lent to this work).
+HALF_PRECISION_TOLERANCE = 5e-2
 PROBE_TOKENS = 16
 # Which syncs are checked: every one in a short run (the smoke test), else every CHECK_EVERY-th plus the first and
 # the last. The probe costs a greedy generation and two forward passes (0.05-0.1 s on the tiny model, where a step
@@ -43,9 +46,13 @@ class SyncCheck:
     seconds: float
 
 
-def verdict(vllm_tokens: list[int], vllm_logprobs: list[float], trainer_greedy: list[int], trainer_logprobs: list[float], tolerance: float = LOGPROB_TOLERANCE) -> tuple[bool, int | None, float]:
-    """(matched, first position where the greedy choices differ or None, largest log-probability difference)."""
-    first = next((i for i, (a, b) in enumerate(zip(vllm_tokens, trainer_greedy)) if a != b), None)
+def verdict(vllm_tokens: list[int], vllm_logprobs: list[float], trainer_greedy: list[int], trainer_logprobs: list[float],
+            tolerance: float = LOGPROB_TOLERANCE, trainer_max_logprobs: list[float] | None = None) -> tuple[bool, int | None, float]:
+    """(matched, first position where the greedy choices differ or None, largest log-probability difference).
+    A different greedy choice is a tie, not a mismatch, when the trainer rates vLLM's token within `tolerance` of its own."""
+    best = trainer_max_logprobs or [None] * len(trainer_greedy)
+    first = next((i for i, (a, b, lp, top) in enumerate(zip(vllm_tokens, trainer_greedy, trainer_logprobs, best))
+                  if a != b and (top is None or top - lp > tolerance)), None)
     diff = max((abs(a - b) for a, b in zip(vllm_logprobs, trainer_logprobs)), default=0.0)
     return first is None and diff <= tolerance, first, diff
 
@@ -62,6 +69,7 @@ class VllmSyncLedger(RolloutLedger):
         self.checks: list[SyncCheck] = []
         self._previous: tuple[list[int], list[float]] | None = None
         self.torch_threads: int | None = None
+        self.tolerance = LOGPROB_TOLERANCE
 
     # --- called by the trainer after each generation --------------------------------------------------------
 
@@ -82,12 +90,13 @@ class VllmSyncLedger(RolloutLedger):
     def check(self, trainer, version: int) -> SyncCheck:
         started = time.perf_counter()
         tokens, vllm_logprobs = self.engine_greedy(trainer.vllm_generation.llm)
-        greedy, logprobs = self.policy_scores(trainer.model, tokens)
-        matched, first, diff = verdict(tokens, vllm_logprobs, greedy, logprobs)
+        greedy, logprobs, best = self.policy_scores(trainer.model, tokens)
+        self.tolerance = tolerance_for(next(trainer.model.parameters()).dtype)
+        matched, first, diff = verdict(tokens, vllm_logprobs, greedy, logprobs, self.tolerance, best)
         stale = None
         if self._previous is not None:
             previous_tokens, previous_logprobs = self._previous
-            _, now = self.policy_scores(trainer.model, previous_tokens)
+            _, now, _ = self.policy_scores(trainer.model, previous_tokens)
             stale = max((abs(a - b) for a, b in zip(previous_logprobs, now)), default=0.0)
         self._previous = (tokens, vllm_logprobs)
         return SyncCheck(version, matched, len(tokens), first, round(diff, 8), None if stale is None else round(stale, 8), round(time.perf_counter() - started, 4))
@@ -101,18 +110,20 @@ class VllmSyncLedger(RolloutLedger):
         tokens = list(output.token_ids)
         return tokens, [float(step[token].logprob) for token, step in zip(tokens, output.logprobs)]
 
-    def policy_scores(self, model, tokens: list[int]) -> tuple[list[int], list[float]]:
-        """The trainer's greedy choice at each probe position and its log-probability of `tokens` (one forward)."""
+    def policy_scores(self, model, tokens: list[int]) -> tuple[list[int], list[float], list[float]]:
+        """The trainer's greedy choice at each probe position, its log-probability of `tokens` and of its own
+        greedy choice (one forward)."""
         import torch
 
         if not tokens:
-            return [], []
+            return [], [], []
         ids = torch.tensor([self.probe_ids + tokens[:-1]], device=next(model.parameters()).device)
         with torch.no_grad():
             logits = model(input_ids=ids).logits[0, len(self.probe_ids) - 1 :].float()
         logprobs = torch.log_softmax(logits, dim=-1)
         chosen = logprobs.gather(1, torch.tensor(tokens, device=logprobs.device).unsqueeze(1)).squeeze(1)
-        return logprobs.argmax(-1).tolist(), chosen.tolist()
+        top = logprobs.max(-1)
+        return top.indices.tolist(), chosen.tolist(), top.values.tolist()
 
     # --- what the run log keeps, and the rollout layer's verdict -------------------------------------------------
 
@@ -130,7 +141,7 @@ class VllmSyncLedger(RolloutLedger):
             "sync_checks": len(self.checks),
             "sync_failures": len(self.failures),
             "sync_check_every": self.check_every,
-            "sync_check_tolerance": LOGPROB_TOLERANCE,
+            "sync_check_tolerance": self.tolerance,
             "sync_max_logprob_diff": max((c.max_logprob_diff for c in self.checks), default=None),
             "sync_min_stale_diff": min(stale, default=None),
             "sync_probe_seconds_mean": round(sum(probe) / len(probe), 4) if probe else None,
@@ -146,11 +157,17 @@ class VllmSyncLedger(RolloutLedger):
         raise refused(
             f"{len(self.failures)} of {len(self.checks)} checked weight syncs did not reach vLLM: after the sync of step "
             f"{first.policy_version}, vLLM's greedy probe completion differs from the trainer's policy (first differing token "
-            f"{first.first_mismatch}, largest log-probability difference {first.max_logprob_diff:.4g}, tolerance {LOGPROB_TOLERANCE:g}), "
+            f"{first.first_mismatch}, largest log-probability difference {first.max_logprob_diff:.4g}, tolerance {self.tolerance:g}), "
             "so its rollouts were sampled from stale or other weights",
             "check that TRL and vLLM are the locked versions (`grpolab doctor`: lock drift), that the model's parameter names "
             "map onto vLLM's (a model vLLM loads with another implementation), or use --rollout inprocess",
         )
+
+
+def tolerance_for(dtype) -> float:
+    import torch
+
+    return LOGPROB_TOLERANCE if dtype == torch.float32 else HALF_PRECISION_TOLERANCE
 
 
 def probe_prompt_ids(tokenizer, train_dataset) -> list[int]:
