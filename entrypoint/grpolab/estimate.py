@@ -467,6 +467,24 @@ def _update_term(shape: ModelShape, settings: LabSettings, dbytes: int, seq_toke
     return ("Logits and activations for the update", update_gb, note), differs
 
 
+# On a CPU the peak is the resident set, which the out-of-memory killer counts, and the meter leaves glibc's allocator
+# as the run has it (setting its mmap threshold once halved the lab's speed, issue 22). glibc keeps freed heap
+# resident, fragmented; over a run the resident set climbs toward one more copy of the update's activations
+# (measured here, the resident peak above the other terms, in copies of the activations: a random Qwen3-0.6B shape
+# 0.99 after 2 steps, 1.08 after 5; the tiny model at track c 0.03 after 3 steps, 0.20 after 40, 0.37 after its
+# 120-step lab with its evaluations). Half a copy,
+# fitted so that both the tiny model's 120-step lab and the 0.6B shape's 5 steps fall within 15% (README, "Memory
+# estimate and doctor"). GPUs have no such term: max_memory_allocated is the live peak.
+ALLOCATOR_RETAINED_FRACTION = 0.5
+
+
+def allocator_term(update_gb: float) -> tuple[str, float, str]:
+    """The freed heap glibc keeps resident on a CPU, as its own term (fitted, see ALLOCATOR_RETAINED_FRACTION)."""
+    return ("Allocator's retained heap (glibc, CPU)", ALLOCATOR_RETAINED_FRACTION * update_gb,
+            f"{ALLOCATOR_RETAINED_FRACTION:g} x the update's activations: freed heap glibc keeps resident over a run "
+            "(fitted on the tiny model's lab and a Qwen3-0.6B shape, measured here)")
+
+
 # About 70 lines with its signature and the documentation of each argument; the body is the five terms in the
 # lesson's order, each a line or a helper, kept together so the table reads top to bottom as the lesson's does.
 def estimate_memory(
@@ -521,6 +539,8 @@ def estimate_memory(
 
     update_term, differs = _update_term(shape, settings, dbytes, seq_tokens, device, activations)
     terms.append(update_term)
+    if device == "cpu" and activations == "shape":
+        terms.append(allocator_term(update_term[1]))
 
     used = sum(gb for _, gb, _ in terms) + (runtime_baseline_gb or 0.0)
     inputs = {
