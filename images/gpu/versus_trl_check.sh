@@ -6,7 +6,7 @@
 #     bash images/gpu/memory_check.sh --prepare-wheels
 # then here:
 #     bash images/gpu/versus_trl_check.sh              # on the GPU
-#     bash images/gpu/versus_trl_check.sh --dry-run    # anywhere: one round of each variant on the CPU, 4 steps
+#     bash images/gpu/versus_trl_check.sh --dry-run    # anywhere: one round of each variant on the CPU, 10 steps
 #
 # Variants (python -m grpolab.plaintrl: TRL's GRPOTrainer built as its documentation shows it, on track c's lab
 # settings and the committed tiny model, float32), each in a process of its own, interleaved over 3 rounds:
@@ -29,7 +29,7 @@ if ! python3 -c 'import trl, datasets' 2>/dev/null; then
 fi
 
 if [[ "${1:-}" == "--dry-run" ]]; then
-  DEVICE=cpu; ROUNDS=1; STEPS=4
+  DEVICE=cpu; ROUNDS=1; STEPS=10  # track c logs every 10 steps: fewer would log none
 else
   [[ "$(gpu_count python3)" -ge 1 ]] || { echo "FAIL  no CUDA GPU visible to torch (use --dry-run to test the script on a CPU)"; exit 1; }
   DEVICE=cuda; ROUNDS=3; STEPS=40
