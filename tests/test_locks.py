@@ -187,13 +187,14 @@ def test_lock_refuses_vllm_for_a_track_without_it(tmp_path):
 def test_track_x_lock_command_is_exactly_right():
     track = get_track("x")
     assert track.lock_inputs[0] == "torch[device-gfx1151]" and track.python == "3.12"
-    assert track.index_urls == ["https://rocm.nightlies.amd.com/whl-multi-arch/"] and track.index_ignore_error_codes == [403]
+    # AMD's stable multi-arch index (TheRock's ROCm 7.14 release): a nightly index could not make the lock again later
+    assert track.index_urls == ["https://repo.amd.com/rocm/whl-multi-arch/"] and track.index_ignore_error_codes == [403]
     assert locks.compile_command(track, "requirements.in", "lockfiles/x.txt") == [
         "uv", "pip", "compile", "requirements.in", "--config-file", "uv.toml",
         "--python-platform", "x86_64-manylinux_2_40", "--python-version", "3.12",
         "--generate-hashes", "--no-header", "--output-file", "lockfiles/x.txt", "--emit-index-url",
     ]  # no --index: on the command line it would replace the uv.toml entry that carries ignore-error-codes
-    assert locks.uv_config(track) == '[[index]]\nurl = "https://rocm.nightlies.amd.com/whl-multi-arch/"\nignore-error-codes = [403]\n'
+    assert locks.uv_config(track) == '[[index]]\nurl = "https://repo.amd.com/rocm/whl-multi-arch/"\nignore-error-codes = [403]\n'
     assert locks.lock_inputs(track)[:2] == ["torch[device-gfx1151]", "trl[peft]"] and not locks.uses_vllm(locks.lock_inputs(track))
     readme = locks.instructions(track)
     assert locks.display_command(track) in readme and "ignore-error-codes = [403]" in readme and "Unverified" in readme
