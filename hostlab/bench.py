@@ -198,7 +198,7 @@ def _versus_run(kind: str, extra: list[str], seed: int, runs_dir: Path) -> dict:
     options = {"max_steps": VERSUS_STEPS, "seed": seed}
     argv = lab_command("lab", "c", options, extra)
     if kind == "plain":
-        argv = [argv[0], "-m", "grpolab.plaintrl", *argv[3:]]
+        argv = [argv[0], "-m", "grpolab.plaintrl", *argv[4:]]  # python -m grpolab lab ARGS -> python -m grpolab.plaintrl ARGS
     env = {**lab_env(get_track("c")), "GRPOLAB_RUNS_DIR": str(runs_dir)}
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -223,7 +223,10 @@ def versus_trl_bench(rounds: int = VERSUS_ROUNDS) -> Path:
     """The lab against plain TRL on the same settings, and each observer's cost (JSON under bench/)."""
     import statistics
 
+    import os
+
     runs: dict[str, list[dict]] = {name: [] for name in VERSUS_VARIANTS}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="grpolab-versus-") as tmp:
         for round_index in range(rounds):
             for index, (name, (kind, extra)) in enumerate(VERSUS_VARIANTS.items()):
@@ -242,6 +245,8 @@ def versus_trl_bench(rounds: int = VERSUS_ROUNDS) -> Path:
         "basis": "seconds per step = transformers' train_runtime / steps (the lab's run-log train_runtime_s; plain TRL's TrainOutput)",
         "median_seconds_per_step": {name: round(value, 4) for name, value in median.items()},
         "lab_over_plain_trl": ratio, "goal": "lab / plain TRL <= 1.05 on CPU",
+        # The machine's load (1, 5, 15 min) around the runs: other jobs slow every variant alike, not their ratio.
+        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
         "observer_costs": costs, "runs": runs,
     })
 

@@ -49,3 +49,32 @@ def test_gpu_memory_check_refuses_clearly_without_a_gpu(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
     assert "FAIL  no CUDA GPU visible to torch" in result.stdout and "--dry-run" in result.stdout
+
+
+def test_versus_trl_gpu_check_refuses_clearly_without_a_gpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the script would run its variants")
+    result = subprocess.run(["bash", "images/gpu/versus_trl_check.sh"], cwd=REPO, env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OUT": str(tmp_path)},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "FAIL  no CUDA GPU visible to torch" in result.stdout and "--dry-run" in result.stdout
+
+
+def test_versus_trl_dry_run_prices_each_observer_on_the_cpu(tmp_path):
+    """The GPU check's dry run: plain TRL (grpolab.plaintrl), with the meter, with its polling off, and with the
+    lab's recorder and checks, for real on the tiny model; every variant reports seconds per step on one basis."""
+    pytest.importorskip("trl")
+    result = subprocess.run(["bash", "images/gpu/versus_trl_check.sh", "--dry-run"], cwd=REPO,
+                            env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OUT": str(tmp_path), "HOME": str(Path.home())},
+                            capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [run["variant"] for run in runs] == ["plain", "meter", "unsampled", "checks"]
+    for run in runs:
+        assert run["result"]["steps"] == 10 and run["result"]["seconds_per_step"] > 0
+        assert run["result"]["train_runtime_s"] == pytest.approx(10 * run["result"]["seconds_per_step"], rel=0.01)
+    assert "peak_memory_gb_measured" in runs[1]["result"] and "peak_memory_gb_measured" not in runs[0]["result"]
+    split = runs[3]["result"]["recorder"]["time_split_s_per_step"]
+    assert split["generation"] > 0 and split["update"] > 0  # the lab's recorder split the step
+    assert "cost of the polling thread" in result.stdout and "PASS  dry run" in result.stdout

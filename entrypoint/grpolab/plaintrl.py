@@ -61,36 +61,16 @@ def lab_inputs(track_name: str, max_steps: int, seed: int):
 
 
 def documented_trainer(settings, model_path: str, train, rewards, device_type: str, output_dir: str, callbacks=()):
-    """GRPOTrainer as TRL's documentation builds it, on the lab's settings."""
-    import torch
+    """GRPOTrainer as TRL's documentation builds it (the model by its path, a PEFT LoraConfig), on the lab's settings:
+    the GRPOConfig is the lab's own (grpolab.training.grpo_config), so that the two cannot differ in a setting."""
     from peft import LoraConfig
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    from .training import torch_dtype
+    from .training import grpo_config, torch_dtype
 
-    dtype = torch_dtype(settings, device_type)  # the lab's choice for this device, so both load the same weights
-
-    args = GRPOConfig(
-        output_dir=output_dir,
-        max_steps=settings.max_steps,
-        per_device_train_batch_size=settings.per_device_train_batch_size,
-        num_generations=settings.num_generations,
-        max_completion_length=settings.max_completion_length,
-        learning_rate=settings.learning_rate,
-        beta=settings.beta,
-        temperature=settings.temperature,
-        reward_weights=list(settings.reward_weights.values()),
-        logging_steps=settings.logging_steps,
-        seed=settings.seed,
-        use_cpu=device_type == "cpu",
-        bf16=dtype == torch.bfloat16,
-        fp16=dtype == torch.float16,
-        gradient_checkpointing=device_type != "cpu",  # as the lab: recomputation only slows a CPU down
-        model_init_kwargs={"dtype": dtype},
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-    )
+    # TRL loads the model itself here: in the dtype the lab would load it in on this device.
+    args = grpo_config(settings, list(settings.reward_weights), device_type, output_dir,
+                       {"model_init_kwargs": {"dtype": torch_dtype(settings, device_type)}})
     peft_config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
                              target_modules=settings.lora_target_modules, task_type="CAUSAL_LM")
     return GRPOTrainer(model=model_path, reward_funcs=rewards, args=args, train_dataset=train, peft_config=peft_config, callbacks=list(callbacks))

@@ -33,12 +33,7 @@ if [[ "${1:-}" == "--prepare-wheels" ]]; then
 fi
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 PYTHONUNBUFFERED=1
-if ! python3 -c 'import trl, datasets' 2>/dev/null; then
-  ls "$WHEELS"/*.whl >/dev/null 2>&1 || { echo "FAIL  TRL or datasets missing and no wheels in $WHEELS: run --prepare-wheels where PyPI is reachable"; exit 1; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/grpolab-site "$WHEELS"/*.whl \
-    || { echo "FAIL  installing the carried wheels from $WHEELS"; exit 1; }
-  export PYTHONPATH="$PYTHONPATH:/tmp/grpolab-site"
-fi
+use_carried_wheels
 python3 -c 'import torch, transformers, peft, trl, datasets; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "trl", trl.__version__, "datasets", datasets.__version__)' \
   || { echo "FAIL  the lab's libraries do not import"; exit 1; }
 

@@ -19,14 +19,8 @@
 # thread (meter against unsampled); PASS when the polling costs under 2% of a step. JSON lines in $LOGS.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" versus-trl
-WHEELS="$REPO/.whl"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 PYTHONUNBUFFERED=1
-if ! python3 -c 'import trl, datasets' 2>/dev/null; then
-  ls "$WHEELS"/*.whl >/dev/null 2>&1 || { echo "FAIL  TRL or datasets missing and no wheels in $WHEELS: run images/gpu/memory_check.sh --prepare-wheels where PyPI is reachable"; exit 1; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/grpolab-site "$WHEELS"/*.whl \
-    || { echo "FAIL  installing the carried wheels from $WHEELS"; exit 1; }
-  export PYTHONPATH="$PYTHONPATH:/tmp/grpolab-site"
-fi
+use_carried_wheels
 
 if [[ "${1:-}" == "--dry-run" ]]; then
   DEVICE=cpu; ROUNDS=1; STEPS=10  # track c logs every 10 steps: fewer would log none
