@@ -41,21 +41,12 @@ def test_cases_are_the_issues():
     assert case_settings(CASES["qwen3-0.6b-shape"]).dtype == "float32"
 
 
-def test_gpu_memory_check_refuses_clearly_without_a_gpu(tmp_path):
+@pytest.mark.parametrize("script", ["memory_check.sh", "versus_trl_check.sh"])
+def test_gpu_checks_refuse_clearly_without_a_gpu(tmp_path, script):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: the script would run its cases")
-    result = subprocess.run(["bash", "images/gpu/memory_check.sh"], cwd=REPO, env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OUT": str(tmp_path)},
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1
-    assert "FAIL  no CUDA GPU visible to torch" in result.stdout and "--dry-run" in result.stdout
-
-
-def test_versus_trl_gpu_check_refuses_clearly_without_a_gpu(tmp_path):
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is here: the script would run its variants")
-    result = subprocess.run(["bash", "images/gpu/versus_trl_check.sh"], cwd=REPO, env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OUT": str(tmp_path)},
+    result = subprocess.run(["bash", f"images/gpu/{script}"], cwd=REPO, env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OUT": str(tmp_path)},
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
     assert "FAIL  no CUDA GPU visible to torch" in result.stdout and "--dry-run" in result.stdout
