@@ -226,12 +226,15 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
             started = time.perf_counter()
             loaded_before = getattr(self, "_last_loaded_step", None)
             try:
-                return super()._generate(prompts)
+                generated = super()._generate(prompts)
             finally:
                 seconds = time.perf_counter() - started
                 self.generation_seconds += seconds
-                if hasattr(self.rollout_ledger, "after_generation"):  # outside the timing: the check is not generation
-                    self.rollout_ledger.after_generation(self, loaded_before, seconds)
+            # After a generation that succeeded only (an engine that just failed is not asked again), and outside
+            # the timing: the sync check is not generation.
+            if hasattr(self.rollout_ledger, "after_generation"):
+                self.rollout_ledger.after_generation(self, loaded_before, seconds)
+            return generated
 
     with engine_arguments(engine_dtype) if engine_dtype else contextlib.nullcontext():
         trainer = TimedGRPOTrainer(

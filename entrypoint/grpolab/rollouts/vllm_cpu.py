@@ -172,7 +172,24 @@ def engine_environment(kv_gib: int, environ=os.environ) -> dict:
         environ.setdefault(name, value)
     if environ.get("MASTER_PORT", "") in ("", "0", "auto"):
         environ["MASTER_PORT"] = str(free_port())
-    return {name: environ[name] for name in (*wanted, "MASTER_PORT")}
+    return {**{name: environ[name] for name in (*wanted, "MASTER_PORT")}, "torch_compile": sampler_compilation()}
+
+
+def sampler_compilation() -> str:
+    """vLLM's CPU build samples through a torch.compile'd function (vllm/v1/sample/ops/topk_topp_sampler.py,
+    compiled_random_sample, inductor backend), and inductor needs a C++ compiler: the images have none (the first
+    generation failed with "InvalidCxxCompiler: No working C++ compiler found"). Without one, torch.compile is
+    turned off for this process (torch._dynamo.config.disable: the function then runs as plain PyTorch); the lab
+    compiles nothing else. With one (a host with g++), it is left as vLLM has it."""
+    import shutil
+
+    compiler = os.environ.get("CXX") or "g++"
+    if shutil.which(compiler):
+        return f"on ({compiler} found: vLLM compiles its sampler)"
+    import torch._dynamo
+
+    torch._dynamo.config.disable = True
+    return f"off: no C++ compiler ({compiler}) for inductor, so vLLM's compiled sampler runs as plain PyTorch"
 
 
 @contextlib.contextmanager
@@ -235,7 +252,8 @@ def colocate_cpu_choice(settings, vllm_version: str, version_line: str, model, p
               "vllm_max_model_length": context, "engine_dtype": dtype}
     reason = (f"vLLM colocate on CPU, vLLM {vllm_version} (cpu build) in the trainer's process, {dtype}, eager: "
               f"VLLM_CPU_KVCACHE_SPACE={kv_gib} GiB ({plan['kv_source']}); engine needs {fits}; context {context} tokens; "
-              f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}, VLLM_CPU_OMP_THREADS_BIND={env['VLLM_CPU_OMP_THREADS_BIND']}; {version_line}")
+              f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}, VLLM_CPU_OMP_THREADS_BIND={env['VLLM_CPU_OMP_THREADS_BIND']}; "
+              f"torch.compile {env['torch_compile']}; {version_line}")
     log = {"vllm_version": vllm_version, "vllm_build": "cpu", "vllm_cpu_kvcache_space_gib": kv_gib, "kv_cache_source": plan["kv_source"],
            "rollout_kv_term_gb": round(plan["kv_term_gb"], 6), "engine_max_model_len": context, "engine_dtype": dtype, "engine_enforce_eager": True,
            "engine_env": {k: v for k, v in env.items() if k != "MASTER_PORT"}, "memory_available_gb": available_gb and round(available_gb, 2)}
