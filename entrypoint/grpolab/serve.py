@@ -157,6 +157,10 @@ def prepare_server(settings, model: str, host: str, port: int, gpu_memory_utiliz
     LayerFailure: the installed vLLM and the device present (refuse_unless_servable), the model's context."""
     version_line, where = refuse_unless_servable()
     check_context(settings, model)
+    if where == "cpu" and "--enforce-eager" not in extra:
+        # vLLM's CPU default compiles the model with inductor: a C++ compiler at run time (the images have none:
+        # "InvalidCxxCompiler ... g++") and minutes on a small CPU. Eager, as colocate on a CPU runs.
+        extra = (*extra, "--enforce-eager")
     argv = serve_command(settings, model, host, port, gpu_memory_utilization, extra)
     env = cpu_server_environment(settings, model) if where == "cpu" else {}
     if where == "cpu":

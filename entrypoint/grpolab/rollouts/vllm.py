@@ -181,7 +181,10 @@ def _check_weight_transfer(url: str) -> None:
         raise refused(f"the vLLM server at {url} does not expose /server_info, which TRL uses to synchronise weights",
                       "restart it with VLLM_SERVER_DEV_MODE=1 in its environment")
     config = body.get("vllm_config") if isinstance(body, dict) else None
-    if status == 200 and isinstance(config, dict) and config.get("weight_transfer_config") is None:
+    if status != 200 or not isinstance(config, dict):  # TRL reads it too: an error here is an error there
+        raise refused(f"the vLLM server at {url} answered /server_info with HTTP {status} {str(body)[:200]}, not its configuration",
+                      "see the server's log (`docker compose logs vllm`); vLLM builds /server_info with `pip list` or `uv pip list`, so one of them must be on its PATH")
+    if config.get("weight_transfer_config") is None:
         raise refused(f"the vLLM server at {url} has no weight-transfer engine, so it would keep sampling from the weights it loaded",
                       """restart it with --weight-transfer-config '{"backend":"nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1""")
 
