@@ -48,8 +48,10 @@ bash images/setup-host.sh; t2=$(date +%s.%N)
 . .venvs/host/bin/activate && invoke --list >/dev/null && invoke --list | head -3
 docker compose version
 for file in compose/*.yaml; do  # this Compose reads every compose file of ours
+    # NAME-EXTRA.yaml adds to NAME.yaml services (vllm-server-nvidia.yaml: GPUs for vllm-server.yaml): read over it
+    over=("${file%-*}.yaml"); [[ "$over" != "$file" && -f "$over" ]] || over=()
     LAB_IMAGE=check LAB_CA_BUNDLE=/run/host-ca.crt VIDEO_GID=44 RENDER_GID=993 \
-        docker compose -f compose/base.yaml -f "$file" config --quiet
+        docker compose -f compose/base.yaml ${over[@]/#/-f } -f "$file" config --quiet
 done
 seconds() { python3 -c "print(round($2 - $1, 2))"; }
 echo "timings: first_run_s=$(seconds "$t0" "$t1") rerun_s=$(seconds "$t1" "$t2")"
