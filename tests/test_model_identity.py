@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpolab.model_identity import model_identity, short, weights_sha256
+from grpolab.model_identity import model_identity, weights_sha256
+from grpolab.runlog import short_model_identity as short
 from grpolab.tiny_model import FIXTURE_SHA256, RECIPE_VERSION
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .paths import runlog_path, runs_dir
-from .model_identity import short as short_identity
-from .runlog import SCHEMA_VERSION
+from .runlog import SCHEMA_VERSION, short_model_identity
 
 FINISHED = ("passed", "failed", "crashed", "interrupted")
 SKIPPED_SHOWN = 5  # bad lines named one by one per log; the rest are counted
@@ -167,7 +166,7 @@ def model_of(run: dict) -> str:
     """Which model the run ran, in a few words: its name, Hub revision and weights' sha256 (schema 3), so that
     two models of one name ("tiny" built on two machines, a Hub id at two revisions) are two rows."""
     settings = run.get("settings") if isinstance(run.get("settings"), dict) else {}
-    return short_identity(run.get("model_identity"), settings.get("model") or run.get("model"))
+    return short_model_identity(run.get("model_identity"), settings.get("model") or run.get("model"))
 
 
 def group_key(run: dict) -> tuple[str, str, str, str]:

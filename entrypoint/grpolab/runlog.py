@@ -132,3 +132,14 @@ def last_passing_smoke(path: Path | None = None) -> dict | None:
         if run.get("kind") == "smoke" and run.get("status") == "passed":
             return run
     return None
+
+
+def short_model_identity(identity: dict | None, fallback_name: str | None = None) -> str:
+    """A run-log line's model_identity in a few words for a table: "tiny (weights 953354a3)", "Qwen/Qwen3-0.6B@c1899de2 (weights …)"."""
+    if not isinstance(identity, dict):
+        return f"{fallback_name or '?'} (weights not recorded)"
+    text = str(identity.get("name") or fallback_name or "?")
+    if identity.get("revision"):
+        text += f"@{str(identity['revision'])[:8]}"
+    weights = identity.get("weights_sha256")
+    return text + (f" (weights {str(weights)[:8]})" if weights else " (weights unknown)")
