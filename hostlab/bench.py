@@ -206,8 +206,9 @@ def _versus_run(kind: str, extra: list[str], seed: int, runs_dir: Path) -> dict:
     if kind == "plain":
         line = next((line for line in proc.stdout.splitlines() if line.startswith("PLAIN-TRL ")), None)
         return {**out, **(json.loads(line.removeprefix("PLAIN-TRL ")) if line else {"error": proc.stdout[-2000:]})}
-    log = runs_dir / "runlog.jsonl"
-    lines = [json.loads(text) for text in log.read_text().splitlines()] if log.exists() else []
+    from grpolab.runlog import read_runs
+
+    lines = read_runs(runs_dir / "runlog.jsonl")  # ended runs only: a run's start record has no figures
     lab = next((line for line in reversed(lines) if line.get("kind") == "lab"), None)
     if lab is None or proc.returncode:
         return {**out, "error": proc.stdout[-2000:]}
@@ -221,9 +222,8 @@ def _versus_run(kind: str, extra: list[str], seed: int, runs_dir: Path) -> dict:
 
 def versus_trl_bench(rounds: int = VERSUS_ROUNDS) -> Path:
     """The lab against plain TRL on the same settings, and each observer's cost (JSON under bench/)."""
-    import statistics
-
     import os
+    import statistics
 
     runs: dict[str, list[dict]] = {name: [] for name in VERSUS_VARIANTS}
     load_before = os.getloadavg()

@@ -169,6 +169,15 @@ def gtt_facts(root: Path, cards: list[Path]) -> dict:
     return facts
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, as in a container limited with --cpuset-cpus); all the
+    machine's where there is no mask (macOS); 0 when not even that is known."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 0
+
+
 def host_facts(root: Path = Path("/")) -> HostFacts:
     """Everything above, in one read. Fast: a few files and at most three tool calls."""
     mem = meminfo_gb(root)
@@ -176,16 +185,12 @@ def host_facts(root: Path = Path("/")) -> HostFacts:
     amd = amd_facts(root)
     kfd = device_node(root / "dev/kfd")
     nodes = [n for n in (kfd, *(device_node(p) for p in sorted((root / "dev/dri").glob("renderD*")))) if n]
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        cores = os.cpu_count() or 0
     return HostFacts(
         os_name=os_name(root),
         kernel=_read(root / "proc/sys/kernel/osrelease") or platform.release(),
         glibc=glibc_version(),
         cpu_model=cpu_model(root),
-        cpu_cores=cores,
+        cpu_cores=usable_cores(),
         mem_total_gb=mem.get("MemTotal"),
         mem_available_gb=mem.get("MemAvailable"),
         user_groups=sorted({_group_name(g) for g in os.getgroups()} | {_group_name(os.getegid())}),

@@ -115,11 +115,11 @@ def cpu_server_environment(settings, model, environ=os.environ) -> dict[str, str
     key-value space from the estimate's rollout term for the lab's batch at this context, no thread pinning
     (a trainer may share the cores) and OpenMP on every usable core."""
     from .estimate import DTYPE_BYTES, _weights_dtype, model_shape
-    from .rollouts.vllm_cpu import kv_space_gib, usable_cores
+    from .rollouts.vllm_cpu import cpu_engine_variables, kv_space_gib
 
     bytes_per_token = model_shape(model).kv_bytes_per_token(DTYPE_BYTES[_weights_dtype(settings)])
     kv_gib, _, _ = kv_space_gib(bytes_per_token, settings.per_device_train_batch_size, check_context(settings, model))
-    wanted = {"VLLM_CPU_KVCACHE_SPACE": str(kv_gib), "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(usable_cores())}
+    wanted = cpu_engine_variables(kv_gib)
     return {name: environ.get(name) or value for name, value in wanted.items()}
 
 

