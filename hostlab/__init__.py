@@ -12,8 +12,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # The host side imports only what it shares with the lab, all light: the track table's reader (grpolab.tracks,
-# so both sides read the same rows), the run log's reader (grpolab.runlog) and the server health wait
-# (grpolab.health). tests/test_boundary.py holds it to that.
+# so both sides read the same rows), the run log's reader (grpolab.runlog), the report (grpolab.report), the
+# server health wait (grpolab.health) and a file's sha256 (grpolab.filehash). tests/test_boundary.py holds it to that.
 if str(REPO / "entrypoint") not in sys.path:
     sys.path.insert(0, str(REPO / "entrypoint"))
 

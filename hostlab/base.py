@@ -7,7 +7,6 @@ the pinned base (python:3.x-slim-trixie): Debian trixie with python3 and python3
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -19,6 +18,8 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from grpolab.filehash import sha256_of_file
 
 from . import HostError
 from .console import run, say
@@ -82,10 +83,7 @@ def load_rootfs(root: Path, name: str, arch: str, workdir: Path) -> None:
     an arm64 rootfs amd64 on Debian's engine, and BuildKit then refuses it for --platform linux/arm64.)"""
     layer = workdir / "layer.tar"
     subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-cf", str(layer), "."], check=True)
-    digest = hashlib.sha256()
-    with open(layer, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
+    layer_sha256 = sha256_of_file(layer)
     config = {
         "architecture": arch,
         "os": "linux",
@@ -96,7 +94,7 @@ def load_rootfs(root: Path, name: str, arch: str, workdir: Path) -> None:
             "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
             "Labels": {"io.grpolab.stand-in": f"{SUITE}-{arch}"},
         },
-        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{digest.hexdigest()}"]},
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_sha256}"]},
         "history": [
             {"created_by": f"debootstrap --variant=minbase --include={','.join(PACKAGES)} {SUITE} (grpolab stand-in)"}
         ],

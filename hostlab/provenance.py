@@ -21,6 +21,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpolab.filehash import sha256_of_file
 from grpolab.tracks import Track, load_tracks
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -89,11 +90,6 @@ def compare(upstream: Path, rebuild: Path) -> Comparison:
     return result
 
 
-def sha256_of(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def fetch_locked_wheel(track: Track, project: str, version: str, hashes: list[str], cache: Path = CACHE) -> Path:
     """The wheel of project==version for the track's platform, from its indexes, whose sha256 is one of the
     lock's `hashes` (kept in `cache` under that hash); HostError for any other."""
@@ -105,7 +101,7 @@ def fetch_locked_wheel(track: Track, project: str, version: str, hashes: list[st
     name = url.rsplit("/", 1)[-1].split("#")[0]
     for digest in hashes:
         kept = cache / digest / name
-        if kept.exists() and sha256_of(kept) == digest:
+        if kept.exists() and sha256_of_file(kept) == digest:
             say(f"{name}: kept in {kept.parent} (sha256 {digest[:16]}..., as locked)")
             return kept
     cache.mkdir(parents=True, exist_ok=True)
@@ -113,7 +109,7 @@ def fetch_locked_wheel(track: Track, project: str, version: str, hashes: list[st
     say(f"downloading {name} ...")
     with pkgindex._open(url) as response, open(partial, "wb") as out:
         shutil.copyfileobj(response, out, 1 << 20)
-    digest = sha256_of(partial)
+    digest = sha256_of_file(partial)
     if digest not in hashes:
         partial.unlink()
         raise HostError(

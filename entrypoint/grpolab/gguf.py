@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import LayerFailure
+from .filehash import sha256_of_file
 from .paths import cache_dir
 
 HOME_CACHE = Path.home() / ".cache" / "grpolab"  # cache_dir()'s default
@@ -123,18 +124,13 @@ def locked_sdist_hashes(version: str) -> list[str]:
 
 def verify_sdist(sdist: Path, version: str) -> None:
     """The image's kept sdist was checked against the lock when the image was built; any other must match it now."""
-    import hashlib
-
     kept = os.environ.get(SDIST_DIR_ENV)
     if kept and sdist.parent == Path(kept):
         return
     expected = locked_sdist_hashes(version)
-    digest = hashlib.sha256()
-    with open(sdist, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() not in expected:
-        raise LayerFailure("rollout", f"{sdist} has sha256 {digest.hexdigest()}, not the lock's {', '.join(expected)} for llama-cpp-python {version}",
+    found = sha256_of_file(sdist)
+    if found not in expected:
+        raise LayerFailure("rollout", f"{sdist} has sha256 {found}, not the lock's {', '.join(expected)} for llama-cpp-python {version}",
                            "delete it; it is fetched again from PyPI with the lock's hash")
 
 

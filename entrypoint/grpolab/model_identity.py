@@ -14,19 +14,14 @@ import json
 import re
 from pathlib import Path
 
+from .filehash import sha256_of_file
+from .tiny_model import RECIPE_VERSION, tiny_model_dir
+
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")
 HUB_CACHE_FOLDER = re.compile(r"^models--(?P<org>[^/]+?)--(?P<name>.+)$")
 
 _hashed: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: a run hashes a file once
-
-
-def sha256_of_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def file_sha256(path: Path) -> str:
@@ -86,8 +81,6 @@ def model_identity(name: str) -> dict:
     identity = {"name": name, "weights_sha256": None, "revision": None, "source": None}
     try:
         if name == "tiny":
-            from .tiny_model import RECIPE_VERSION, tiny_model_dir
-
             folder, identity["source"] = tiny_model_dir(), f"committed tiny model (recipe {RECIPE_VERSION})"
         elif Path(name).expanduser().is_dir():
             folder, identity["source"] = Path(name).expanduser(), "local folder"

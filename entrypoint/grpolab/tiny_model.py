@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from .data import arithmetic_splits
-from .model_identity import sha256_of_file
+from .filehash import sha256_of_file
 
 TINY_MODEL = "tiny"  # the name users pass as --model
 BUILD_FACTS_FILE = "grpolab_tiny.json"
