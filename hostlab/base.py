@@ -11,7 +11,6 @@ import io
 import json
 import os
 import platform
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -23,6 +22,7 @@ from grpolab.filehash import sha256_of_file
 
 from . import HostError
 from .console import run, say
+from .tools import resolved, tool
 
 SUITE = "trixie"
 MIRROR = os.environ.get("GRPOLAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -39,7 +39,7 @@ def host_arch() -> str:
 
 
 def image_exists(name: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", name], capture_output=True).returncode == 0
+    return subprocess.run(resolved(["docker", "image", "inspect", name]), capture_output=True).returncode == 0
 
 
 def build_standin(arch: str | None = None, force: bool = False) -> str:
@@ -49,8 +49,7 @@ def build_standin(arch: str | None = None, force: bool = False) -> str:
     if image_exists(name) and not force:
         say(f"stand-in base {name} already exists (use --force to remake it)")
         return name
-    if shutil.which("debootstrap") is None:
-        raise HostError("debootstrap is not installed: `apt-get install -y debootstrap` (Debian/Ubuntu hosts only)")
+    tool("debootstrap")  # before anything else: said in one line when it is missing
     foreign = arch != host_arch()
     if foreign and not Path(f"/proc/sys/fs/binfmt_misc/qemu-{_qemu_arch(arch)}").exists():
         raise HostError(
@@ -82,7 +81,7 @@ def load_rootfs(root: Path, name: str, arch: str, workdir: Path) -> None:
     """`docker load` a one-layer image of `root` whose config says linux/`arch`. (`docker import` would label
     an arm64 rootfs amd64 on Debian's engine, and BuildKit then refuses it for --platform linux/arm64.)"""
     layer = workdir / "layer.tar"
-    subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-cf", str(layer), "."], check=True)
+    subprocess.run(resolved(["tar", "-C", str(root), "--numeric-owner", "-cf", str(layer), "."]), check=True)
     layer_sha256 = sha256_of_file(layer)
     config = {
         "architecture": arch,
@@ -113,7 +112,7 @@ def load_rootfs(root: Path, name: str, arch: str, workdir: Path) -> None:
             tar.addfile(info, io.BytesIO(data))
         tar.add(layer, arcname="layer.tar")
     layer.unlink()
-    proc = subprocess.run(["docker", "load", "--input", str(archive)], capture_output=True, text=True)
+    proc = subprocess.run(resolved(["docker", "load", "--input", str(archive)]), capture_output=True, text=True)
     if proc.returncode != 0:
         raise HostError(f"docker load of the stand-in base failed: {proc.stderr.strip()}")
 

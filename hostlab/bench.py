@@ -16,6 +16,7 @@ from pathlib import Path
 from . import REPO, engine
 from .compose import recorded_track
 from .console import say
+from .tools import compose_command, resolved
 
 BENCH_DIR = REPO / "bench"
 
@@ -40,7 +41,7 @@ def _cpus() -> int:
 def _timed(cmd: list[str], **kw) -> dict:
     say("$ " + " ".join(cmd))
     t = time.monotonic()
-    status = subprocess.run(cmd, cwd=REPO, **kw).returncode
+    status = subprocess.run(resolved(cmd), cwd=REPO, **kw).returncode
     return {"command": " ".join(cmd), "seconds": round(time.monotonic() - t, 1), "exit_status": status}
 
 
@@ -58,7 +59,7 @@ def _track_c_command(command: str, options: dict, extra: list[str], in_container
 
     argv = lab_command(command, "c", options, extra)  # [python, -m, grpolab, COMMAND, ...]
     if in_container:
-        return ["docker", "compose", "run", "--rm", "-T", "lab", *argv[3:]], None
+        return compose_command("run", "--rm", "-T", "lab", *argv[3:]), None
     return argv, lab_env(get_track("c"))
 
 
@@ -260,7 +261,7 @@ def _memory_case(case: str, in_container: bool) -> dict:
     cmd, env = _track_c_command("memory-bench", {"case": case}, [], in_container)
     say("$ " + " ".join(cmd))
     started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.run(resolved(cmd), cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
     line = next((line for line in proc.stdout.splitlines() if line.startswith("MEMORY-BENCH ")), None)
     result = json.loads(line.removeprefix("MEMORY-BENCH ")) if line else {"case": case, "error": proc.stdout[-2000:]}
     return {**result, "exit_status": proc.returncode, "seconds": round(time.monotonic() - started, 1)}
@@ -299,7 +300,7 @@ def build_bench() -> Path:
     if engine.image_or_none(tag):
         client.images.remove(tag, force=True)
     say("pruning the BuildKit cache (uv's download cache included) for a cold build")
-    subprocess.run(["docker", "builder", "prune", "--all", "--force"], check=True, capture_output=True)
+    subprocess.run(resolved(["docker", "builder", "prune", "--all", "--force"]), check=True, capture_output=True)
     # A base with a new image id (same files) so no layer of an image already built can be reused.
     base = "grpolab-bench:base"
     container = client.containers.create(standin, command=["true"], entrypoint=[])

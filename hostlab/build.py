@@ -18,7 +18,9 @@ from .base import standin_name
 from .compose import compose_env, write_env_file
 from .console import say, stream, warn
 from .detect import HostFacts, detect_track, host_problems
-from .locks import check_lock, lock_path, lock_sha256
+from .lockfile import lock_path, lock_sha256
+from .locks import check_lock
+from .tools import resolved
 
 CA_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 
@@ -205,7 +207,7 @@ def stage_context(track: Track, repo: Path, into: Path) -> Path:
 
 def git_revision(repo: Path) -> str:
     out = subprocess.run(
-        ["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=40"], capture_output=True, text=True
+        resolved(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=40"]), capture_output=True, text=True
     )
     return out.stdout.strip() or "unknown"
 

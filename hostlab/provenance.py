@@ -28,7 +28,7 @@ from packaging.version import Version
 
 from . import HostError, pkgindex
 from .console import say
-from .locks import LOCK_DIR, _machine_hint, index_urls, lock_path, parse_lock, vllm_distribution
+from .locks import LOCK_DIR, machine_hint, index_urls, lock_path, parse_lock, vllm_distribution
 
 # The two files the rebuild changes, and why that is expected.
 ALLOWED_CHANGES = {
@@ -95,7 +95,7 @@ def fetch_locked_wheel(track: Track, project: str, version: str, hashes: list[st
     lock's `hashes` (kept in `cache` under that hash); HostError for any other."""
     hashes = [h.removeprefix("sha256:") for h in hashes]  # a lock's hash lines read "sha256:<hex>"
     files = [(f, u) for index in index_urls(track) for f, u in _files(project, index)]
-    url = pkgindex.pick_wheel(files, Version(version), _machine_hint(track))
+    url = pkgindex.pick_wheel(files, Version(version), machine_hint(track))
     if url is None:
         raise HostError(f"no wheel of {project}=={version} on {', '.join(index_urls(track))}")
     name = url.rsplit("/", 1)[-1].split("#")[0]

@@ -20,19 +20,20 @@ from . import REPO, HostError, engine
 from .compose import ENV_FILE, recorded_track, serves_vllm, syncs_with_server
 from .console import say, warn
 from .detect import HostFacts, host_problems
+from .tools import compose_command, resolved
 
 
 def server_tracks() -> list[str]:
     return [name for name, track in load_tracks().items() if serves_vllm(track)]
 
 
-def compose_command(detach: bool) -> list[str]:
-    return ["docker", "compose", "--profile", "server", "up"] + (["--detach"] if detach else []) + ["vllm"]
+def server_up_command(detach: bool) -> list[str]:
+    return compose_command("--profile", "server", "up", *(["--detach"] if detach else []), "vllm")
 
 
 def server_exited() -> bool:
     """Has the Compose service `vllm` stopped (vLLM's start failed)? Then waiting longer cannot help."""
-    proc = subprocess.run(["docker", "compose", "--profile", "server", "ps", "--all", "--status", "exited", "--quiet", "vllm"],
+    proc = subprocess.run(resolved(compose_command("--profile", "server", "ps", "--all", "--status", "exited", "--quiet", "vllm")),
                           cwd=REPO, capture_output=True, text=True)  # fmt: skip
     return bool(proc.stdout.strip())
 
@@ -105,9 +106,9 @@ def serve(
         )
     bind = bind_address(expose)
     env = {**os.environ, "VLLM_GPU": str(gpu), "VLLM_PORT": str(port), "VLLM_BIND": bind}
-    cmd = compose_command(detach)
+    cmd = server_up_command(detach)
     say(f"$ {'VLLM_GPU=' + str(gpu) + ' ' if syncs_with_server(track) else ''}VLLM_PORT={port} VLLM_BIND={bind} " + " ".join(cmd))
-    status = subprocess.run(cmd, cwd=REPO, env=env).returncode
+    status = subprocess.run(resolved(cmd), cwd=REPO, env=env).returncode
     if status or not detach:
         return status
     waited = wait_until_healthy(port, wait_s, exited=server_exited)

@@ -12,6 +12,7 @@ from .base import build_standin, host_arch
 from .build import build, resolve_track
 from .console import say, warn
 from .labrun import make_venv, run_lab
+from .tools import compose_command, resolved
 
 
 def up(track_name: str | None = None) -> int:
@@ -21,9 +22,9 @@ def up(track_name: str | None = None) -> int:
         return run_lab("lab", track.name)
     engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
     build(track.name, base=base_for(track))
-    cmd = ["docker", "compose", "run", "--rm"] + ([] if sys.stdin.isatty() else ["-T"]) + ["lab"]
+    cmd = compose_command("run", "--rm", *([] if sys.stdin.isatty() else ["-T"]), "lab")
     say("$ " + " ".join(cmd))
-    return subprocess.run(cmd, cwd=REPO).returncode
+    return subprocess.run(resolved(cmd), cwd=REPO).returncode
 
 
 def base_for(track) -> str | None:

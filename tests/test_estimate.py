@@ -4,17 +4,8 @@ import json
 
 import pytest
 
-from grpolab.estimate import (
-    ALLOCATOR_RETAINED_FRACTION,
-    QWEN3_MODELS,
-    UnknownModel,
-    estimate_memory,
-    lora_trainable_parameters,
-    model_shape,
-    os_reserved_default_gb,
-    parameters_from_shape,
-    run_estimate,
-)
+from grpolab.estimate import ALLOCATOR_RETAINED_FRACTION, estimate_memory, lora_trainable_parameters, os_reserved_default_gb, run_estimate
+from grpolab.modelshape import QWEN3_MODELS, UnknownModel, model_shape, parameters_from_shape
 from grpolab.settings import LabSettings
 
 

@@ -588,7 +588,8 @@ def test_the_test_tools_lock_is_hashed_current_and_agrees_with_track_cs_lock(tmp
 
     from grpolab.tracks import get_track
 
-    from hostlab.locks import check_test_tools_lock, parse_body
+    from hostlab.locks import parse_body
+    from hostlab.sidelocks import check_test_tools_lock
 
     track = get_track("c")
     assert check_test_tools_lock(track).ok

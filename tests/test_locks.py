@@ -13,7 +13,7 @@ from grpolab.tracks import get_track, load_tracks  # noqa: E402
 from packaging.requirements import Requirement  # noqa: E402
 from packaging.version import Version  # noqa: E402
 
-from hostlab import REPO, HostError, locks  # noqa: E402
+from hostlab import REPO, HostError, locks, sidelocks  # noqa: E402
 from hostlab.lockcli import check  # noqa: E402
 
 TRACKS = load_tracks()
@@ -76,7 +76,7 @@ def test_instructions_for_a_lock_made_elsewhere_are_current():
     for track in TRACKS.values():
         readme = locks.instructions_path(track)
         if readme.exists():
-            assert readme.read_text() == locks.instructions(track), (
+            assert readme.read_text() == sidelocks.instructions(track), (
                 f"run invoke lock --track {track.name} --instructions"
             )
             for url in track.index_urls:
@@ -90,7 +90,7 @@ def test_missing_lock(tmp_path):
 
 def test_missing_lock_made_elsewhere_points_at_its_readme(tmp_path):
     track = get_track("x")
-    locks.write_instructions(track, tmp_path)
+    sidelocks.write_instructions(track, tmp_path)
     report = locks.check_lock(track, lock_dir=tmp_path)
     assert "x.README" in report.problems[0] and track.index_urls[0] in report.problems[0]
 
@@ -146,7 +146,7 @@ def fake_resolver(monkeypatch):
         return body_n.replace(f"vllm=={real} ", f"vllm=={pin} ")
 
     monkeypatch.setattr(locks, "_compile", compile_)
-    monkeypatch.setattr(locks, "_uv_version", lambda: "uv 0.0.0")
+    monkeypatch.setattr(locks, "uv_version", lambda: "uv 0.0.0")
     monkeypatch.setattr(
         locks.pkgindex,
         "requires_dist",
@@ -196,7 +196,7 @@ def test_track_x_lock_command_is_exactly_right():
     ]  # no --index: on the command line it would replace the uv.toml entry that carries ignore-error-codes
     assert locks.uv_config(track) == '[[index]]\nurl = "https://repo.amd.com/rocm/whl-multi-arch/"\nignore-error-codes = [403]\n'
     assert locks.lock_inputs(track)[:2] == ["torch[device-gfx1151]", "trl[peft]"] and not locks.uses_vllm(locks.lock_inputs(track))
-    readme = locks.instructions(track)
+    readme = sidelocks.instructions(track)
     assert locks.display_command(track) in readme and "ignore-error-codes = [403]" in readme and "Unverified" in readme
     # Tracks whose indexes need no such setting keep plain --index flags.
     assert "--config-file" not in locks.compile_command(get_track("n"), "requirements.in", "n.txt")

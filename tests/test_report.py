@@ -136,7 +136,7 @@ def test_smoke_test_ends_with_what_to_write_down(track_c):
 
 
 def test_the_memory_verdict_flags_a_factor_of_two_only_beyond_what_the_estimate_leaves_out():
-    from grpolab.report import memory_verdict
+    from grpolab.scaleup import memory_verdict
 
     assert memory_verdict(0.104, 0.103) == ""  # track c's lab, measured
     assert "only 0.031 GB apart" in memory_verdict(0.047, 0.016)  # track c's smoke test, measured: x2.94

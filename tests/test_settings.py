@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from grpolab.cli import parse_weights
+from grpolab.allowed import parse_weights
 from grpolab.settings import LabSettings, resolve_settings, smoke_settings
 from grpolab.tracks import get_track
 

@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 
 from grpolab.errors import LayerFailure
-from grpolab.estimate import QWEN3_MODELS, estimate_memory
+from grpolab.estimate import estimate_memory
+from grpolab.modelshape import QWEN3_MODELS
 from grpolab.rollouts import choose_rollout
-from grpolab.rollouts.vllm_cpu import GIB, check_fits_in_ram, engine_context_tokens, kv_space_gib, vllm_build, vllm_distribution
+from grpolab.rollouts.vllm import vllm_build, vllm_distribution
+from grpolab.rollouts.vllm_cpu import check_fits_in_ram
+from grpolab.vllm_cpu_memory import GIB, engine_context_tokens, kv_space_gib
 from grpolab.rollouts.vllm_sync import LOGPROB_TOLERANCE, SyncCheck, VllmSyncLedger, verdict
 from grpolab.runlog import read_runs
 from grpolab.settings import LabSettings

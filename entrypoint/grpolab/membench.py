@@ -19,7 +19,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from .estimate import QWEN3_MODELS, estimate_memory, longest_prompt_tokens
+from .estimate import estimate_memory, longest_prompt_tokens
+from .modelshape import QWEN3_MODELS
 from .settings import LabSettings
 
 # Small settings that finish in minutes on 2 CPU cores and still exercise every term.

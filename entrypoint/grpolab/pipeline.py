@@ -95,7 +95,7 @@ def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_de
         if shape.evaluate:
             keep_outputs(record, trainer, run_dir, say)
         else:
-            from .report import before_scaling_up
+            from .scaleup import before_scaling_up
 
             before_scaling_up(record, settings, track, say)
         passed.append("runlog")

@@ -31,7 +31,11 @@ import sys
 
 from .errors import LayerFailure
 from .health import DEFAULT_HOST, exposure_warning  # noqa: F401 (re-exported for the CLI: its --host default and warning)
+from .modelshape import DTYPE_BYTES, model_context_tokens, model_shape, weights_dtype
 from .rollouts import check_vllm_version, installed_vllm_version
+from .rollouts.vllm import vllm_build, vllm_distribution
+from .rollouts.vllm_cpu import cpu_engine_variables
+from .vllm_cpu_memory import kv_space_gib
 
 TRL_SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 DEFAULT_PORT = 8000  # TRL's vllm_server_port
@@ -74,8 +78,6 @@ def serve_command(
     )
     argv = build_command(server, ["--seed", str(settings.seed), *extra])
     if distribution is None:
-        from .rollouts.vllm_cpu import vllm_distribution
-
         distribution = vllm_distribution()[0]
     if distribution == "vllm-cpu":
         at = argv.index("serve")
@@ -94,8 +96,6 @@ def display(argv: list[str], env: dict | None = None) -> str:
 
 def check_context(settings, model) -> int:
     """The server's --max-model-len (prompt + completion lengths), refused when the model's context is shorter."""
-    from .rollouts.vllm_cpu import model_context_tokens
-
     needed = settings.max_prompt_length + settings.max_completion_length
     limit = model_context_tokens(model)
     if limit is not None and needed > limit:
@@ -114,10 +114,7 @@ def cpu_server_environment(settings, model, environ=os.environ) -> dict[str, str
     """What vLLM's CPU build reads, for a server alone on this machine's CPU (the user's own values kept): the
     key-value space from the estimate's rollout term for the lab's batch at this context, no thread pinning
     (a trainer may share the cores) and OpenMP on every usable core."""
-    from .estimate import DTYPE_BYTES, _weights_dtype, model_shape
-    from .rollouts.vllm_cpu import cpu_engine_variables, kv_space_gib
-
-    bytes_per_token = model_shape(model).kv_bytes_per_token(DTYPE_BYTES[_weights_dtype(settings)])
+    bytes_per_token = model_shape(model).kv_bytes_per_token(DTYPE_BYTES[weights_dtype(settings.dtype, settings.track)])
     kv_gib, _, _ = kv_space_gib(bytes_per_token, settings.per_device_train_batch_size, check_context(settings, model))
     wanted = cpu_engine_variables(kv_gib)
     return {name: environ.get(name) or value for name, value in wanted.items()}
@@ -127,7 +124,6 @@ def refuse_unless_servable(platform: str = sys.platform) -> tuple[str, str]:
     """(the vLLM version line, where the server runs: "cuda" or "cpu"), or a LayerFailure saying why this
     environment can't serve. The PyTorch build is torchbuild's answer; the device really present decides:
     a CUDA GPU, else the CPU when the installed vLLM is its CPU build."""
-    from .rollouts.vllm_cpu import vllm_build, vllm_distribution
     from .torchbuild import torch_build, torch_devices
 
     if platform == "darwin":

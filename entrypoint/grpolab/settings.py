@@ -22,13 +22,14 @@ import difflib
 import json
 import math
 import re
-import tomllib
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlsplit
 
+from .allowed import Allowed, WrongType, number, setting
+from .configfile import ConfigFileError, read_config_file
 from .errors import LayerFailure
+from .modelshape import HUB_ID, context_from_config, local_model_config
 from .tracks import Track
 
 ROLLOUT_PATHS = ("inprocess", "vllm-colocate", "vllm-server", "llamacpp")
@@ -36,138 +37,7 @@ ROLLOUT_PATHS = ("inprocess", "vllm-colocate", "vllm-server", "llamacpp")
 REPORT_TO_PACKAGES = {"none": None, "tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SEED_LIMIT = 2**32  # numpy's seeds (transformers' set_seed seeds numpy too) are below 2**32
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # owner/name, or a bare canonical name
 MODULE_NAME = re.compile(r"^[\w.*\[\]|()?+^$-]+$")  # a module name, or a regex PEFT matches module names against
-
-
-# --- what each setting allows ------------------------------------------------------------------------------
-
-TYPE_WORDS = {int: "an integer", float: "a number", str: "text", dict: "NAME=WEIGHT pairs"}
-
-
-class WrongType(ValueError):
-    """A value of the wrong type; str() is the type expected, in words."""
-
-
-@dataclass(frozen=True)
-class Allowed:
-    """What one setting accepts: its type, then a range (low/high inclusive, above/below exclusive), choices,
-    or a rule (a function returning why a value is refused, with `rule_text` saying the rule in words).
-    `wise` (low, high) is the range a careful user stays inside; outside it the run warns with `wise_why`."""
-
-    kind: type
-    low: float | None = None
-    high: float | None = None
-    above: float | None = None
-    below: float | None = None
-    choices: tuple = ()
-    rule: Callable[[object], str | None] | None = None
-    rule_text: str = ""
-    wise: tuple[float, float] | None = None
-    wise_why: str = ""
-
-    def describe(self) -> str:
-        """What is allowed, in words: "an integer, at least 1"; the same text for --help and for refusals."""
-        if self.choices:
-            return "one of " + ", ".join(self.choices) + (f", {self.rule_text}" if self.rule_text else "")
-        bounds = []
-        if self.above is not None and self.below is not None:
-            bounds.append(f"between {number(self.above)} and {number(self.below)}, both excluded")
-        elif self.low is not None and self.high is not None:
-            bounds.append(f"from {number(self.low)} to {number(self.high)}")
-        elif self.low is not None and self.below is not None:
-            bounds.append(f"at least {number(self.low)} and below {number(self.below)}")
-        else:
-            bounds += [f"at least {number(self.low)}"] if self.low is not None else []
-            bounds += [f"above {number(self.above)}"] if self.above is not None else []
-            bounds += [f"at most {number(self.high)}"] if self.high is not None else []
-        if self.kind is str and self.rule_text and not bounds:
-            return self.rule_text
-        words = ", ".join([TYPE_WORDS[self.kind]] + bounds + ([self.rule_text] if self.rule_text else []))
-        if self.kind is float:
-            words += " (finite)"
-        return words
-
-    def convert(self, value, from_text: bool):
-        """The value as its declared type. Text from the command line is parsed; a config file's or the track
-        row's value must already have the type (TOML and JSON have numbers); raises WrongType."""
-        expected = TYPE_WORDS[self.kind] if self.kind is not dict else "a table of reward name = weight"
-        if self.kind is dict:
-            if isinstance(value, str):
-                try:
-                    return parse_weights(value)
-                except ValueError as error:
-                    raise WrongType(f"NAME=WEIGHT pairs separated by commas, or a JSON object ({error})") from None
-            if isinstance(value, dict):
-                bad = [name for name, weight in value.items() if isinstance(weight, bool) or not isinstance(weight, (int, float))]
-                if bad:
-                    raise WrongType(f"a number as the weight of {', '.join(map(str, bad))}")
-                return {str(name): float(weight) for name, weight in value.items()}
-            raise WrongType(expected)
-        if isinstance(value, str) and self.kind is not str:
-            if not from_text:
-                raise WrongType(f"{expected} (this is text in quotes: write it without them)")
-            try:
-                return self.kind(value.strip())
-            except ValueError:
-                raise WrongType(expected) from None
-        if isinstance(value, bool) or not isinstance(value, (self.kind, int) if self.kind is float else self.kind):
-            raise WrongType(expected)
-        return float(value) if self.kind is float else value
-
-    def refusal(self, value) -> str | None:
-        """Why a value of the right type is refused; None when it is allowed."""
-        if self.kind is float and not math.isfinite(value):
-            return "not a finite number"
-        outside = (
-            (self.choices and value not in self.choices)
-            or (self.low is not None and value < self.low)
-            or (self.high is not None and value > self.high)
-            or (self.above is not None and value <= self.above)
-            or (self.below is not None and value >= self.below)
-        )
-        if outside:
-            return "outside the range" if not self.choices else "not one of the choices"
-        return self.rule(value) if self.rule else None
-
-    def warning(self, value) -> str | None:
-        if self.wise and not self.wise[0] <= value <= self.wise[1]:
-            return f"outside {number(self.wise[0])} to {number(self.wise[1])}: {self.wise_why}"
-        return None
-
-
-def number(value) -> str:
-    return str(value) if isinstance(value, int) else f"{value:g}"
-
-
-def setting(default, allowed: Allowed, help_text: str = ""):
-    """A LabSettings field: its default and, beside it, what it allows (read by check_settings and --help)."""
-    if isinstance(default, dict):
-        return field(default_factory=lambda: dict(default), metadata={"allowed": allowed, "help": help_text})
-    return field(default=default, metadata={"allowed": allowed, "help": help_text})
-
-
-def parse_weights(text: str) -> dict[str, float]:
-    """`numeric_reward=1,format_reward=0.25` or a JSON object."""
-    text = text.strip()
-    if text.startswith("{"):
-        loaded = json.loads(text)
-        if not isinstance(loaded, dict):
-            raise ValueError("the JSON is not an object")
-        try:
-            return {str(k): float(v) for k, v in loaded.items()}
-        except (TypeError, ValueError):  # null, a list, a word
-            raise ValueError("a weight in the JSON is not a number") from None
-    weights = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, weight = part.rpartition("=")
-        if not name:
-            raise ValueError(f"{part!r} is not NAME=WEIGHT")
-        try:
-            weights[name.strip()] = float(weight)
-        except ValueError:
-            raise ValueError(f"the weight in {part!r} is not a number") from None
-    return weights
 
 
 # --- rules that are more than a range -----------------------------------------------------------------------
@@ -478,43 +348,6 @@ def check_relations(s: dict, sources: dict | None, kind: str, bad: set, context:
     return problems, warnings
 
 
-# --- the model's context, from its config alone -------------------------------------------------------------
-
-CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-
-
-def context_from_config(config: dict) -> int | None:
-    for scope in (config, config.get("text_config") or {}):
-        for key in CONTEXT_KEYS:
-            if isinstance(scope.get(key), int) and not isinstance(scope.get(key), bool):
-                return scope[key]
-    return None
-
-
-def local_model_config(model: str) -> tuple[dict | None, str]:
-    """(the model's config.json, where it was read) without loading anything else and without the network:
-    the built-in model's, a local folder's, or a Hub model's from the local Hugging Face cache; (None, "")
-    when it is not here yet (the pipeline reads it again once downloaded, still before the weights)."""
-    from .tiny_model import TINY_MODEL, resolve_model_name
-
-    path = Path(resolve_model_name(model) if model == TINY_MODEL else model).expanduser()
-    config_file = path / "config.json" if path.is_dir() else None
-    if config_file is None and HUB_ID.match(model) and "/" in model:
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(model, "config.json")
-            config_file = Path(cached) if isinstance(cached, str) else None
-        except ImportError:
-            config_file = None
-    if config_file is None or not config_file.is_file():
-        return None, ""
-    try:
-        return json.loads(config_file.read_text()), str(config_file)
-    except (OSError, ValueError):
-        return None, ""
-
-
 def check_model_context(settings: LabSettings, model_path: str, kind: str = "lab") -> None:
     """The input layer's refusal of prompt plus completion beyond the model's context, from its config alone
     (config.json: downloaded here for a Hub model not yet cached; its weights are not). A config that cannot be
@@ -538,54 +371,6 @@ def check_model_context(settings: LabSettings, model_path: str, kind: str = "lab
 
 
 # --- where the values come from -----------------------------------------------------------------------------
-
-CONFIG_FORMATS = {".toml": "TOML", ".json": "JSON"}
-
-
-def line_of_key(text: str, key: str, suffix: str) -> int | None:
-    pattern = rf'^\s*"{re.escape(key)}"\s*:' if suffix == ".json" else rf'^\s*"?{re.escape(key)}"?\s*='
-    for number, line in enumerate(text.splitlines(), 1):
-        if re.search(pattern, line) or (suffix == ".json" and f'"{key}"' in line):
-            return number
-    return None
-
-
-def read_config_file(path: Path) -> tuple[dict, dict]:
-    """(settings, where each came from: 'PATH line N') from a TOML or JSON file; ConfigFileError in words
-    (the file, the format expected, the line and column) when it cannot be read."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in CONFIG_FORMATS:
-        raise ConfigFileError(f"--config {path}: a config file is TOML (a name ending .toml) or JSON (.json), the two accepted; "
-                              f"this one ends {suffix or 'without a suffix'}")
-    form = CONFIG_FORMATS[suffix]
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise ConfigFileError(f"--config {path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigFileError(f"--config {path}: a folder, not a {form} file") from None
-    except OSError as error:
-        raise ConfigFileError(f"--config {path}: could not be read ({error.strerror})") from None
-    except UnicodeDecodeError as error:
-        raise ConfigFileError(f"--config {path}: not UTF-8 text (byte {error.start}), so not {form}") from None
-    try:
-        data = tomllib.loads(text) if form == "TOML" else json.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        where = re.search(r"\(at line (\d+), column (\d+)\)", str(error))
-        at = f"line {where[1]}, column {where[2]}" if where else "somewhere"
-        raise ConfigFileError(f"--config {path}: not valid TOML at {at}: {str(error).split(' (at ')[0]}") from None
-    except json.JSONDecodeError as error:
-        raise ConfigFileError(f"--config {path}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from None
-    if not isinstance(data, dict):
-        raise ConfigFileError(f"--config {path}: the {form} must be an object of settings (name: value), not a {type(data).__name__}")
-    sources = {key: f"{path}" + (f" line {line}" if (line := line_of_key(text, key, suffix)) else "") for key in data}
-    return data, sources
-
-
-class ConfigFileError(ValueError):
-    pass
-
 
 def unknown_problems(names, source: str) -> list[Problem]:
     problems = []

@@ -6,8 +6,9 @@ import sys
 
 from .base import RolloutChoice, refused
 from .llamacpp import configure_llamacpp
-from .vllm import VLLM_PATHS, check_vllm_version, colocate_choice, server_choice, wait_for_vllm_server
-from .vllm_cpu import colocate_cpu_choice, host_available_gb, vllm_build, vllm_distribution
+from ..memory import host_available_gb
+from .vllm import VLLM_PATHS, check_vllm_version, colocate_choice, server_choice, vllm_build, vllm_distribution, wait_for_vllm_server
+from .vllm_cpu import colocate_cpu_choice
 
 
 def choose_rollout(settings, track, *, device_type: str, platform: str = sys.platform, vllm_version: str | None = None,

