@@ -143,9 +143,11 @@ def test_the_meter_leaves_the_allocator_and_threads_as_they_were():
                               env={**os.environ, "PYTHONPATH": entrypoint})  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         seen[mode] = json.loads(proc.stdout.splitlines()[-1])
-    # glibc's own behaviour in both: the 0.15 GB freed stays resident (with the old 64 KiB setting: about 0.02 GB)
+    # glibc's own behaviour in both: the 0.15 GB freed stays resident (with the old 64 KiB setting: about 0.02 GB).
+    # The same with the meter as without it: measured 0.1569 against 0.1534 GB (2 %, the meter's own few MB);
+    # the old setting left 0.025 GB, a sixth.
     assert seen["plain"]["left_gb"] > 0.1
-    assert seen["meter"]["left_gb"] > 0.1
+    assert seen["meter"]["left_gb"] == pytest.approx(seen["plain"]["left_gb"], rel=0.10)
     meter = seen["meter"]
     assert meter["threads_running"] == meter["threads_before"]  # no sampling thread beside the trainer on a CPU
     assert meter["torch_threads_running"] == meter["torch_threads_before"]

@@ -47,7 +47,7 @@ BAD_INPUTS = [
     ("dataset", "flag", ["--dataset", "math problems"], "neither a built-in dataset"),
     ("train_size", "flag", ["--train-size", "0"], "at least 1"),
     ("train_size", "flag", ["--train-size", "9000"], "8500 training problems"),
-    ("train_size", "flag", ["--train-size", "4"], "never makes one"),
+    ("train_size", "flag", ["--train-size", "4", "--per-device-train-batch-size", "64", "--num-generations", "8"], "never makes one"),
     ("train_size", "flag", ["--train-size", "ten"], "expected an integer"),
     ("heldout_size", "flag", ["--heldout-size", "-1"], "at least 0"),
     ("heldout_size", "flag", ["--heldout-size", "0"], "measures pass@1 on held-out problems"),
@@ -74,7 +74,7 @@ BAD_INPUTS = [
     ("max_completion_length", "flag", ["--max-completion-length", "16.5"], "expected an integer"),
     ("max_steps", "flag", ["--max-steps", "many"], "expected an integer"),
     ("per_device_train_batch_size", "flag", ["--per-device-train-batch-size", "0"], "at least 1"),
-    ("per_device_train_batch_size", "flag", ["--per-device-train-batch-size", "12"], "whole groups per batch"),
+    ("per_device_train_batch_size", "flag", ["--per-device-train-batch-size", "12", "--num-generations", "8"], "whole groups per batch"),
     ("per_device_train_batch_size", "flag", ["--per-device-train-batch-size", "x"], "expected an integer"),
     ("learning_rate", "flag", ["--learning-rate", "0"], "above 0"),
     ("learning_rate", "flag", ["--learning-rate", "nan"], "not a finite number"),
@@ -178,8 +178,11 @@ def assert_refused_in_words(case, result: dict, kind: str = "lab") -> None:
     input_lines = [line for line in proc.stderr.splitlines() if "[input]" in line]
     assert len(input_lines) == 1, output
     message = proc.stderr[proc.stderr.index("[input]"):]
-    named = flag(name) if name not in ("config", "track") else f"--{name}"
-    assert named in message or f"{name}" in message, output
+    # The refusal itself names the setting (as a flag, or as the key a file used): not the "what to do" line, which
+    # names --config and the track's row whatever was refused.
+    refusal = message.split("what to do:")[0]
+    named = {"config": ("--config",), "track": ("track",)}.get(name, (flag(name), name))
+    assert any(word in refusal for word in named), output
     assert phrase in message, output
     assert "imported: []" in proc.stderr, output  # refused before torch, transformers, datasets, TRL or PEFT loaded
     assert result["wall_s"] < WALL_LIMIT_S, f"{result['wall_s']:.1f} s"
@@ -240,7 +243,7 @@ def test_a_relation_is_judged_only_when_its_settings_passed_their_own_check():
 def test_the_models_context_is_read_from_its_config_before_anything_loads(tmp_path):
     folder = small_context_model(tmp_path / "small-context-model")
     with pytest.raises(SettingsRefused, match=r"together 272 tokens, more than model .* context of 128 tokens"):
-        resolve_settings(get_track("c"), overrides={"model": str(folder)})
+        resolve_settings(get_track("c"), overrides={"model": str(folder), "max_prompt_length": 256, "max_completion_length": 16})
     settings = resolve_settings(get_track("c"), overrides={"model": str(folder), "max_prompt_length": 100, "max_completion_length": 28})
     assert settings.max_prompt_length + settings.max_completion_length == 128
 
@@ -278,3 +281,49 @@ def test_the_readme_lists_every_refused_setting():
     table = faults[faults.index("### Settings refused"):]
     for name in sorted({name for name, *_ in BAD_INPUTS} - {"config"}):
         assert f"`{flag(name)}`" in table or f"`{name}`" in table, name
+
+
+# --- a default gives way to what the user chose ------------------------------------------------------------------
+
+
+def test_a_default_that_the_users_value_makes_impossible_takes_the_nearest_value_and_says_so(tmp_path):
+    """`grpolab lab --track c --max-steps 2`: the track row's logging_steps 10 would log no step. The user never
+    chose 10, so it becomes 2, with one note; both values the user's own are still refused."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint"), "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")}
+    proc = subprocess.run([sys.executable, "-m", "grpolab", "estimate", "--track", "c", "--max-steps", "2"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and notes[0].startswith("note: --logging-steps 10 (from [tracks.c.lab]") and "became 2" in notes[0], proc.stderr
+    assert "to fit --max-steps 2 (from the command line)" in notes[0]
+    settings = resolve_settings(get_track("c"), overrides={"max_steps": "2"})
+    assert (settings.max_steps, settings.logging_steps) == (2, 2) and settings.notes() == [notes[0].removeprefix("note: ")]
+    with pytest.raises(SettingsRefused, match="no step would ever be logged"):
+        resolve_settings(get_track("c"), overrides={"max_steps": "2", "logging_steps": "5"})
+
+
+def test_each_relation_bends_the_default_side_only(tmp_path):
+    track = get_track("c")  # its row: 64 completions per step, groups of 8 (the lesson's), 120 steps
+    group = resolve_settings(track, overrides={"per_device_train_batch_size": "12"})
+    assert (group.per_device_train_batch_size, group.num_generations) == (12, 6)  # the nearest divisor of 12 to 8
+    batch = resolve_settings(track, overrides={"num_generations": "3"})
+    assert (batch.per_device_train_batch_size, batch.num_generations) == (63, 3)  # the nearest multiple of 3 to 64
+    fewer = resolve_settings(track, overrides={"train_size": "4"})
+    assert (fewer.per_device_train_batch_size, fewer.train_size) == (32, 4)  # 4 prompts of 8 completions per step
+    # The row's 16-token completions cannot make room for 256 prompt tokens in a 128-token context: the prompt's
+    # budget (a default too) gives way instead.
+    shorter = resolve_settings(track, overrides={"model": str(small_context_model(tmp_path / "model"))})
+    assert (shorter.max_prompt_length, shorter.max_completion_length) == (112, resolve_settings(track).max_completion_length)
+    assert len(shorter.notes()) == 1 and shorter.notes()[0].startswith("--max-prompt-length 256 (from the lesson's default) became 112")
+    from grpolab.run import new_record
+
+    assert shorter.notes()[0] in new_record("lab", shorter)["warnings"]  # the run log keeps what was changed
+    # max_steps never gives way: a run is only as long as asked for.
+    with pytest.raises(SettingsRefused, match="--logging-steps 500 \\(from the command line\\) and --max-steps 120"):
+        resolve_settings(track, overrides={"logging_steps": "500"})
+    # Both sides the user's own (a flag and their --config): refused as before.
+    config = tmp_path / "lab.toml"
+    config.write_text("num_generations = 8\n")
+    with pytest.raises(SettingsRefused, match="whole groups per batch"):
+        resolve_settings(track, config_file=config, overrides={"per_device_train_batch_size": "12"})
+

@@ -21,7 +21,11 @@ class WrongType(ValueError):
 class Allowed:
     """What one setting accepts: its type, then a range (low/high inclusive, above/below exclusive), choices,
     or a rule (a function returning why a value is refused, with `rule_text` saying the rule in words).
-    `wise` (low, high) is the range a careful user stays inside; outside it the run warns with `wise_why`."""
+    `wise` (low, high) is the range a careful user stays inside; outside it the run warns with `wise_why`.
+    `nearest(values, context_tokens)` is the value nearest to this setting's that satisfies every relation it is in
+    with the other `values` (and the model's context, when known); `nearest_text` says it in words. When this
+    setting's value is a default (the lesson's or the track row's) and a value the user chose makes it impossible,
+    the run takes the nearest value and says so, instead of refusing what the user never chose."""
 
     kind: type
     low: float | None = None
@@ -33,6 +37,8 @@ class Allowed:
     rule_text: str = ""
     wise: tuple[float, float] | None = None
     wise_why: str = ""
+    nearest: Callable[[dict, int | None], object] | None = None
+    nearest_text: str = ""
 
     def describe(self) -> str:
         """What is allowed, in words: "an integer, at least 1"; the same text for --help and for refusals."""

@@ -49,6 +49,8 @@ def settings_from(args, smoke=False, kind=None):
         raise failure from None
     for warning in settings.warnings(kind or "lab"):
         print(f"warning: {warning}", file=sys.stderr)
+    for note in settings.notes():
+        print(f"note: {note}", file=sys.stderr)
     return track, settings
 
 

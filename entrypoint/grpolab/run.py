@@ -26,7 +26,7 @@ def new_record(kind: str, settings: LabSettings) -> dict:
         "status": "running",
         "failed_layer": None,
         "error": None,
-        "warnings": settings.warnings(kind),  # legal but unwise values, as printed at the start
+        "warnings": settings.warnings(kind) + settings.notes(),  # legal but unwise values, and defaults that gave way, as printed at the start
         "settings": settings.as_dict(),
         "model": settings.model,
         "model_identity": model_identity(settings.model),  # refreshed once the model has loaded (a Hub download)

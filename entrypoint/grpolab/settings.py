@@ -22,14 +22,16 @@ import difflib
 import json
 import math
 import re
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from .allowed import Allowed, WrongType, number, setting
 from .configfile import ConfigFileError, read_config_file
+from .data import BUILTIN_DATASETS, HELDOUT_SIZE, OPERAND_RANGE, VALIDATION_SIZE
 from .errors import LayerFailure
 from .modelshape import HUB_ID, context_from_config, local_model_config
+from .rewards import REWARD_FUNCS
 from .tracks import Track
 
 ROLLOUT_PATHS = ("inprocess", "vllm-colocate", "vllm-server", "llamacpp")
@@ -55,8 +57,6 @@ def _model_rule(name: str) -> str | None:
 
 
 def _dataset_rule(name: str) -> str | None:
-    from .data import BUILTIN_DATASETS
-
     return None if name in BUILTIN_DATASETS or HUB_ID.match(name) else "neither a built-in dataset nor a Hugging Face id (owner/name)"
 
 
@@ -75,8 +75,6 @@ def _target_modules_rule(text: str) -> str | None:
 
 
 def _weights_rule(weights: dict) -> str | None:
-    from .rewards import REWARD_FUNCS
-
     if not weights:
         return "empty: a run needs at least one reward function"
     unknown = [name for name in weights if name not in REWARD_FUNCS and not re.match(r"^[\w.]+:\w+$", name)]
@@ -116,6 +114,51 @@ def _nonempty(text: str) -> str | None:
     return None if text.strip() else "empty"
 
 
+# --- the nearest value that works, for a default that a user's own value makes impossible --------------------
+
+
+def training_problems(dataset: str) -> int | None:
+    """How many training problems the built-in generator `dataset` makes (None for a Hub dataset)."""
+    return len(OPERAND_RANGE) ** 2 - HELDOUT_SIZE - VALIDATION_SIZE if dataset in BUILTIN_DATASETS else None
+
+
+def _nearest_batch(s: dict, _context: int | None) -> int:
+    """The multiple of num_generations nearest the batch, with no more prompts per batch than the training set."""
+    group = s["num_generations"]
+    most = s["train_size"] * group
+    return min(max(group, round(s["per_device_train_batch_size"] / group) * group), max(group, most))
+
+
+def _nearest_group(s: dict, _context: int | None) -> int:
+    """The group size nearest num_generations (the larger on a tie) that divides the batch, with no more prompts
+    per batch than the training set; unchanged when there is none."""
+    batch, group = s["per_device_train_batch_size"], s["num_generations"]
+    fits = [g for g in range(2, batch + 1) if not batch % g and batch // g <= s["train_size"]]
+    return min(fits, key=lambda g: (abs(g - group), -g)) if fits else group
+
+
+def _nearest_train_size(s: dict, _context: int | None) -> int:
+    """At least one batch's prompts, at most what the built-in generator makes."""
+    least = s["per_device_train_batch_size"] // s["num_generations"]
+    most = training_problems(s["dataset"])
+    return max(least, min(s["train_size"], most if most is not None else s["train_size"]))
+
+
+def _nearest_heldout_size(s: dict, _context: int | None) -> int:
+    return min(s["heldout_size"], HELDOUT_SIZE) if s["dataset"] in BUILTIN_DATASETS else s["heldout_size"]
+
+
+def _nearest_logging_steps(s: dict, _context: int | None) -> int:
+    return min(s["logging_steps"], s["max_steps"])
+
+
+def _nearest_length(name: str, beside: str):
+    """A length that fits the model's context beside `beside` (prompt beside completion, and so on)."""
+    def nearest(s: dict, context: int | None) -> int:
+        return s[name] if context is None else min(s[name], context - s[beside])
+    return nearest
+
+
 # --- the settings -------------------------------------------------------------------------------------------
 
 
@@ -125,8 +168,11 @@ class LabSettings:
     track: str = setting("c", Allowed(str, rule=_nonempty, rule_text="a track in images/tracks.toml, chosen with --track"))
     model: str = setting("Qwen/Qwen3-1.7B", Allowed(str, rule=_model_rule, rule_text="a Hugging Face id (owner/name), a local model folder, or tiny (the built-in model)"))
     dataset: str = setting("arithmetic", Allowed(str, rule=_dataset_rule, rule_text="arithmetic, arithmetic-words, or a Hugging Face dataset id (openai/gsm8k)"))
-    train_size: int = setting(1000, Allowed(int, low=1, rule_text="at least one batch's prompts; at most 8500 for the built-in datasets"), "training prompts drawn from the dataset")
-    heldout_size: int = setting(200, Allowed(int, low=0, rule_text="at most 1000 for the built-in datasets (the held-out problems without twins in training); the lab needs 1 or more"),
+    train_size: int = setting(1000, Allowed(int, low=1, rule_text="at least one batch's prompts; at most 8500 for the built-in datasets",
+                                            nearest=_nearest_train_size, nearest_text="one batch's prompts, or the generator's 8500"),
+                              "training prompts drawn from the dataset")
+    heldout_size: int = setting(200, Allowed(int, low=0, rule_text="at most 1000 for the built-in datasets (the held-out problems without twins in training); the lab needs 1 or more",
+                                             nearest=_nearest_heldout_size, nearest_text="the generator's 1000"),
                                 "held-out problems for pass@1, never seen in training")
     seed: int = setting(0, Allowed(int, low=0, high=SEED_LIMIT - 1))
     dtype: str = setting("auto", Allowed(str, choices=DTYPES), "auto: bf16 on CUDA/ROCm, float32 on MPS and CPU")
@@ -138,18 +184,23 @@ class LabSettings:
     lora_target_modules: str = setting("all-linear", Allowed(str, rule=_target_modules_rule, rule_text="all-linear or module names separated by commas, not lm_head"))
 
     # GRPO, with TRL's defaults where the lesson does not say otherwise.
-    num_generations: int = setting(8, Allowed(int, low=2, rule_text="GRPO compares completions within a group"), "rollouts per prompt (G)")
-    max_prompt_length: int = setting(256, Allowed(int, low=1, rule_text="with max_completion_length within the model's context"),
+    num_generations: int = setting(8, Allowed(int, low=2, rule_text="GRPO compares completions within a group",
+                                              nearest=_nearest_group, nearest_text="the nearest divisor of the batch"), "rollouts per prompt (G)")
+    max_prompt_length: int = setting(256, Allowed(int, low=1, rule_text="with max_completion_length within the model's context",
+                                                  nearest=_nearest_length("max_prompt_length", "max_completion_length"), nearest_text="what the context leaves"),
                                      "the longest prompt, in tokens, the memory estimate and llama.cpp's context plan for")
-    max_completion_length: int = setting(512, Allowed(int, low=1, rule_text="with max_prompt_length within the model's context"))
+    max_completion_length: int = setting(512, Allowed(int, low=1, rule_text="with max_prompt_length within the model's context",
+                                                      nearest=_nearest_length("max_completion_length", "max_prompt_length"), nearest_text="what the context leaves"))
     max_steps: int = setting(200, Allowed(int, low=1))
-    per_device_train_batch_size: int = setting(8, Allowed(int, low=1, rule_text="a multiple of num_generations (whole groups per batch)"), "completions per step")
+    per_device_train_batch_size: int = setting(8, Allowed(int, low=1, rule_text="a multiple of num_generations (whole groups per batch)",
+                                                          nearest=_nearest_batch, nearest_text="the nearest multiple of num_generations"),
+                                               "completions per step")
     learning_rate: float = setting(1e-5, Allowed(float, above=0, wise=(1e-6, 1e-2), wise_why="LoRA is trained at about 1e-5 to 1e-3; far above, training diverges, far below, nothing moves"))
     beta: float = setting(0.0, Allowed(float, wise=(0.0, 1.0), wise_why="a negative beta rewards drifting away from the reference model; above 1 the KL term drowns the reward"),
                           "0: no reference model is loaded and no kl is logged")
     temperature: float = setting(1.0, Allowed(float, above=0, wise=(0.3, 2.0),
                                               wise_why="below, a group's completions are near copies and their rewards lose the spread GRPO learns from; above, samples are mostly noise"))
-    logging_steps: int = setting(1, Allowed(int, low=1, rule_text="at most max_steps"))
+    logging_steps: int = setting(1, Allowed(int, low=1, rule_text="at most max_steps", nearest=_nearest_logging_steps, nearest_text="at most max_steps"))
     reward_weights: dict[str, float] = setting({"numeric_reward": 1.0, "format_reward": 0.25},
                                                Allowed(dict, rule=_weights_rule, rule_text="built-in rewards or module:function, finite weights, not all 0"))
 
@@ -163,7 +214,8 @@ class LabSettings:
     report_to: str = setting("none", Allowed(str, choices=tuple(REPORT_TO_PACKAGES), rule=_report_to_rule, rule_text="its package installed"))
 
     # Evaluation.
-    eval_max_new_tokens: int = setting(0, Allowed(int, low=0), "0: same as max_completion_length")
+    eval_max_new_tokens: int = setting(0, Allowed(int, low=0, nearest=_nearest_length("eval_max_new_tokens", "max_prompt_length"), nearest_text="what the context leaves"),
+                                       "0: same as max_completion_length")
 
     def validate(self, kind: str = "lab") -> None:
         """Raise SettingsRefused (a ValueError) naming every setting that cannot run, in words."""
@@ -176,6 +228,10 @@ class LabSettings:
         as resolve_settings found them, with where each value came from; else judged from the values alone."""
         found = self.__dict__.get("_warnings")
         return list(found) if found is not None else check_settings(self.as_dict(), kind=kind).warnings
+
+    def notes(self) -> list[str]:
+        """Defaults that gave way to a value the user chose (resolve_settings), one sentence each."""
+        return list(self.__dict__.get("_notes") or [])
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -203,6 +259,8 @@ def setting_help(name: str) -> str:
     words.append(f"allowed: {allowed.describe()}")
     if allowed.wise:
         words.append(f"usual: {number(allowed.wise[0])} to {number(allowed.wise[1])} (outside, a warning)")
+    if allowed.nearest:
+        words.append(f"left at its default, gives way to your own values: {allowed.nearest_text}")
     return "; ".join(words + [f"lesson default: {DEFAULTS[name]!r}"])
 
 
@@ -234,6 +292,7 @@ class Checked:
     values: dict  # the settings, converted to their types (values that could not be are left as given)
     problems: list[Problem]
     warnings: list[str]
+    notes: list[str] = field(default_factory=list)  # defaults that gave way to a value the user chose, one sentence each
 
 
 class SettingsRefused(ValueError):
@@ -262,7 +321,7 @@ def check_settings(values: dict, sources: dict | None = None, kind: str = "lab",
     "any" (only what every run needs); `context` is the model's context in tokens when known (read from its
     config, before any weights load)."""
     known = sources is not None  # else where the values came from is not said
-    sources = sources or {}
+    sources = dict(sources or {})  # a default that gives way is said to have done so here, not in the caller's
     values = {**DEFAULTS, **values}
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -285,17 +344,24 @@ def check_settings(values: dict, sources: dict | None = None, kind: str = "lab",
         if unwise:
             warnings.append(f"{where} is {unwise}; allowed, so it never stops a run")
     bad = {name for problem in problems for name in problem.names}
-    relations, relation_warnings = check_relations(typed, sources if known else None, kind, bad, context, context_from)
-    return Checked(typed, problems + relations, warnings + relation_warnings)
+    relations, relation_warnings, notes = check_relations(typed, sources if known else None, kind, bad, context, context_from)
+    return Checked(typed, problems + relations, warnings + relation_warnings, notes)
 
 
-def check_relations(s: dict, sources: dict | None, kind: str, bad: set, context: int | None, context_from: str) -> tuple[list[Problem], list[str]]:
+def chosen_by_user(source: str | None) -> bool:
+    """A value the user chose: a flag, or their --config file. Not: the lesson's default, the track's row, the
+    smoke test's first-run sizes (all defaults the user never typed)."""
+    return source is not None and source not in (LESSON_DEFAULT, SMOKE_SOURCE) and not source.startswith(("[tracks.", "track "))
+
+
+def check_relations(s: dict, sources: dict | None, kind: str, bad: set, context: int | None, context_from: str) -> tuple[list[Problem], list[str], list[str]]:
     """Where one value makes another impossible or meaningless (refused), or pointless (a warning). A relation
-    is judged only when every setting in it passed its own check."""
-    from .data import BUILTIN_DATASETS, HELDOUT_SIZE, OPERAND_RANGE, VALIDATION_SIZE
-
+    is judged only when every setting in it passed its own check. When the user chose one side and the other is
+    a default that declares its `nearest` value, the default gives way (changed in `s`, said in a note) instead.
+    Returns (problems, warnings, notes)."""
     problems: list[Problem] = []
     warnings: list[str] = []
+    notes: list[str] = []
 
     def judge(names: tuple[str, ...]) -> bool:
         return not bad & set(names)
@@ -303,28 +369,51 @@ def check_relations(s: dict, sources: dict | None, kind: str, bad: set, context:
     def given(*names: str) -> str:
         return " and ".join(f"{flag(n)} {shown(s[n])}" + (f" (from {sources.get(n, LESSON_DEFAULT)})" if sources is not None else "") for n in names)
 
-    def refuse(names: tuple[str, ...], why: str) -> None:
+    def refuse(names: tuple[str, ...], why: str, holds=None, party: tuple[str, ...] = ()) -> None:
+        """Refuse the relation between `names`, unless a default among them gives way to a value the user chose
+        (`holds(s)` says whether the relation holds; `party` are settings in it that never give way, the model)."""
+        if holds is not None and sources is not None and any(chosen_by_user(sources.get(n, LESSON_DEFAULT)) for n in names + party):
+            for name in names:
+                source = sources.get(name, LESSON_DEFAULT)
+                nearest = ALLOWED[name].nearest
+                if chosen_by_user(source) or nearest is None:
+                    continue
+                candidate = nearest(s, context)
+                if candidate != s[name] and not ALLOWED[name].refusal(candidate) and holds({**s, name: candidate}):
+                    others = [n for n in names + party if n != name]
+                    notes.append(f"{flag(name)} {shown(s[name])} (from {source}) became {shown(candidate)} ({ALLOWED[name].nearest_text}) "
+                                 f"to fit {given(*others)}; give {flag(name)} yourself to choose another value")
+                    s[name] = candidate
+                    sources[name] = f"{source}, fitted to {', '.join(flag(n) for n in others)}"
+                    return
         problems.append(Problem(names, f"{given(*names)}: {why}"))
 
+    def whole_groups(v: dict) -> bool:
+        return not v["per_device_train_batch_size"] % v["num_generations"]
+
     batch, group = s["per_device_train_batch_size"], s["num_generations"]
-    whole_groups = judge(("per_device_train_batch_size", "num_generations")) and not batch % group
-    if judge(("per_device_train_batch_size", "num_generations")) and batch % group:
+    if judge(("per_device_train_batch_size", "num_generations")) and not whole_groups(s):
         refuse(("per_device_train_batch_size", "num_generations"),
-               f"TRL needs whole groups per batch, so the batch must be a multiple of num_generations; try "
-               + " or ".join(str(group * n) for n in sorted({max(1, batch // group), batch // group + 1})))
-    if whole_groups and judge(("train_size",)) and s["train_size"] < batch // group:
+               "TRL needs whole groups per batch, so the batch must be a multiple of num_generations; try "
+               + " or ".join(str(group * n) for n in sorted({max(1, batch // group), batch // group + 1})),
+               holds=lambda v: whole_groups(v) and v["train_size"] >= v["per_device_train_batch_size"] // v["num_generations"])
+    batch, group = s["per_device_train_batch_size"], s["num_generations"]
+    if judge(("per_device_train_batch_size", "num_generations", "train_size")) and whole_groups(s) and s["train_size"] < batch // group:
         refuse(("train_size", "per_device_train_batch_size", "num_generations"),
                f"one batch takes {batch // group} prompts ({batch} completions / {group} per prompt) and TRL drops an incomplete batch, "
-               f"so a training set of {s['train_size']} never makes one; use --train-size {batch // group} or more")
+               f"so a training set of {s['train_size']} never makes one; use --train-size {batch // group} or more",
+               holds=lambda v: whole_groups(v) and v["train_size"] >= v["per_device_train_batch_size"] // v["num_generations"])
     if judge(("logging_steps", "max_steps")) and s["logging_steps"] > s["max_steps"]:
-        refuse(("logging_steps", "max_steps"), f"no step would ever be logged, so the run would have no reward curve; use --logging-steps {s['max_steps']} or less")
-    if judge(("dataset", "train_size", "heldout_size")) and s["dataset"] in BUILTIN_DATASETS:
-        train_problems = len(OPERAND_RANGE) ** 2 - HELDOUT_SIZE - VALIDATION_SIZE
+        refuse(("logging_steps", "max_steps"), f"no step would ever be logged, so the run would have no reward curve; use --logging-steps {s['max_steps']} or less",
+               holds=lambda v: v["logging_steps"] <= v["max_steps"])
+    train_problems = training_problems(s["dataset"])
+    if judge(("dataset", "train_size", "heldout_size")) and train_problems is not None:
         if s["train_size"] > train_problems:
-            refuse(("train_size", "dataset"), f"the {s['dataset']} generator has {train_problems} training problems; use --train-size {train_problems} or less")
+            refuse(("train_size", "dataset"), f"the {s['dataset']} generator has {train_problems} training problems; use --train-size {train_problems} or less",
+                   holds=lambda v: v["train_size"] <= train_problems and v["train_size"] >= v["per_device_train_batch_size"] // v["num_generations"])
         if s["heldout_size"] > HELDOUT_SIZE:
             refuse(("heldout_size", "dataset"), f"the {s['dataset']} generator makes {HELDOUT_SIZE} held-out problems with no twin (A+B or B+A) "
-                   f"in training; use --heldout-size {HELDOUT_SIZE} or less")
+                   f"in training; use --heldout-size {HELDOUT_SIZE} or less", holds=lambda v: v["heldout_size"] <= HELDOUT_SIZE)
     if kind == "lab" and judge(("heldout_size",)):
         if s["heldout_size"] == 0:
             refuse(("heldout_size",), "the lab measures pass@1 on held-out problems before and after training; use --heldout-size 50 or more")
@@ -332,20 +421,21 @@ def check_relations(s: dict, sources: dict | None, kind: str, bad: set, context:
             warnings.append(f"{given('heldout_size')}: pass@1 on fewer than 50 problems moves in steps of {1 / s['heldout_size']:.0%} or more, "
                             "so a before/after difference may be noise; allowed, so it never stops a run")
     if context is not None:
-        lengths = [("max_prompt_length", "max_completion_length")]
+        lengths = [("max_completion_length", "max_prompt_length")]
         if kind == "lab" and s["eval_max_new_tokens"]:
-            lengths.append(("max_prompt_length", "eval_max_new_tokens"))
+            lengths.append(("eval_max_new_tokens", "max_prompt_length"))
         for names in lengths:
             if judge(names + ("model",)) and s[names[0]] + s[names[1]] > context:
                 refuse(names, f"together {s[names[0]] + s[names[1]]} tokens, more than model {s['model']}'s context of {context} tokens "
-                       f"({context_from}); lower them to {context} tokens together")
+                       f"({context_from}); lower them to {context} tokens together",
+                       holds=lambda v, names=names: v[names[0]] + v[names[1]] <= context, party=("model",))
     # Settings of another rollout path than the one chosen change nothing: said, not refused.
     for name, path in (("vllm_gpu_memory_utilization", "vllm-colocate"), ("vllm_server_url", "vllm-server"), ("llamacpp_refresh_every", "llamacpp")):
         if judge((name, "rollout")) and s["rollout"] != path and s[name] != DEFAULTS[name]:
             warnings.append(f"{given(name)} has no effect: it is for --rollout {path}, and this run's rollout path is {s['rollout']}")
     if judge(("llamacpp_refresh_every", "max_steps", "rollout")) and s["rollout"] == "llamacpp" and s["llamacpp_refresh_every"] >= s["max_steps"]:
         warnings.append(f"{given('llamacpp_refresh_every', 'max_steps')}: the sampler is never refreshed in this run (the same as 0: stale rollouts)")
-    return problems, warnings
+    return problems, warnings, notes
 
 
 def check_model_context(settings: LabSettings, model_path: str, kind: str = "lab") -> None:
@@ -440,15 +530,18 @@ def resolve_settings(track: Track, config_file: Path | None = None, overrides: d
                                   values, checked.warnings) from failure
         context = context_from_config(config) if config else None
         if context is not None:
-            problems += check_settings(values, sources, kind=kind, context=context, context_from=where).problems
+            checked = check_settings(values, sources, kind=kind, context=context, context_from=where)
+            problems += checked.problems
     if problems:
         raise SettingsRefused(problems, {**values}, checked.warnings)
-    return with_warnings(LabSettings(**checked.values), checked.warnings)
+    return with_warnings(LabSettings(**checked.values), checked.warnings, checked.notes)
 
 
-def with_warnings(settings: LabSettings, warnings: list[str]) -> LabSettings:
-    """Keep the warnings found with the values' sources on the settings (not a setting: no field, not in as_dict)."""
+def with_warnings(settings: LabSettings, warnings: list[str], notes: list[str] | None = None) -> LabSettings:
+    """Keep the warnings and notes found with the values' sources on the settings (not settings: no field, not in
+    as_dict)."""
     settings.__dict__["_warnings"] = list(warnings)
+    settings.__dict__["_notes"] = list(notes or [])
     return settings
 
 
@@ -499,4 +592,4 @@ def smoke_settings(lab: LabSettings, track: Track, flags: dict | None = None) ->
     checked = check_settings(values, sources, kind="smoke")
     if checked.problems:
         raise SettingsRefused(checked.problems, values, checked.warnings)
-    return with_warnings(LabSettings(**checked.values), checked.warnings)
+    return with_warnings(LabSettings(**checked.values), checked.warnings, checked.notes)
