@@ -5,16 +5,17 @@ from contextlib import contextmanager
 
 from invoke import Exit, task
 
-from hostlab import HostError, UnknownTrack
+from hostlab import HostError, TracksFileError, UnknownTrack
 
 
 @contextmanager
 def user_errors():
-    """A HostError (or an unknown track) is a message for the user, not a stack trace."""
+    """A HostError (or an unknown track, or an unreadable tracks table) is a message for the user, not a stack trace."""
     try:
         yield
-    except (HostError, UnknownTrack) as err:
-        raise Exit(f"ERROR: {err}", code=2) from None
+    except (HostError, UnknownTrack, TracksFileError) as err:
+        action = getattr(err, "action", "")
+        raise Exit(f"ERROR: {err}" + (f"; {action}" if action else ""), code=2) from None
 
 
 # ------------------------------------------------------------------------------------------ locks

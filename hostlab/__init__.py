@@ -18,7 +18,7 @@ if str(REPO / "entrypoint") not in sys.path:
     sys.path.insert(0, str(REPO / "entrypoint"))
 
 
-from grpolab.tracks import UnknownTrack  # noqa: E402, F401  (re-exported: tasks report it like a HostError)
+from grpolab.tracks import TracksFileError, UnknownTrack  # noqa: E402, F401  (re-exported: tasks report them like a HostError)
 
 
 class HostError(Exception):

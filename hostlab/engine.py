@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import HostError
+from .tools import HOW_TO_GET, tool
 
 
 def client():
@@ -139,11 +140,15 @@ def build_cli() -> BuildCli:
     """A docker CLI that builds with BuildKit: buildx when installed; else a CLI older than 23 (BuildKit built
     in, DOCKER_BUILDKIT=1). Newer CLIs without buildx fall back to the legacy builder, which can't mount."""
     candidates = []
-    for path in (shutil.which("docker"), "/usr/bin/docker", "/usr/local/bin/docker"):
+    try:
+        found = shutil.which(tool("docker"))  # beside the running Python, then on PATH, as every host task finds it
+    except HostError:
+        found = None
+    for path in (found, "/usr/bin/docker", "/usr/local/bin/docker"):
         if path and os.path.exists(path) and path not in candidates:
             candidates.append(path)
     if not candidates:
-        raise HostError("no docker CLI found: install Docker (Engine + CLI, with the buildx plugin)")
+        raise HostError(f"`docker` was not found beside this Python, on PATH, nor in /usr/bin or /usr/local/bin: {HOW_TO_GET['docker']}")
     for path in candidates:
         if subprocess.run([path, "buildx", "version"], capture_output=True).returncode == 0:
             return BuildCli((path, "buildx", "build", "--load"), ())

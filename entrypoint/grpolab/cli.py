@@ -167,10 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     from .lab import SMOKE_MODES
     from .report import add_arguments as add_report_arguments
     from .serve import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_HOST, DEFAULT_PORT
-    from .tracks import current_track_name, load_tracks
+    from .tracks import TracksFileError, current_track_name, load_tracks
 
-    tracks = load_tracks()
-    track_help = "the track (default: $GRPOLAB_TRACK, else c): " + "; ".join(f"{name}: {t.description}" for name, t in tracks.items())
+    try:
+        tracks = "; ".join(f"{name}: {t.description}" for name, t in load_tracks().items())
+    except TracksFileError as error:  # said by the command that reads the table, as an [input] line (and run-log line)
+        tracks = f"unknown: {error}"
+    track_help = "the track (default: $GRPOLAB_TRACK, else c): " + tracks
     parser = argparse.ArgumentParser(
         prog="grpolab",
         description="The GRPO lab and its smoke test. Run `smoke` first on a new machine and after any driver or wheel change.",

@@ -7,6 +7,7 @@ images and locks). It imports nothing heavy.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,16 @@ TRACKS_FILE = Path(os.environ.get("GRPOLAB_TRACKS_FILE", Path(__file__).resolve(
 
 class UnknownTrack(ValueError):
     pass
+
+
+class TracksFileError(ValueError):
+    """images/tracks.toml (or GRPOLAB_TRACKS_FILE) cannot be read: the file, and the line and column where TOML fails."""
+
+    def __init__(self, path: Path, what: str):
+        super().__init__(f"the tracks table {path} {what}")
+        committed = Path(path).resolve() == (Path(__file__).resolve().parents[2] / "images" / "tracks.toml")
+        self.action = ("fix the file at that place (`git diff images/tracks.toml` shows a hand edit; `git checkout -- images/tracks.toml` "
+                       "restores the committed one)" if committed else f"fix {path} at that place, or unset GRPOLAB_TRACKS_FILE to use images/tracks.toml")
 
 
 @dataclass(frozen=True)
@@ -50,9 +61,29 @@ class Track:
 
 
 def load_tracks(path: Path = TRACKS_FILE) -> dict[str, Track]:
-    with open(path, "rb") as f:
-        table = tomllib.load(f)["tracks"]
-    return {name: Track(name=name, **row) for name, row in table.items()}
+    """Every track of the table; TracksFileError in words (as a broken --config gets) when the file cannot be read."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except OSError as error:
+        raise TracksFileError(path, f"could not be read ({error.strerror or error})") from None
+    except UnicodeDecodeError as error:
+        raise TracksFileError(path, f"is not UTF-8 text (byte {error.start}), so not TOML") from None
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        where = re.search(r"\(at line (\d+), column (\d+)\)", str(error))
+        at = f"line {where[1]}, column {where[2]}" if where else "somewhere"
+        raise TracksFileError(path, f"is not valid TOML at {at}: {str(error).split(' (at ')[0]}") from None
+    rows = table.get("tracks")
+    if not isinstance(rows, dict) or not all(isinstance(row, dict) for row in rows.values()):
+        raise TracksFileError(path, "has no [tracks.NAME] tables (each track is one)")
+    tracks = {}
+    for name, row in rows.items():
+        try:
+            tracks[name] = Track(name=name, **row)
+        except TypeError as error:  # a key misspelt or missing in a hand-edited row
+            raise TracksFileError(path, f"has a [tracks.{name}] row that does not fit: {str(error).removeprefix('Track.__init__() ')}") from None
+    return tracks
 
 
 def get_track(name: str, path: Path = TRACKS_FILE) -> Track:
