@@ -48,7 +48,9 @@ def test_eight_processes_appending_a_hundred_lines_each_leave_every_line_whole(t
 
 # ------------------------------------------------------------------------------------------- disk full
 # A run whose end record can't be written because the file may not grow: the run-log layer's exit status,
-# no partial line, every earlier line intact, and the run still visible (its start record) as unfinished.
+# no partial line, every earlier line intact, and the run still visible (its start record) as unfinished. The run
+# holds room for its last line from its start (grpolab.diskspace.LineRoom), so the line here is made larger than
+# that room; where another place takes it, the whole line is saved there (runlog-line.json).
 RUN_UNTIL_LOG_FULL = textwrap.dedent(
     """
     import os, resource, signal, sys
@@ -60,8 +62,8 @@ RUN_UNTIL_LOG_FULL = textwrap.dedent(
     log, limit = sys.argv[1], sys.argv[2]
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a size limit then fails the write (EFBIG) instead of killing us
     try:
-        with recorded_run("lab", LabSettings(), log_path=log) as record:
-            record["padding"] = "y" * 4000  # the end record can't fit in what is left
+        with recorded_run("lab", LabSettings(max_steps=2), log_path=log) as record:
+            record["padding"] = "y" * 40000  # the end record can't fit in what is left, its room included
             if limit == "rlimit":
                 resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(log) + 700, resource.RLIM_INFINITY))
             else:  # a small filesystem: fill it up to the last few hundred bytes
@@ -78,11 +80,12 @@ RUN_UNTIL_LOG_FULL = textwrap.dedent(
 )
 
 
-def _fill_log_until_full(log: Path, limit: str) -> subprocess.CompletedProcess:
+def _fill_log_until_full(log: Path, limit: str, cache: Path) -> subprocess.CompletedProcess:
     append_run({"run_id": "earlier-1", "kind": "smoke", "status": "passed"}, log)
     append_run({"run_id": "earlier-2", "kind": "lab", "status": "passed", "note": "z" * 300}, log)
     return subprocess.run(
-        [sys.executable, "-c", RUN_UNTIL_LOG_FULL, str(log), limit], env=PYTHON_ENV, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", RUN_UNTIL_LOG_FULL, str(log), limit], env={**PYTHON_ENV, "GRPOLAB_CACHE_DIR": str(cache)},
+        capture_output=True, text=True, timeout=300,
     )
 
 
@@ -99,7 +102,7 @@ def _assert_log_full_kept_everything(log: Path, proc: subprocess.CompletedProces
 
 def test_file_size_limit_while_writing_the_end_record_fails_in_the_runlog_layer_with_no_partial_line(tmp_path):
     log = tmp_path / "runlog.jsonl"
-    _assert_log_full_kept_everything(log, _fill_log_until_full(log, "rlimit"))
+    _assert_log_full_kept_everything(log, _fill_log_until_full(log, "rlimit", tmp_path / "cache"))
 
 
 def mounted_tmpfs(mount_point, options: str, why_skipped: str):
@@ -117,9 +120,15 @@ def small_filesystem(tmp_path):
     yield from mounted_tmpfs(tmp_path / "small", "size=64k", "this user can't mount a small tmpfs; the file-size-limit test covers the same code path")
 
 
-def test_full_filesystem_while_writing_the_end_record_fails_in_the_runlog_layer_with_no_partial_line(small_filesystem):
+def test_full_filesystem_while_writing_the_end_record_fails_in_the_runlog_layer_with_no_partial_line(small_filesystem, tmp_path):
     log = small_filesystem / "runlog.jsonl"
-    _assert_log_full_kept_everything(log, _fill_log_until_full(log, "tmpfs"))
+    proc = _fill_log_until_full(log, "tmpfs", tmp_path / "cache")
+    _assert_log_full_kept_everything(log, proc)
+    (unfinished,) = unfinished_runs(log)
+    saved = tmp_path / "cache" / "rescued" / unfinished["run_id"] / "runlog-line.json"  # the line, whole, elsewhere
+    assert f"the run's line was saved to {saved}" in proc.stdout and f"`cat {saved} >> {log}`" in proc.stdout
+    line = json.loads(saved.read_text())
+    assert line["run_id"] == unfinished["run_id"] and line["padding"] == "y" * 40000 and line["status"] == "passed"
 
 
 # ----------------------------------------------------------------------------------------- SIGKILL

@@ -4,7 +4,8 @@ weights in different rows: two models called "tiny", or one Hub id at two revisi
 
 The weights' sha256: of the one weights file (model.safetensors, pytorch_model.bin), or, for a model in several
 shards, of the `sha256sum`-style listing "<sha256>  <file name>\n" of every shard in name order. In the Hugging
-Face cache a weights file is a link to blobs/<its sha256> (the Hub's LFS object id), so nothing is hashed there.
+Face cache a weights file is a link to blobs/<its sha256> (the Hub's LFS object id): it is hashed all the same, since a
+blob's name says what it should hold, not what it holds (grpolab.modelfiles refuses a blob that does not match it).
 """
 
 from __future__ import annotations
@@ -25,11 +26,8 @@ _hashed: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha25
 
 
 def file_sha256(path: Path) -> str:
-    """The sha256 of a file, taken from its blob's name in the Hugging Face cache, else computed (once per process)."""
-    path = Path(path)
-    target = path.resolve()
-    if path.is_symlink() and SHA256_NAME.match(target.name) and target.parent.name == "blobs":
-        return target.name
+    """The sha256 of a file's content, computed once per process (a Hub cache's blob too: its name is not trusted)."""
+    target = Path(path).resolve()
     stat = target.stat()
     key = (str(target), stat.st_size, stat.st_mtime_ns)
     if key not in _hashed:

@@ -15,6 +15,7 @@ written by grpolab.run.recorded_run whatever happens.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from contextlib import nullcontext
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checks import check_adapter, check_device, check_first_step, check_rewards, check_rollout, check_step_metrics, group_collapsed, say_layer
+from .diskspace import check_free_space, disk_full_failure, free_bytes, is_disk_full, lab_writes, save_elsewhere
 from .errors import LayerFailure
 from .paths import runs_dir
 from .run import recorded_run
@@ -75,7 +77,9 @@ def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_de
     with recorded_run(shape.kind, settings, log_path=log_path, say=say) as record:
         record["layers_passed"] = passed = []
         run = prepare(settings, track, shape, record, expect_device, say)
-        if shape.evaluate:
+        if shape.evaluate:  # room for what the lab keeps, before an hour goes into training
+            line, record["disk"] = check_free_space(runs_dir(), lab_writes(settings, run.model))
+            say_layer(say, "disk space", line)
             record["pass_at_1_before"] = evaluate(settings, run, run.model, "before", say)
         peft_model, line = check_adapter(run.model, settings)
         say_layer(say, "adapter", line)
@@ -115,6 +119,7 @@ def headline(settings: LabSettings, track: Track, shape: RunShape) -> str:
 def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, expect_device, say) -> Prepared:
     """Device first (everything else is misleading on the wrong one), then data and rewards before any model loads."""
     from .model_identity import model_identity
+    from .modelfiles import check_model_files
     from .tiny_model import resolve_model_name
     from .training import load_model, load_tokenizer, torch_dtype
 
@@ -128,11 +133,17 @@ def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, 
     reward_funcs, rewards_line = check_rewards(settings, train.column_names)
     model_path = resolve_model_name(settings.model)
     record["model_path"] = model_path
+    check_model_files(settings.model, model_path)  # a cut-short or damaged file named, before any loader trips on it
     check_model_context(settings, model_path, shape.kind)  # the model's config only: before its tokenizer and weights
-    tokenizer = load_tokenizer(model_path)
-    meter, estimate = start_memory_meter(settings, track, shape, device_type, model_path, tokenizer, train, record, say)
-    model = load_model(model_path, torch_dtype(settings, device_type))
-    record["model_identity"] = model_identity(settings.model)  # a Hub model is in the cache now: its revision and weights
+    try:
+        tokenizer = load_tokenizer(model_path)
+        meter, estimate = start_memory_meter(settings, track, shape, device_type, model_path, tokenizer, train, record, say)
+        model = load_model(model_path, torch_dtype(settings, device_type))
+    except LayerFailure:
+        check_model_files(settings.model, model_path)  # a Hub model downloaded just now, broken: named as such
+        raise
+    check_model_files(settings.model, model_path)  # a Hub model is in the cache now: its blobs against their sha256
+    record["model_identity"] = model_identity(settings.model)  # its revision and weights (hashed once, by the check above)
     if device_type != "cpu":
         model.to(device_type)
     return Prepared(device_type, train, heldout_rows, reward_funcs, rewards_line, model_path, tokenizer, model, meter, estimate)
@@ -315,14 +326,42 @@ def record_steps(record: dict, steps: list) -> None:
 
 
 def keep_outputs(record: dict, trainer, run_dir: Path, say) -> None:
-    """The lab's measured peak memory, reward plot and adapter under runs/<run id>/, then its summary."""
+    """The lab's adapter and reward plot under runs/<run id>/, then its summary. A full disk there (ENOSPC, EDQUOT)
+    is the run-log layer's verdict: what was half-written is removed, and the adapter and plot are saved in the cache
+    or /tmp instead (the verdict names where), or the verdict says plainly that they are lost and why."""
+    try:
+        record["adapter"], record["plot"] = save_outputs(record, trainer, run_dir)
+    except Exception as error:  # noqa: BLE001 - a full disk is a verdict; anything else is raised as it was
+        if not is_disk_full(error):
+            raise
+        free = free_bytes(run_dir)
+        shutil.rmtree(run_dir / "adapter", ignore_errors=True)  # a half-written adapter is worse than none: nothing loads it
+        (run_dir / "reward.png").unlink(missing_ok=True)
+        needed = (record.get("disk") or {}).get("estimate", {})
+        needed = needed.get("adapter", 0) + needed.get("plot", 0) or None
+        saved = {}
+        into, tried = save_elsewhere(record["run_id"], lambda folder: saved.update(zip(("adapter", "plot"), save_outputs(record, trainer, folder))),
+                                     needed or 0)  # fmt: skip
+        if into is not None:
+            record.update(saved, outputs_moved_from=str(run_dir))
+            kept = (f"The trained adapter was saved to {saved['adapter']} instead (the plot to {saved['plot']}); nothing half-written "
+                    f"was left in {run_dir}. Move them there once it has room.")
+        else:
+            record.update(adapter=None, plot=None)
+            kept = (f"The trained adapter is lost: nothing half-written was kept in {run_dir}, and no other place took it "
+                    f"({'; '.join(tried)}). The run-log line keeps what it measured (pass@1, rewards, memory).")
+        say_summary(record, say)
+        raise disk_full_failure(run_dir, error, needed, free, kept) from error
+    say_summary(record, say)
+
+
+def save_outputs(record: dict, trainer, folder: Path) -> tuple[str, str]:
+    """The adapter first (what the hour of training made), then the plot (which the run-log line can redraw)."""
     from .plot import plot_run
 
-    record["plot"] = str(plot_run(record, run_dir / "reward.png"))
-    adapter_dir = run_dir / "adapter"
+    adapter_dir = folder / "adapter"
     trainer.model.save_pretrained(adapter_dir)
-    record["adapter"] = str(adapter_dir)
-    say_summary(record, say)
+    return str(adapter_dir), str(plot_run(record, folder / "reward.png"))
 
 
 def say_summary(record: dict, say) -> None:
@@ -343,5 +382,5 @@ def say_summary(record: dict, say) -> None:
     say(f"  rollout path    {rollout['path']} ({lag}; {rollout['lag_basis']})")
     if rollout.get("stale"):
         say("                  stale rollouts: the reward above is the old sampler's; held-out pass@1 is what training did")
-    say(f"  plot            {record['plot']}")
-    say(f"  adapter         {record['adapter']}")
+    say(f"  plot            {record['plot'] or 'not saved (the disk was full; `grpolab report` draws it from the run log)'}")
+    say(f"  adapter         {record['adapter'] or 'lost (the disk was full, see below)'}")

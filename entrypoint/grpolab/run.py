@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from pathlib import Path
 
+from .diskspace import LineRoom, disk_full_failure, free_bytes, is_disk_full, run_log_line_bytes, save_elsewhere
 from .errors import LayerFailure
 from .model_identity import model_identity
-from .runlog import append_start, describe_unfinished, new_run_id, unfinished_runs
+from .paths import runlog_path
+from .runlog import SCHEMA_VERSION, append_start, describe_unfinished, new_run_id, unfinished_runs
 from .settings import LabSettings
 
 
@@ -58,16 +62,25 @@ def as_given(value):
     return value if isinstance(value, (str, int, float, bool, type(None), list)) else str(value)
 
 
-def log_start(record: dict, log_path=None, say=print) -> None:
-    """Name earlier runs that never finished, then write this run's start record, so that a run killed where
-    nothing can be caught (SIGKILL) still shows, as unfinished. A log we can't write fails now, before training."""
+def log_start(record: dict, settings: LabSettings, log_path=None, say=print) -> LineRoom:
+    """Name earlier runs that never finished, write this run's start record (so that a run killed where nothing
+    can be caught, SIGKILL, still shows, as unfinished), and hold room for its last line on the log's disk. A log we
+    can't write, or a disk without that room, fails now, before training."""
     from .checks import runlog_failure
 
+    path = Path(log_path or runlog_path())
+    room = LineRoom(path, record["run_id"], run_log_line_bytes(settings))
     try:
         for run in unfinished_runs(log_path)[-3:]:
             say("note: " + describe_unfinished(run))
+        room.hold()  # first: a disk without room for the last line refuses the run before it writes anything
         append_start(record, log_path)
+        return room
     except OSError as error:
+        room.release()
+        if is_disk_full(error):
+            raise disk_full_failure(path.parent, error, run_log_line_bytes(settings), free_bytes(path.parent),
+                                    "Nothing was trained or written.") from error
         raise runlog_failure(error) from error
 
 
@@ -100,7 +113,9 @@ def outcome_of(error: BaseException, record: dict) -> BaseException:
         record.update(status="interrupted", failed_layer="interrupted", error="interrupted by the user (Ctrl-C)")
         return error
     if not isinstance(error, LayerFailure):
-        if not is_out_of_memory(error):
+        if is_disk_full(error):  # a write anywhere in the run (a checkpoint, a log, an export) met a full disk
+            error = disk_full_while_running(error)
+        elif not is_out_of_memory(error):
             record.update(status="crashed", failed_layer=None, error=f"{type(error).__name__}: {error}")
             return crashed(error)
         error = out_of_memory(error, record)
@@ -120,7 +135,7 @@ def recorded_run(kind: str, settings: LabSettings, log_path=None, say=print):
 
     started = time.time()
     record = new_record(kind, settings)
-    log_start(record, log_path, say)
+    room = log_start(record, settings, log_path, say)
     outcome: BaseException | None = None
     try:
         yield record
@@ -134,13 +149,40 @@ def recorded_run(kind: str, settings: LabSettings, log_path=None, say=print):
             from .fingerprint import environment_fingerprint
 
             record["fingerprint"] = environment_fingerprint()
+        room.release()  # the line's room, held since the start: a disk that filled meanwhile still takes the line
         try:
             path = check_runlog(record, log_path)
             say(f"run log: {record['status']} -> {path} ({record['run_id']})")
         except LayerFailure as failure:
+            keep_line_elsewhere(record, log_path, say)
             if outcome is None:
                 outcome = failure
             else:
                 say(str(failure))
     if outcome is not None:
         raise outcome
+
+
+def disk_full_while_running(error: BaseException) -> LayerFailure:
+    """A full disk met by a write no save of ours guards (a library's checkpoint or log): the run-log layer's verdict,
+    naming the file's folder and what is free there."""
+    filename = getattr(error, "filename", None)
+    folder = Path(filename).parent if filename else Path(runlog_path()).parent
+    return disk_full_failure(folder, error, None, free_bytes(folder), "The run stopped there; what it had trained was not saved.")
+
+
+def keep_line_elsewhere(record: dict, log_path, say) -> None:
+    """The run's line when the run log cannot take it: saved whole beside the run's rescued outputs (the cache, else
+    /tmp), with the command that appends it to the log once there is room. The start record in the log shows the
+    run as unfinished meanwhile."""
+    try:
+        line = json.dumps({**record, "schema": SCHEMA_VERSION}, sort_keys=True, default=str, allow_nan=False) + "\n"
+    except ValueError:  # a value JSON cannot hold: the run-log layer's verdict already says so
+        return
+    folder, tried = save_elsewhere(record["run_id"], lambda into: (into / "runlog-line.json").write_text(line), len(line))
+    log = Path(log_path or runlog_path())
+    if folder is None:
+        say(f"the run's line is lost: the run log and every other place refused it ({'; '.join(tried)}); its start record shows it unfinished")
+    else:
+        say(f"the run's line was saved to {folder / 'runlog-line.json'}: once {log.parent} has room, "
+            f"`cat {folder / 'runlog-line.json'} >> {log}` puts it in the run log (its start record shows it unfinished until then)")
