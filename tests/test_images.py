@@ -18,7 +18,7 @@ from grpolab.tracks import get_track  # noqa: E402
 from hostlab import REPO, HostError, engine  # noqa: E402
 from hostlab.base import host_arch, standin_name  # noqa: E402
 from hostlab.build import build, explain_failure, image_name, runtime_build_args, source_build_args, stage_context, track_env_file  # noqa: E402
-from hostlab.locks import lock_path, lock_sha256, parse_lock  # noqa: E402
+from hostlab.lockfile import lock_path, lock_sha256, parse_lock  # noqa: E402
 
 DOCKERFILE = REPO / "images" / "Dockerfile"
 ENTRYPOINT = REPO / "entrypoint" / "container-entrypoint.sh"

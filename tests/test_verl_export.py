@@ -309,7 +309,7 @@ def cluster_image_current() -> str:
     from grpolab.tracks import get_track
 
     from hostlab import engine
-    from hostlab.locks import lock_path, lock_sha256
+    from hostlab.lockfile import lock_path, lock_sha256
 
     if not engine.running():
         return "no Docker engine reachable"
