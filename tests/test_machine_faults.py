@@ -345,3 +345,14 @@ def test_a_broken_tracks_table_is_one_error_line_from_invoke(tmp_path):
     assert out.strip().splitlines() == [f"ERROR: the tracks table {table} is not valid TOML at line {line}, column 11: Expected newline or end of "
                                         f"document after a statement; fix {table} at that place, or unset GRPOLAB_TRACKS_FILE to use images/tracks.toml"]
 
+
+
+def test_the_readme_table_names_only_tests_that_exist():
+    """README.md's "Faults of files and machines" names, for each fault, the test that shows it: each is here."""
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### Faults of files and machines") : readme.index("## Tests")]
+    named = {name for name in re.findall(r"`(test_[a-z0-9_]+)(?:\[[^\]]*\])?`", section)}
+    defined = set(re.findall(r"^def (test_[a-z0-9_]+)", Path(__file__).read_text(), re.M))
+    assert named and named <= defined, named - defined
