@@ -3,9 +3,11 @@ before training, room for the run-log line reserved while a run is under way, an
 (ENOSPC, or EDQUOT: a quota) turned into the run-log layer's verdict, with the trained adapter saved elsewhere
 rather than lost.
 
-What a lab writes, and the figures below, were measured on a default track c lab run (README.md, "Faults of files
-and machines", says how): the adapter (its weights in float32, PEFT's default, plus its config and model card), the
-reward plot, the run-log lines, and, on the llamacpp path, the GGUF copies of the model while it trains.
+What a lab writes: the adapter (its weights in float32, PEFT's default, plus its config and model card), the reward
+plot, the run-log lines, and, on the llamacpp path, the GGUF copies of the model while it trains. The adapter is
+counted from the model; the other allowances below sit above what a default track c lab run was measured to write
+(README.md, "Faults of files and machines", gives the measurement and how it was taken), except TensorBoard's, a
+prediction (TensorBoard is in no lock this machine runs).
 """
 
 from __future__ import annotations
