@@ -50,7 +50,8 @@ def track_section(track: str, table: dict) -> list[str]:
         "",
         f"torch built for CUDA {table['torch_cuda']}: NVIDIA driver {table['driver_minimum']} or newer. "
         f"{table['wheels_read']} binary wheels, {table['shared_objects']} shared objects, {len(table['libraries'])} with GPU code; "
-        f"every library they link resolves (host's driver: {', '.join(f'`{n}`' for n in table['host_driver_libraries']) or 'nothing'}; "
+        + (f"every library they link resolves " if not table["unresolved"] else f"{len(table['unresolved'])} linked libraries do not resolve ")
+        + f"(host's driver: {', '.join(f'`{n}`' for n in table['host_driver_libraries']) or 'nothing'}; "
         f"{len(table['optional_unresolved'])} optional plug-ins left out, see the table); newest glibc needed {table['newest_glibc_needed']}, "
         f"the base has {table['base_glibc']}. Default rollout path: {table['rollout']}.",
         "",
