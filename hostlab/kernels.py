@@ -62,6 +62,7 @@ OPTIONAL_PLUGINS = {
     "nvidia/nvshmem/lib/nvshmem_transport_*": "NVSHMEM's network transports (InfiniBand, libfabric, UCX), loaded only on a multi-node network",
     "nvidia/cu*/lib/libcufile_rdma.so*": "cuFile's RDMA library (GPUDirect Storage over InfiniBand), loaded only with an RDMA setup",
     "numba/np/ufunc/omppool*": "numba's OpenMP threading layer, tried only when libgomp is present; numba falls back to its own workqueue layer",
+    "numba/np/ufunc/tbbpool*": "numba's TBB threading layer, tried only when libtbb is present; numba falls back to its own workqueue layer",
 }
 
 
@@ -177,7 +178,7 @@ def problems(table: dict) -> tuple[list[str], list[str]]:
             continue
         where = f"{lib['wheel']}, {lib['path']}"
         code = f"SASS {', '.join(lib['sass']) or 'none'}; PTX {', '.join(lib['ptx']) or 'none'}"
-        for gpu in required:
+        for gpu in (g for g in required if needed_by(lib["path"], table["rollout"], g)):
             v = verdict(gpu, lib["sass"], lib["ptx"], lib.get("gfx"))
             if v == NONE:
                 refusals.append(f"{where}: no code for {gpu} ({cards(gpu)}), which track {table['track']}'s {table['rollout']} path needs ({code})")
@@ -282,7 +283,8 @@ def render(table: dict) -> list[str]:
             counts[lib["verdicts"][gpu]].append(lib)
         needed = [lib for lib in table["libraries"] if lib["needed_by_default_rollout"]]
         lines.append(f"  {gpu} ({cards(gpu)}): native {len(counts['native'])}, JIT {len(counts['jit'])}, none {len(counts['none'])}; "
-                     f"{table['rollout']} path: " + ", ".join(f"{lib['path'].rsplit('/', 1)[-1]} {lib['verdicts'][gpu]}" for lib in needed))
+                     f"{table['rollout']} path: " + ", ".join(f"{lib['path'].rsplit('/', 1)[-1]} {lib['verdicts'][gpu]}" for lib in needed
+                                                              if needed_by(lib["path"], table["rollout"], gpu)))
         for kind in (JIT, NONE):
             if counts[kind]:
                 lines.append(f"    {kind}: " + ", ".join(lib["path"] for lib in counts[kind]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpolab.gpucode import CARDS, JIT, NATIVE, NONE, load_table, table_path
+from grpolab.gpucode import CARDS, JIT, NATIVE, NONE, load_table, needed_by, table_path
 
 from .lockfile import LOCK_DIR
 
@@ -26,16 +26,18 @@ def short_name(path: str) -> str:
 def gpu_cell(table: dict) -> str:
     """One cell of the README's track table: the cards whose GPU the default rollout path runs on."""
     needed = [lib for lib in table["libraries"] if lib["needed_by_default_rollout"]]
-    runs, jit, none = [], [], []
+    runs, jit, none, jit_libraries = [], [], [], set()
     for gpu in table["gpus"]:
-        verdicts = {lib["verdicts"][gpu] for lib in needed}
+        used = [lib for lib in needed if needed_by(lib["path"], table["rollout"], gpu)]
+        verdicts = {lib["verdicts"][gpu] for lib in used}
+        jit_libraries |= {short_name(lib["path"]) for lib in used if lib["verdicts"][gpu] == JIT and NONE not in verdicts}
         name = CARDS.get(gpu, gpu).split(",")[0]
         (none if NONE in verdicts else jit if JIT in verdicts else runs).append(name)
     parts = []
     if runs:
         parts.append("native: " + ", ".join(runs))
     if jit:
-        parts.append("some kernels JIT at first use: " + ", ".join(jit))
+        parts.append("native but " + ", ".join(f"`{n}`" for n in sorted(jit_libraries)) + " by JIT at first use: " + ", ".join(jit))
     if none:
         parts.append("no code: " + ", ".join(none))
     return "; ".join(parts)
@@ -60,9 +62,11 @@ def track_section(track: str, table: dict) -> list[str]:
     ]
     for gpu in table["gpus"]:
         counts = {v: sum(lib["verdicts"][gpu] == v for lib in others) for v in (NATIVE, JIT, NONE)}
-        lines.append(f"| {CARDS.get(gpu, gpu)} | " + " | ".join(SHORT[lib["verdicts"][gpu]] for lib in needed)
+        lines.append(f"| {CARDS.get(gpu, gpu)} | "
+                     + " | ".join(SHORT[lib["verdicts"][gpu]] if needed_by(lib["path"], table["rollout"], gpu) else "not used" for lib in needed)
                      + f" | {counts[NATIVE]} / {counts[JIT]} / {counts[NONE]} |")
-    jit_on_own = sorted({f"`{lib['path']}` ({lib['wheel']})" for lib in needed for gpu in table["gpus_required"] if lib["verdicts"][gpu] == JIT})
+    jit_on_own = sorted({f"`{lib['path']}` ({lib['wheel']})" for lib in needed for gpu in table["gpus_required"]
+                         if lib["verdicts"][gpu] == JIT and needed_by(lib["path"], table["rollout"], gpu)})
     if jit_on_own:
         lines += ["", "Only by JIT from PTX on the track's own GPUs (allowed, with a warning: the first run pauses while the "
                   "driver compiles): " + ", ".join(jit_on_own) + "."]

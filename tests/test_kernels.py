@@ -80,10 +80,14 @@ def test_a_library_only_the_jit_runs_is_a_warning_not_a_refusal():
     assert refusals == [] and len(warnings) == 1 and "only PTX for sm_121" in warnings[0] and "_vllm_fa2_C" in warnings[0]
 
 
-def test_a_library_off_the_rollout_path_without_code_is_not_refused():
+def test_a_library_the_path_uses_only_on_other_gpus_is_not_refused():
+    # vLLM loads FlashAttention 3 on Hopper only: on GB10 it is FlashAttention 2's turn
     fa3 = SharedObject("vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so", cuda_major=13, sass=["sm_90a"], device_code=True)
     table = table_of(**{"vllm_0.31.0": [fa3]})
     assert kernels.problems(table) == ([], []) and table["libraries"][-1]["verdicts"] == {"sm_121": "none"}
+    on_hopper = kernels.build_table(dataclasses.replace(get_track("s"), gpus=["sm_90"], gpus_required=["sm_90"]),
+                                    {"vllm 0.31.0": [dataclasses.replace(fa3, sass=["sm_80"])]}, "13.0", "0" * 64)
+    assert kernels.problems(on_hopper)[0][0].startswith("vllm 0.31.0, vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so: no code for sm_90")
 
 
 def test_refused_libraries_built_for_another_cuda_major():

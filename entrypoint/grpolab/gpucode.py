@@ -49,7 +49,14 @@ DRIVER_MINIMUM = {13: "580", 12: "525.60.13", 11: "450.80.02"}
 # The libraries a rollout path launches GPU kernels from (paths inside their wheels, fnmatch patterns): the
 # lock refuses one with no code for the track's GPUs, the doctor names one that JITs or has none.
 TORCH = ("torch/lib/libtorch_cuda.so", "torch/lib/libtorch_hip.so", "nvidia/*/lib/libcublasLt.so*", "nvidia/cublas/lib/libcublasLt.so*")
-VLLM = ("vllm/_C*.so", "vllm/_moe_C*.so", "vllm/vllm_flash_attn/_vllm_fa2_C*.so")
+VLLM = ("vllm/_C*.so", "vllm/_moe_C*.so", "vllm/vllm_flash_attn/_vllm_fa2_C*.so", "vllm/vllm_flash_attn/_vllm_fa3_C*.so")
+# Libraries a path launches kernels from on some GPUs only, by compute capability. vLLM's FlashAttention backend
+# (vllm/attention/utils/fa_utils.py, get_flash_attn_version): FlashAttention 3 on Hopper (9.x), FlashAttention 2 on
+# the other GPUs from 8.0 up; below 8.0 vLLM chooses another attention backend and loads neither.
+ONLY_ON = {
+    "vllm/vllm_flash_attn/_vllm_fa2_C*.so": lambda major, minor: major >= 8 and major != 9,
+    "vllm/vllm_flash_attn/_vllm_fa3_C*.so": lambda major, minor: major == 9,
+}
 ROLLOUT_LIBRARIES = {
     "inprocess": TORCH,
     "llamacpp": TORCH,
@@ -99,9 +106,14 @@ def verdict(gpu: str, sass: list[str], ptx: list[str], gfx: list[str] | None = N
     return NONE
 
 
-def needed_by(path: str, rollout: str) -> bool:
-    """Does the rollout path launch kernels from this library (its path inside its wheel)?"""
-    return any(fnmatch.fnmatch(path, pattern) for pattern in ROLLOUT_LIBRARIES.get(rollout, ()))
+def needed_by(path: str, rollout: str, gpu: str | None = None) -> bool:
+    """Does the rollout path launch kernels from this library (its path inside its wheel): on `gpu`, or (None) on
+    some GPU?"""
+    if not any(fnmatch.fnmatch(path, pattern) for pattern in ROLLOUT_LIBRARIES.get(rollout, ())):
+        return False
+    only = next((test for pattern, test in ONLY_ON.items() if fnmatch.fnmatch(path, pattern)), None)
+    arch = parse_arch(gpu) if gpu else None
+    return only is None or gpu is None or (arch is not None and only(arch[0], arch[1]))
 
 
 def table_path(track: str, lock_dir: Path) -> Path:
@@ -124,7 +136,7 @@ def findings(table: dict, gpu: str, rollout: str) -> list[dict]:
     for lib in table.get("libraries", []):
         v = verdict(gpu, lib.get("sass", []), lib.get("ptx", []), lib.get("gfx"))
         if v != NATIVE:
-            found.append({"wheel": lib["wheel"], "library": lib["path"], "verdict": v, "needed": needed_by(lib["path"], rollout)})
+            found.append({"wheel": lib["wheel"], "library": lib["path"], "verdict": v, "needed": needed_by(lib["path"], rollout, gpu)})
     return sorted(found, key=lambda f: (not f["needed"], f["verdict"] != NONE, f["library"]))
 
 
