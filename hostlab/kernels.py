@@ -206,6 +206,9 @@ def make_table(track: Track, lock_dir: Path = LOCK_DIR, lock_text: str | None = 
     """Read the locked wheels (downloading the missing ones) and return (table, costs)."""
     if not track.gpus:
         raise HostError(f"track {track.name} serves no GPU (no `gpus` in its row of images/tracks.toml): no kernels to read")
+    if lock_text is None and not lock_path(track, lock_dir).exists():
+        raise HostError(f"lockfiles/{track.name}.txt does not exist: make it first (`invoke lock --track {track.name}`, or "
+                        f"lockfiles/{track.name}.README where it is made elsewhere), then read its kernels")
     lock = parse_lock(lock_text if lock_text is not None else lock_path(track, lock_dir).read_text())
     started = time.monotonic()
     files = locked_files(track, lock=lock)
