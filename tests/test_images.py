@@ -100,12 +100,14 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
     assert (tmp_path / "lock.txt").read_bytes() == lock_path(get_track("c")).read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "entrypoint",
+        "kernels.json",
         "lock.txt",
         "tracks.toml",
         "uv.txt",
         "verify-locked.py",
     ]
     assert not list(tmp_path.rglob("__pycache__"))
+    assert (tmp_path / "kernels.json").read_text() == "{}\n"  # track c serves no GPU: an empty table
     # the committed tiny model travels with entrypoint/: the image has it, readable by the user it runs as
     weights = tmp_path / "entrypoint" / "tiny-model" / "model.safetensors"
     assert weights.read_bytes() == (REPO / "entrypoint" / "tiny-model" / "model.safetensors").read_bytes()

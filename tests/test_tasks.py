@@ -13,7 +13,7 @@ from grpolab.tracks import get_track  # noqa: E402
 
 from hostlab import REPO, labrun  # noqa: E402
 
-TASKS = ["base", "bench", "build", "doctor", "estimate", "export", "lab", "lock", "report", "serve", "smoke", "test", "tiny-model", "up", "venv"]
+TASKS = ["base", "bench", "build", "doctor", "estimate", "export", "kernels", "lab", "lock", "report", "serve", "smoke", "test", "tiny-model", "up", "venv"]
 
 
 def invoke(*args, env=None):

@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 
 from .errors import LayerFailure
+from .gpucode import device_kernels, driver_too_old, image_table_path, load_table
 from .settings import LabSettings
 from .tracks import Track
 
@@ -33,17 +34,39 @@ def say_layer(say, layer: str, text: str) -> None:
 # --- device (1. the device line) -------------------------------------------------------------------------
 
 
-def check_device(track: Track, expect_device: str | None = None) -> tuple[str, str]:
+def check_device(track: Track, expect_device: str | None = None, rollout: str | None = None) -> tuple[str, str]:
     """Layer 1. Returns (device type to train on, the line to print). The judgement is grpolab.torchbuild's,
-    the same the doctor gives."""
+    the same the doctor gives; on a GPU, the image's kernels table (grpolab.gpucode) and its driver minimum too,
+    before any model loads."""
     from .machine import host_facts
     from .torchbuild import diagnose_device, torch_build, torch_devices
 
-    build = torch_build()
-    finding = diagnose_device(build, torch_devices(build), host_facts(), track, expect_device)
+    build, host = torch_build(), host_facts()
+    devices = torch_devices(build)
+    finding = diagnose_device(build, devices, host, track, expect_device)
     if finding.status == "fail":
         raise LayerFailure("device", finding.summary, finding.action + ("; run `grpolab doctor` for the details" if build.kind else ""))
-    return finding.device_type, finding.summary
+    line = finding.summary
+    if devices.type == "cuda":
+        line += kernels_note(track, devices.arch, rollout or track.rollout, host.nvidia_driver)
+    return finding.device_type, line
+
+
+def kernels_note(track: Track, gpu: str | None, rollout: str, driver: str | None, table: dict | None = None) -> str:
+    """What the image's kernels table says of this GPU, appended to the device line; LayerFailure when the driver is
+    older than its CUDA major needs or a library the rollout path needs has no code for the GPU."""
+    table = table if table is not None else load_table(image_table_path(track.name))
+    too_old = driver_too_old(table, driver) if table else None
+    if too_old:
+        raise LayerFailure("device", too_old, f"update the host's NVIDIA driver to {table['driver_minimum']} or newer")
+    found = device_kernels(track.name, gpu, rollout, table)
+    if found is None:
+        return ""
+    status, summary, lines = found
+    if status == "fail":
+        raise LayerFailure("device", f"{summary}: " + "; ".join(lines),
+                           "use a GPU the track serves (README: Which GPUs each image runs on) or another rollout path; `grpolab doctor` lists every library")
+    return f"; kernels: {summary}" + (": " + "; ".join(lines) if lines else "")
 
 
 # --- adapter (2. the trainable-parameter count) ------------------------------------------------------------

