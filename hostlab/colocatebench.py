@@ -80,7 +80,8 @@ def run_variant(name: str, model: Path, runs_dir: Path, python: Path, env: dict)
     say(f"{name}: $ {' '.join(f'{k}={v}' for k, v in extra_env.items())} {' '.join(argv)}")
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, env={**env, **extra_env, "GRPOLAB_RUNS_DIR": str(runs_dir)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = {"variant": name, "command": " ".join(argv[1:]), "environment": extra_env, "exit_status": proc.returncode, "wall_clock_s": round(time.monotonic() - started, 1)}
+    out = {"variant": name, "command": " ".join(argv[1:]), "environment": extra_env, "exit_status": proc.returncode, "wall_clock_s": round(time.monotonic() - started, 1),
+           "load_average_after": [round(x, 2) for x in os.getloadavg()]}  # above 2 on 2 cores: another job ran beside it
     lab = next((line for line in reversed(read_runs(runs_dir / "runlog.jsonl")) if line.get("kind") == "lab"), None)
     if proc.returncode or lab is None:
         return {**out, "error": proc.stdout[-3000:]}
@@ -89,8 +90,8 @@ def run_variant(name: str, model: Path, runs_dir: Path, python: Path, env: dict)
     rollout = lab.get("rollout") or {}
     return {**out,
             "steps": [{"step": s["step"], "seconds": s["seconds"], **{part: s.get(f"{part}_s", 0.0) for part in PARTS}} for s in steps],
-            "steady_seconds_per_step": _mean([s["seconds"] for s in steady]),
-            "steady_split_s_per_step": {part: _mean([s.get(f"{part}_s", 0.0) for s in steady]) for part in PARTS},
+            "steady_seconds_per_step": _median([s["seconds"] for s in steady]),
+            "steady_split_s_per_step": {part: _median([s.get(f"{part}_s", 0.0) for s in steady]) for part in PARTS},
             **{key: lab.get(key) for key in ("peak_memory_gb_measured", "peak_memory_gb_predicted", "peak_memory_ratio", "runtime_baseline_gb", "peak_memory_parts")},
             "trainer_model_wrapper": lab.get("trainer_model_wrapper"),
             "torch_threads_after_engine_start": rollout.get("torch_threads_after_engine_start"),
@@ -98,8 +99,9 @@ def run_variant(name: str, model: Path, runs_dir: Path, python: Path, env: dict)
             "engine_env": rollout.get("engine_env")}  # fmt: skip
 
 
-def _mean(values: list[float]) -> float | None:
-    return round(sum(values) / len(values), 3) if values else None
+def _median(values: list[float]) -> float | None:
+    """The median over a run's steady steps: a step slowed by another job on the shared machine moves it least."""
+    return round(statistics.median(values), 3) if values else None
 
 
 def summarise(runs: dict[str, list[dict]]) -> dict:
@@ -123,7 +125,9 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
         for name in ("vllm-colocate", before):
             if name in median:
                 ratios[name] = {"update_over_inprocess_update": round(median[name]["update"] / base["update"], 3),
-                                "step_over_inprocess_step": round(median[name]["seconds_per_step"] / base["seconds_per_step"], 3)}
+                                "step_over_inprocess_step": round(median[name]["seconds_per_step"] / base["seconds_per_step"], 3),
+                                # The probe checks every sync in a run of up to 20 steps (this one), every 10th in a longer lab.
+                                "step_without_sync_check_over_inprocess_step": round((median[name]["seconds_per_step"] - median[name]["sync_check"]) / base["seconds_per_step"], 3)}
     return {"median_steady": median, "causes_of_the_slower_update": causes, "against_inprocess": ratios}
 
 
@@ -146,7 +150,7 @@ def colocate_size_bench(case: str = SHAPE_CASE, rounds: int = ROUNDS, variants: 
     return _write("lab-colocate-size", {
         "track": "cv", "case": case, "rounds": rounds, "settings": SETTINGS,
         "where": "host python, track cv's venv (.venvs/cv), this checkout's code; variants interleaved round by round, one run at a time",
-        "basis": f"steps {STEADY_FROM_STEP}-{SETTINGS['max_steps']} of each run, the lab's step recorder; medians over the rounds",
+        "basis": f"the median over steps {STEADY_FROM_STEP}-{SETTINGS['max_steps']} of each run (the lab's step recorder), then the median over the rounds",
         "goal": "colocate's update within 10% of in-process's, and colocate no slower per step",
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
         **summary, "runs": runs,
