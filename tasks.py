@@ -226,12 +226,13 @@ def report(c, logs="", all=False, against_lesson=False, out=None):
     "learning": "held-out pass@1 before and after the lab on 3 seeds, plus a random-reward control (host Python)",
     "stale": "llama.cpp rollouts never refreshed against refreshed every 10 steps, 2 seeds each, one at a time (host Python)",
     "memory": "peak memory instead, predicted against measured on CPU: the tiny model at track c, the Qwen3-0.6B and 1.7B shapes",
-    "case": "with --memory: only this case (tiny-track-c, qwen3-0.6b-shape, qwen3-1.7b-shape)",
+    "case": "with --memory: only this case (tiny-track-c, qwen3-0.6b-shape, qwen3-1.7b-shape); with --colocate: a shape case "
+            "(qwen3-0.6b-shape) instead of the tiny model's lab, each step split and the DDP wrapper's costs measured",
     "colocate": "track cv's lab with vLLM colocate on the CPU beside in-process, same settings: seconds per step, sync checks",
     "versus_trl": "the lab against plain TRL's GRPOTrainer on the same settings, interleaved, and each observer's cost",
-    "rounds": "with --versus-trl: rounds of every variant (default 3)",
+    "rounds": "with --versus-trl: rounds of every variant (default 3); with --colocate --case: rounds (default 2)",
 })
-def bench(c, build=False, learning=False, stale=False, memory=False, case=None, colocate=False, versus_trl=False, rounds=3):
+def bench(c, build=False, learning=False, stale=False, memory=False, case=None, colocate=False, versus_trl=False, rounds=None):
     """JSON under bench/: the lab's timings on track c, (--build) the image build, (--learning) pass@1 on 3
     seeds and a control, (--stale) llama.cpp rollouts never refreshed against refreshed every 10 steps,
     (--memory) peak memory predicted against measured, (--colocate) vLLM colocate beside in-process, or
@@ -245,10 +246,14 @@ def bench(c, build=False, learning=False, stale=False, memory=False, case=None, 
             benchmarks.learning_bench()
         elif stale:
             benchmarks.stale_bench()
+        elif colocate and case:
+            from hostlab.colocatebench import ROUNDS, colocate_size_bench
+
+            colocate_size_bench(case, int(rounds or ROUNDS))
         elif colocate:
             benchmarks.colocate_bench()
         elif versus_trl:
-            benchmarks.versus_trl_bench(int(rounds))
+            benchmarks.versus_trl_bench(int(rounds or benchmarks.VERSUS_ROUNDS))
         else:
             benchmarks.build_bench() if build else benchmarks.lab_bench()
 

@@ -41,7 +41,7 @@ def test_cases_are_the_issues():
     assert case_settings(CASES["qwen3-0.6b-shape"]).dtype == "float32"
 
 
-@pytest.mark.parametrize("script", ["memory_check.sh", "versus_trl_check.sh"])
+@pytest.mark.parametrize("script", ["memory_check.sh", "versus_trl_check.sh", "colocate_check.sh"])
 def test_gpu_checks_refuse_clearly_without_a_gpu(tmp_path, script):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

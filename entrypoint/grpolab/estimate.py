@@ -315,6 +315,35 @@ def allocator_term(update_gb: float) -> tuple[str, float, str]:
             "(fitted on the tiny model's lab and a Qwen3-0.6B shape, measured here)")
 
 
+# transformers 5.17.0 (track n's trainer stack, which tracks n, s and cv ship, with torch 2.13.0) keeps more resident
+# on a CPU than 5.24.0 (track c, torch 2.15.0), on which the terms above were fitted. Fitted, as a constant plus a
+# fraction of the policy's weights, on two in-process labs in track cv's venv, the measured peak above the other
+# terms: the tiny model's default lab (0.216 GB, bench/lab-colocate-20261202T004008Z.json) and a Qwen3-0.6B-shaped
+# folder, 6 steps of 8 completions of up to 32 tokens (1.270 GB, `invoke bench --colocate --case qwen3-0.6b-shape`,
+# round 1). Counted only where that transformers is installed and the run is on a CPU: a GPU's peak
+# (max_memory_allocated) is another basis, not yet measured with it (images/gpu/memory_check.sh).
+STACK_EXTRA_ON_CPU = {"5.17.0": (0.215, 0.443)}  # transformers version: (GB, x the policy's weights)
+
+
+def stack_term(weights_gb: float, transformers_version: str | None) -> tuple[str, float, str] | None:
+    """What the installed trainer stack keeps resident beyond the other terms on a CPU, where it was measured."""
+    if transformers_version not in STACK_EXTRA_ON_CPU:
+        return None
+    constant_gb, fraction = STACK_EXTRA_ON_CPU[transformers_version]
+    return (f"transformers {transformers_version}'s extra resident (CPU)", constant_gb + fraction * weights_gb,
+            f"{constant_gb:g} GB + {fraction:g} x the weights: what track cv's in-process labs kept above the other terms, "
+            "which were fitted on transformers 5.24 (fitted on the tiny model's lab and a Qwen3-0.6B shape)")
+
+
+def installed_transformers() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transformers")
+    except PackageNotFoundError:
+        return None
+
+
 # About 70 lines with its signature and the documentation of each argument; the body is the five terms in the
 # lesson's order, each a line or a helper, kept together so the table reads top to bottom as the lesson's does.
 def estimate_memory(
@@ -369,6 +398,9 @@ def estimate_memory(
     terms.append(update_term)
     if device == "cpu" and activations == "shape":
         terms.append(allocator_term(update_term[1]))
+        extra = stack_term(weights_gb, installed_transformers())
+        if extra:
+            terms.append(extra)
 
     used = sum(gb for _, gb, _ in terms) + (runtime_baseline_gb or 0.0)
     inputs = {

@@ -194,7 +194,7 @@ def train(settings: LabSettings, track: Track, shape: RunShape, run: Prepared, p
     Records the rollout path with `stale`, the largest lag and the basis they are given on. Returns
     (the trainer, its StepRecords).
     """
-    from .training import make_trainer, step_recorder
+    from .training import make_trainer, model_wrapper, step_recorder
 
     prompt_tokens = run.estimate.inputs.get("prompt_tokens") if run.estimate else None  # the data's longest prompt: vLLM's context
     rollout, rollout_line = check_rollout(settings, track, run.device_type, run.model_path, run.tokenizer, output_dir / "gguf", prompt_tokens)
@@ -208,6 +208,7 @@ def train(settings: LabSettings, track: Track, shape: RunShape, run: Prepared, p
         recorder.trainer = trainer
         # transformers' own clock of the whole training loop: the basis the benchmark against plain TRL reads.
         record["train_runtime_s"] = round(trainer.train().metrics["train_runtime"], 3)
+        record["trainer_model_wrapper"] = model_wrapper(trainer)
     finally:
         close_rollout(rollout)
     ledger = getattr(trainer, "rollout_ledger", None)
@@ -277,7 +278,9 @@ def progress_printer(settings: LabSettings, say):
         say(
             f"  step {record.step:>4}/{settings.max_steps}  reward {record.reward:.3f} ± {record.reward_std:.3f}  "
             f"no-spread {record.frac_reward_zero_std:.0%}  {record.seconds:.2f} s/step "
-            f"(generation {record.generation_seconds:.2f}, reward {record.reward_seconds:.3f}, update {record.update_seconds:.2f})  "
+            f"(generation {record.generation_seconds:.2f}, reward {record.reward_seconds:.3f}, "
+            + "".join(f"{name.replace('_', ' ')} {getattr(record, field):.2f}, " for field, name in VLLM_STEP_PARTS.items() if getattr(record, field))
+            + f"update {record.update_seconds:.2f})  "
             f"ETA {format_duration(remaining)}"
         )
 
@@ -300,24 +303,38 @@ def evaluate(settings: LabSettings, run: Prepared, model, when: str, say) -> flo
 # --- record -------------------------------------------------------------------------------------------------
 
 
+# The parts of a step only the vLLM paths have (StepRecord's field, the name in the split); a run without them
+# keeps the three-part split (generation, reward, update).
+VLLM_STEP_PARTS = {
+    "sync_seconds": "weight_sync",  # TRL's sync_weights (+ the CPU build's layerwise reload)
+    "sync_check_seconds": "sync_check",  # the lab's lag-0 probe
+    "old_logprobs_seconds": "old_logprobs",  # TRL's no-grad pass for the importance-sampling correction
+}
+
+
+def step_parts(steps: list) -> dict[str, str]:
+    """StepRecord field -> split name, for the parts this run has."""
+    parts = {"generation_seconds": "generation", "reward_seconds": "reward"}
+    parts.update({field: name for field, name in VLLM_STEP_PARTS.items() if any(getattr(r, field) for r in steps)})
+    return {**parts, "update_seconds": "update"}
+
+
 def step_averages(steps: list) -> dict:
-    """Seconds per step and its split into generation, reward and update, averaged over the logged steps."""
+    """Seconds per step and its split into generation, reward, the vLLM paths' own parts and update, averaged
+    over the logged steps."""
     count = len(steps)
     mean = lambda values: round(sum(values) / count, 4)  # noqa: E731
     return {
         "seconds_per_step": mean(r.seconds for r in steps),
-        "time_split_s_per_step": {
-            "generation": mean(r.generation_seconds for r in steps),
-            "reward": mean(r.reward_seconds for r in steps),
-            "update": mean(r.update_seconds for r in steps),
-        },
+        "time_split_s_per_step": {name: mean(getattr(r, field) for r in steps) for field, name in step_parts(steps).items()},
     }
 
 
 def record_steps(record: dict, steps: list) -> None:
+    parts = step_parts(steps)
     record["steps"] = [
         {"step": r.step, "reward": r.reward, "reward_std": r.reward_std, "frac_reward_zero_std": r.frac_reward_zero_std,
-         "seconds": round(r.seconds, 4), "generation_s": round(r.generation_seconds, 4), "reward_s": round(r.reward_seconds, 4), "update_s": round(r.update_seconds, 4)}
+         "seconds": round(r.seconds, 4), **{f"{name}_s": round(getattr(r, field), 4) for field, name in parts.items()}}
         for r in steps
     ]
     if steps:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -32,13 +33,17 @@ class StepRecord:
     reward_std: float
     frac_reward_zero_std: float
     seconds: float  # wall clock of this optimiser step
-    generation_seconds: float
+    generation_seconds: float  # producing completions, the weight sync excluded
     reward_seconds: float
     metrics: dict = field(default_factory=dict)
+    # The parts only a vLLM path has (0 in-process), each outside generation and update:
+    sync_seconds: float = 0.0  # TRL's sync_weights into the engine (on vLLM's CPU build with its layerwise reload)
+    sync_check_seconds: float = 0.0  # the lab's lag-0 probe after a synced generation (rollouts/vllm_sync.py)
+    old_logprobs_seconds: float = 0.0  # TRL's no-grad forward for old_per_token_logps: with vLLM, its importance-sampling correction
 
     @property
     def update_seconds(self) -> float:
-        return max(0.0, self.seconds - self.generation_seconds - self.reward_seconds)
+        return max(0.0, self.seconds - self.generation_seconds - self.reward_seconds - self.sync_seconds - self.sync_check_seconds - self.old_logprobs_seconds)
 
 
 def torch_dtype(settings: LabSettings, device_type: str):
@@ -151,6 +156,7 @@ def _failing_row(func, completions, kwargs) -> str:
     return "unknown"
 
 
+FIND_UNUSED_VARIABLE = "GRPOLAB_DDP_FIND_UNUSED_PARAMETERS"
 LIVE_LOG_DIR_VARIABLES = {"tensorboard": "TENSORBOARD_LOGGING_DIR", "wandb": "WANDB_DIR"}
 _live_log_dirs_set: set[str] = set()
 
@@ -193,6 +199,12 @@ def grpo_config(settings: LabSettings, reward_names: list[str], device_type: str
         bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16,
         **{checkpointing_field: device_type != "cpu"},
+        # Every trainable parameter is a LoRA weight on a layer of a text-only causal LM, and every layer runs in
+        # every forward: none is unused. transformers' default is "unused ones may exist" whenever checkpointing is
+        # off (the CPU), which costs a walk of the autograd graph on every backward under DDP (colocate on a CPU
+        # with LOCAL_RANK set before the run; any run on several processes). GRPOLAB_DDP_FIND_UNUSED_PARAMETERS=auto
+        # leaves it to transformers again, for `invoke bench --colocate --case ...` to measure what this saves.
+        ddp_find_unused_parameters=None if os.environ.get(FIND_UNUSED_VARIABLE) == "auto" else False,
         save_strategy="no",
         report_to=settings.report_to,
         disable_tqdm=True,
@@ -217,24 +229,47 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
         raise LayerFailure("input", f"TRL refused these settings: {error}", "change the setting it names") from error
 
     class TimedGRPOTrainer(GRPOTrainer):
-        """Counts the seconds spent producing completions, so each step splits into generation, reward, update."""
+        """Counts the seconds spent producing completions, syncing weights into vLLM, checking the sync and in TRL's
+        no-grad log-probability pass, so each step splits into those, reward and update (StepRecord)."""
 
         generation_seconds = 0.0
+        sync_seconds = 0.0
+        sync_check_seconds = 0.0
+        old_logprobs_seconds = 0.0
         rollout_ledger = None  # set for vLLM colocate: after each generation it records (and checks) the synced policy
 
         def _generate(self, prompts):
             started = time.perf_counter()
+            sync_before = self.sync_seconds  # TRL syncs inside _generate, before the engine generates
             loaded_before = getattr(self, "_last_loaded_step", None)
             try:
                 generated = super()._generate(prompts)
             finally:
-                seconds = time.perf_counter() - started
+                seconds = time.perf_counter() - started - (self.sync_seconds - sync_before)
                 self.generation_seconds += seconds
             # After a generation that succeeded only (an engine that just failed is not asked again), and outside
             # the timing: the sync check is not generation.
             if hasattr(self.rollout_ledger, "after_generation"):
-                self.rollout_ledger.after_generation(self, loaded_before, seconds)
+                started = time.perf_counter()
+                try:
+                    self.rollout_ledger.after_generation(self, loaded_before, seconds)
+                finally:
+                    self.sync_check_seconds += time.perf_counter() - started
             return generated
+
+        def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+            # Without gradients this is TRL's old_per_token_logps pass (_generate_and_score_completions): with vLLM
+            # and vllm_importance_sampling_correction (TRL's default) one more forward of every sequence, a cost
+            # in-process runs do not pay, so it is counted apart from the update.
+            import torch
+
+            if torch.is_grad_enabled():
+                return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            started = time.perf_counter()
+            try:
+                return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            finally:
+                self.old_logprobs_seconds += time.perf_counter() - started
 
     with engine_arguments(engine_dtype) if engine_dtype else contextlib.nullcontext():
         trainer = TimedGRPOTrainer(
@@ -248,6 +283,8 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
         )
     if engine_dtype:  # vLLM's CPU build: TRL's sync inside vLLM's own reload protocol
         sync_through_vllm_reload(trainer.vllm_generation)
+    if args.use_vllm:
+        time_weight_syncs(trainer)
     if args.use_vllm and args.vllm_mode == "colocate":
         trainer.rollout_ledger = VllmSyncLedger(probe_prompt_ids(tokenizer, train_dataset), settings.max_steps)
     from transformers import PrinterCallback
@@ -257,9 +294,37 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
     return trainer
 
 
+def model_wrapper(trainer) -> str:
+    """What the trainer wrapped the policy in for training: "none", or DDP with its find_unused_parameters. accelerate
+    wraps in DDP only on several processes, except on a CPU whenever LOCAL_RANK is set (world size 1 included)."""
+    wrapped = getattr(trainer, "model_wrapped", None)
+    if wrapped is None or wrapped is trainer.model:
+        return "none"
+    unused = getattr(wrapped, "find_unused_parameters", None)
+    return f"{type(wrapped).__name__} (find_unused_parameters={unused})" if unused is not None else type(wrapped).__name__
+
+
+def time_weight_syncs(trainer) -> None:
+    """Count the seconds of every weight sync into vLLM (TRL's sync_weights, with whatever wraps it) on the trainer."""
+    sync = trainer.vllm_generation.sync_weights
+
+    def timed_sync():
+        started = time.perf_counter()
+        try:
+            return sync()
+        finally:
+            trainer.sync_seconds += time.perf_counter() - started
+
+    trainer.vllm_generation.sync_weights = timed_sync
+
+
 def as_number(value) -> float:
     """A logged metric as a float; NaN when TRL logged None or nothing (grpolab.checks.check_step_metrics says so)."""
     return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+# The seconds TimedGRPOTrainer counts, by the StepRecord field each becomes.
+TRAINER_PARTS = ("generation_seconds", "sync_seconds", "sync_check_seconds", "old_logprobs_seconds")
 
 
 def step_recorder(reward_funcs, on_record=None, stop_on=None):
@@ -271,16 +336,21 @@ def step_recorder(reward_funcs, on_record=None, stop_on=None):
             self.records: list[StepRecord] = []
             self.trainer = None
             self._step_started = None
-            self._seconds = self._generation = self._reward = 0.0
+            self._seconds = self._reward = 0.0
+            self._parts = dict.fromkeys(TRAINER_PARTS, 0.0)  # per logged step, summed over its optimiser steps
+
+        def _trainer_parts(self) -> dict[str, float]:
+            return {part: getattr(self.trainer, part, 0.0) if self.trainer else 0.0 for part in TRAINER_PARTS}
 
         def on_step_begin(self, args, state, control, **kwargs):
             self._step_started = time.perf_counter()
-            self._generation_before = self.trainer.generation_seconds if self.trainer else 0.0
+            self._parts_before = self._trainer_parts()
             self._reward_before = sum(func.seconds for func in reward_funcs)
 
         def on_step_end(self, args, state, control, **kwargs):
             self._seconds += time.perf_counter() - self._step_started
-            self._generation += (self.trainer.generation_seconds if self.trainer else 0.0) - self._generation_before
+            for part, seconds in self._trainer_parts().items():
+                self._parts[part] += seconds - self._parts_before[part]
             self._reward += sum(func.seconds for func in reward_funcs) - self._reward_before
 
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -293,12 +363,13 @@ def step_recorder(reward_funcs, on_record=None, stop_on=None):
                 reward_std=as_number(logs.get("reward_std")),
                 frac_reward_zero_std=as_number(logs.get("frac_reward_zero_std")),
                 seconds=self._seconds / steps,
-                generation_seconds=self._generation / steps,
                 reward_seconds=self._reward / steps,
                 # None too: TRL logs a metric it could not compute (a NaN mean) as None.
                 metrics={key: as_number(value) if value is not None else None for key, value in logs.items() if value is None or isinstance(value, (int, float))},
+                **{part: seconds / steps for part, seconds in self._parts.items()},
             )
-            self._seconds = self._generation = self._reward = 0.0
+            self._seconds = self._reward = 0.0
+            self._parts = dict.fromkeys(TRAINER_PARTS, 0.0)
             self.records.append(record)
             if on_record:
                 on_record(record, state)

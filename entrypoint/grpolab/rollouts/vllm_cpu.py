@@ -9,8 +9,12 @@ What is different from colocate on a GPU, and why each setting is made here:
   (VLLM_CPU_OMP_THREADS_BIND=auto) and, without OMP_NUM_THREADS, drops torch to one thread for serving
   (vllm/utils/torch_utils.py set_torch_threads_for_runtime), which would leave the trainer's update on one
   core. So the binding is off (nobind) and OMP_NUM_THREADS is the usable cores, unless the user set them;
-- TRL's colocate mode wants torch.distributed's environment even for one process (RANK, LOCAL_RANK,
-  WORLD_SIZE, MASTER_ADDR, MASTER_PORT: a free port);
+- TRL's colocate mode wants torch.distributed's environment even for one process: TRL sets RANK, LOCAL_RANK
+  and WORLD_SIZE itself just before it builds the engine (trl/generation/vllm_generation.py); the lab sets only
+  MASTER_ADDR and MASTER_PORT (a free port). Setting LOCAL_RANK before the trainer is built, as the lab once
+  did, makes accelerate choose MULTI_CPU, whose prepare_model wraps the model in DistributedDataParallel even
+  at world size 1 (on a GPU, MULTI_GPU at world size 1 is not wrapped): a gloo all-reduce of the gradients
+  and, with transformers' default find_unused_parameters on a CPU, a walk of the autograd graph every step;
 - TRL builds `vllm.LLM` itself and exposes neither its dtype nor enforce_eager: `engine_arguments` adds them
   for the one call TRL makes (float32 like the trainer, so the sync checks compare like with like; eager,
   because vLLM's CPU default compiles the model with inductor, minutes on a small CPU);
@@ -55,19 +59,21 @@ def check_fits_in_ram(kv_gib: int, weights_gb: float, available_gb: float | None
 
 # --- The environment of the one process ----------------------------------------------------------------------
 
+# Set before the trainer is built, LOCAL_RANK makes accelerate wrap the model in DDP at world size 1 (see above).
+DISTRIBUTED_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+
 
 def engine_environment(kv_gib: int, environ=os.environ) -> dict:
     """The variables vLLM's CPU build and TRL's colocate mode read, with the user's own values kept.
     Returns what the run uses (for the run log)."""
-    wanted = {
-        **cpu_engine_variables(kv_gib),
-        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-    }  # fmt: skip
+    wanted = {**cpu_engine_variables(kv_gib), "MASTER_ADDR": "127.0.0.1"}
     for name, value in wanted.items():
         environ.setdefault(name, value)
     if environ.get("MASTER_PORT", "") in ("", "0", "auto"):
         environ["MASTER_PORT"] = str(free_port())
-    return {**{name: environ[name] for name in (*wanted, "MASTER_PORT")}, "torch_compile": sampler_compilation()}
+    # RANK, LOCAL_RANK, WORLD_SIZE: TRL's (set when it builds the engine), or the user's, which the run log shows.
+    ranks = {name: environ.get(name, "set by TRL when it builds the engine") for name in DISTRIBUTED_RANK_VARIABLES}
+    return {**{name: environ[name] for name in (*wanted, "MASTER_PORT")}, **ranks, "torch_compile": sampler_compilation()}
 
 
 def sampler_compilation() -> str:
