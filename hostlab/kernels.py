@@ -112,7 +112,10 @@ def torch_cuda(wheel: Path) -> str | None:
 # ------------------------------------------------------------------------------------------ the table
 def build_table(track: Track, scans: dict[str, list[SharedObject]], torch_cuda_version: str | None, lock_body_sha256: str) -> dict:
     """The kernels table from every wheel's shared objects ({"name version": [...]})."""
-    provided = set(BASE_LIBRARIES) | set(HOST_DRIVER)
+    # The base images' Python (python:3.1x-slim) is built with --enable-shared: /usr/local/lib/libpython3.1x.so.1.0,
+    # which an extension that links libpython (cuda-tile's _cext) finds. (The stand-in base's Debian python3 has it
+    # only with the libpython3.1x package.)
+    provided = set(BASE_LIBRARIES) | set(HOST_DRIVER) | {f"libpython{track.python}.so.1.0"}
     for objects in scans.values():
         for o in objects:
             provided.add(o.path.rsplit("/", 1)[-1])
