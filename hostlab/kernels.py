@@ -11,8 +11,10 @@ majors that disagree, and a library that cannot load (unresolved DT_NEEDED, GLIB
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
+import sys
 import tempfile
 import time
 import zipfile
@@ -320,7 +322,8 @@ def run_kernels(track_name: str | None, as_json: bool = False, lock_dir: Path = 
     tracks = [get_track(track_name)] if track_name else kernels_tracks()
     ok, out = True, {}
     for track in tracks:
-        table, costs = make_table(track, lock_dir)
+        with contextlib.redirect_stdout(sys.stderr if as_json else sys.stdout):  # --json: stdout holds the JSON alone
+            table, costs = make_table(track, lock_dir)
         path = write_table(table, lock_dir)
         refusals, warnings = problems(table)
         out[track.name] = {"table": str(path), "costs": costs, "refusals": refusals, "warnings": warnings}
