@@ -11,8 +11,10 @@ majors that disagree, and a library that cannot load (unresolved DT_NEEDED, GLIB
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
+import sys
 import tempfile
 import time
 import zipfile
@@ -112,7 +114,10 @@ def torch_cuda(wheel: Path) -> str | None:
 # ------------------------------------------------------------------------------------------ the table
 def build_table(track: Track, scans: dict[str, list[SharedObject]], torch_cuda_version: str | None, lock_body_sha256: str) -> dict:
     """The kernels table from every wheel's shared objects ({"name version": [...]})."""
-    provided = set(BASE_LIBRARIES) | set(HOST_DRIVER)
+    # The base images' Python (python:3.1x-slim) is built with --enable-shared: /usr/local/lib/libpython3.1x.so.1.0,
+    # which an extension that links libpython (cuda-tile's _cext) finds. (The stand-in base's Debian python3 has it
+    # only with the libpython3.1x package.)
+    provided = set(BASE_LIBRARIES) | set(HOST_DRIVER) | {f"libpython{track.python}.so.1.0"}
     for objects in scans.values():
         for o in objects:
             provided.add(o.path.rsplit("/", 1)[-1])
@@ -317,7 +322,8 @@ def run_kernels(track_name: str | None, as_json: bool = False, lock_dir: Path = 
     tracks = [get_track(track_name)] if track_name else kernels_tracks()
     ok, out = True, {}
     for track in tracks:
-        table, costs = make_table(track, lock_dir)
+        with contextlib.redirect_stdout(sys.stderr if as_json else sys.stdout):  # --json: stdout holds the JSON alone
+            table, costs = make_table(track, lock_dir)
         path = write_table(table, lock_dir)
         refusals, warnings = problems(table)
         out[track.name] = {"table": str(path), "costs": costs, "refusals": refusals, "warnings": warnings}
