@@ -22,7 +22,7 @@ import difflib
 import json
 import math
 import re
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -500,3 +500,18 @@ def smoke_settings(lab: LabSettings, track: Track, flags: dict | None = None) ->
     if checked.problems:
         raise SettingsRefused(checked.problems, values, checked.warnings)
     return with_warnings(LabSettings(**checked.values), checked.warnings)
+
+
+# What the smoke test sets for itself; every other setting it takes from the lab it stands before.
+SMOKE_OWN_SETTINGS = (*SMOKE_SIZES, "per_device_train_batch_size", "train_size", *LAB_ONLY_SETTINGS, "model")
+
+
+def lab_for_smoke(smoke: LabSettings, track: Track) -> LabSettings:
+    """The lab a smoke test run on its own stands before: the track's lab as configured (images/tracks.toml), with
+    the smoke test's settings wherever the smoke test takes them from the lab (rollout path, completion length,
+    dtype, adapter...), and its model unless that is the track's smoke_model (then the lab's own model)."""
+    lab = resolve_settings(track, with_context=False)
+    taken = {name: getattr(smoke, name) for name in SETTING_NAMES - set(SMOKE_OWN_SETTINGS)}
+    if smoke.model != track.lab.get("smoke_model"):
+        taken["model"] = smoke.model
+    return replace(lab, **taken)
