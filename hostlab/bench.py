@@ -345,7 +345,7 @@ PROJECTION_CASES = {
 # tiny model and is told the lab it stands before (the track rows of s, x, n do this with smoke_model); the lab
 # is a short one on the folder, at a step size that 2 cores run in minutes.
 SHAPE_CASE = "c, in-process, Qwen3-0.6B-shaped folder projected from the tiny model (host)"
-SHAPE_LAB = {"num_generations": 4, "per_device_train_batch_size": 8, "max_steps": 3, "logging_steps": 1, "train_size": 16, "heldout_size": 1}
+SHAPE_LAB = {"num_generations": 4, "per_device_train_batch_size": 8, "max_steps": 2, "logging_steps": 1, "train_size": 16, "heldout_size": 1}
 SHAPE_SMOKE = """import sys
 from dataclasses import replace
 from grpolab.settings import resolve_settings, smoke_settings

@@ -48,15 +48,17 @@ def test_the_lab_a_smoke_test_stands_before_takes_the_smoke_tests_rollout_path_a
 
 
 def test_the_first_calibration_step_is_run_but_not_counted():
-    measured = Calibration(64, 16, 8, step_seconds=[0.4, 0.2, 0.1])
-    assert measured.seconds_per_step == pytest.approx(sum([0.4, 0.2, 0.1][WARM_UP_STEPS:]) / (3 - WARM_UP_STEPS))
+    steps = [0.4, 0.3, 0.25, 0.2, 0.1, 0.15]
+    measured = Calibration(64, 16, 8, step_seconds=steps)
+    assert WARM_UP_STEPS < CALIBRATION_STEPS
+    assert measured.seconds_per_step == pytest.approx(sum(steps[WARM_UP_STEPS:]) / (len(steps) - WARM_UP_STEPS))
     assert Calibration(8, 16, 4, step_seconds=[0.4, 0.2], same_shape=True).seconds_per_step == pytest.approx(0.3)
     assert Calibration(64, 16, 8, step_seconds=[0.4], error="OutOfMemoryError: ...").seconds_per_step is None
 
 
 def test_the_projection_is_the_calibration_times_the_model_size_only():
     lab = resolve_settings(get_track("c"))
-    record = Calibration(64, 16, 8, step_seconds=[0.3, 0.12, 0.14]).as_record()
+    record = Calibration(64, 16, 8, step_seconds=[0.3, 0.2, 0.2, 0.12, 0.14, 0.13]).as_record()
     noted = lab_projection(record, "tiny", lab)
     assert noted["model_size_factor"] == 1.0 and noted["projected_lab_seconds_per_step"] == pytest.approx(0.13)
     assert noted["projected_lab_wall_clock_s"] == pytest.approx(0.13 * 120, abs=0.1)
@@ -108,7 +110,7 @@ def test_the_smoke_test_times_the_labs_shape_and_projects_from_it(calibrated_smo
     assert len(smoke["steps"]) == 10 and smoke["settings"]["per_device_train_batch_size"] == 8
     assert smoke["layers_passed"] == ["device", "adapter", "rewards", "first_step", "rollout", "runlog"]
     text = "\n".join(lines)
-    assert "calibration        3 steps at the lab's shape (64 completions x 16 tokens)" in text and "cost " in text
+    assert f"calibration        {CALIBRATION_STEPS} steps at the lab's shape (64 completions x 16 tokens)" in text and "cost " in text
 
 
 def test_the_smoke_tests_peak_is_predicted_at_the_calibrations_shape(calibrated_smoke):

@@ -125,5 +125,5 @@ def calibration_line(calibration: dict, smoke_so_far_s: float | None) -> str:
         cost += f", {calibration['cost_s'] / (smoke_so_far_s - calibration['cost_s']):.0%} on top of the rest of this smoke test ({smoke_so_far_s - calibration['cost_s']:.1f} s, imports not counted)"
     if calibration.get("error"):
         return f"{calibration['steps']} of {CALIBRATION_STEPS} steps at the lab's shape ({shape}) ran, then it failed: {calibration['error']}; {cost}"
-    return (f"{calibration['steps']} steps at the lab's shape ({shape}): {seconds} s, the first not counted "
-            f"(it pays the new shape's set-up once); {cost}")
+    return (f"{calibration['steps']} steps at the lab's shape ({shape}): {seconds} s, the first {calibration['warm_up_steps']} not counted "
+            f"(a new trainer's first steps are slower than the lab's later ones); {cost}")
