@@ -396,6 +396,10 @@ def _projection_pair(name: str, track: str, options: dict, runs_dir: Path, where
         if proc.returncode:
             out.update(exit_status=proc.returncode, error=proc.stdout[-2000:])
             return out
+        printed = proc.stdout.splitlines()
+        if "what to write down before you scale up:" in printed:  # the smoke test's summary, as the learner saw it
+            start = printed.index("what to write down before you scale up:")
+            out["smoke_summary"] = printed[start : start + 7]
     lines = read_runs(runs_dir / "runlog.jsonl")
     smoke = next((line for line in reversed(lines) if line.get("kind") == "smoke"), {})
     lab = next((line for line in reversed(lines) if line.get("kind") == "lab"), {})
