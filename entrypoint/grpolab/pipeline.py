@@ -96,9 +96,8 @@ def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_de
         with nullcontext(run_dir) if shape.evaluate else tempfile.TemporaryDirectory() as output_dir:
             trainer, steps = train(settings, track, shape, run, peft_model, Path(output_dir), record, say)
             if lab is not None and not shape.evaluate:
-                trainer = None  # the smoke test's trainer (and a colocated engine) freed before the calibration's
-                gc.collect()
-                record["calibration"] = calibrate(settings, calibration, track, run, peft_model, steps, Path(output_dir)).as_record()
+                record["calibration"] = calibrate(settings, calibration, track, run, peft_model, steps, Path(output_dir), trainer, lab.max_steps).as_record()
+                trainer = None
         if shape.evaluate:
             record["pass_at_1_after"] = evaluate(settings, run, trainer.model, "after", say)
         record_steps(record, steps)
@@ -230,12 +229,13 @@ def train(settings: LabSettings, track: Track, shape: RunShape, run: Prepared, p
     return trainer, steps
 
 
-def calibrate(smoke: LabSettings, calibration: LabSettings | None, track: Track, run: Prepared, peft_model, smoke_steps: list, output_dir: Path) -> Calibration:
+def calibrate(smoke: LabSettings, calibration: LabSettings | None, track: Track, run: Prepared, peft_model, smoke_steps: list, output_dir: Path,
+              smoke_trainer, lab_steps: int) -> Calibration:
     """The smoke test's steps at the lab's per-step shape, after its layers passed: a trainer of their own on the
     same adapter, rollout path and settings, every step timed as the lab times its steps. Its verdicts are the
     smoke test's alone: a calibration that fails is recorded with why, and the smoke test still passes."""
     from .calibration import start
-    from .training import make_trainer, step_recorder
+    from .training import make_trainer, release_vllm_engine, step_recorder
 
     measured = start(calibration, smoke)
     if calibration is None:  # the smoke test's own steps were at the lab's shape
@@ -243,6 +243,9 @@ def calibrate(smoke: LabSettings, calibration: LabSettings | None, track: Track,
         return measured
     started = time.perf_counter()
     try:
+        release_vllm_engine(smoke_trainer)  # the smoke test's engine is not the lab's: one engine at a time, as in the lab
+        del smoke_trainer
+        gc.collect()
         calibration = replace(calibration, report_to="none")  # no live-logging run of its own
         prompt_tokens = run.estimate.inputs.get("prompt_tokens") if run.estimate else None
         rollout, _ = check_rollout(calibration, track, run.device_type, run.model_path, run.tokenizer, output_dir / "calibration-gguf", prompt_tokens)
@@ -250,7 +253,7 @@ def calibrate(smoke: LabSettings, calibration: LabSettings | None, track: Track,
         recorder = step_recorder(run.reward_funcs)
         try:
             trainer = make_trainer(calibration, peft_model, run.tokenizer, run.calibration_train, run.reward_funcs, run.device_type,
-                                   output_dir / "calibration", rollout, [recorder])
+                                   output_dir / "calibration", rollout, [recorder], sync_check_steps=lab_steps)
             recorder.trainer = trainer
             trainer.train()
         finally:
