@@ -113,13 +113,17 @@ def test_the_smoke_test_times_the_labs_shape_and_projects_from_it(calibrated_smo
     assert f"calibration        {CALIBRATION_STEPS} steps at the lab's shape (64 completions x 16 tokens)" in text and "cost " in text
 
 
-def test_the_smoke_tests_peak_is_predicted_at_the_calibrations_shape(calibrated_smoke):
-    """The estimate of the lab's step (64 completions) on the smoke model, the shape the peak was taken at."""
-    from grpolab.estimate import estimate_memory
+def test_the_smoke_tests_peak_is_predicted_at_the_calibrations_shape(calibrated_smoke, tiny_model_path):
+    """The estimate of the lab's step (64 completions, the lab's prompts) on the smoke model, the shape the peak was taken at."""
+    from grpolab.data import load_lab_datasets
+    from grpolab.estimate import estimate_memory, longest_prompt_tokens
+    from grpolab.training import load_tokenizer
 
     smoke, _ = calibrated_smoke
-    lab = resolve_settings(get_track("c"))
-    at_lab = estimate_memory("tiny", lab, runtime_baseline_gb=smoke["runtime_baseline_gb"], device_type="cpu")
-    at_smoke = estimate_memory("tiny", resolve_settings(get_track("c"), smoke=True), runtime_baseline_gb=smoke["runtime_baseline_gb"], device_type="cpu")
-    assert at_lab.modelled_gb > at_smoke.modelled_gb
-    assert smoke["peak_memory_gb_predicted"] == pytest.approx(at_lab.modelled_gb, rel=0.05)
+    track = get_track("c")
+    lab = resolve_settings(track)
+    train, _ = load_lab_datasets(lab.dataset, lab.train_size, 0, lab.seed)
+    prompt_tokens = longest_prompt_tokens(load_tokenizer(str(tiny_model_path)), train)
+    at = lambda settings: estimate_memory("tiny", settings, runtime_baseline_gb=smoke["runtime_baseline_gb"], device_type="cpu", prompt_tokens=prompt_tokens).modelled_gb  # noqa: E731
+    assert at(lab) > at(smoke_settings(lab, track))
+    assert smoke["peak_memory_gb_predicted"] == pytest.approx(at(lab), abs=0.002)
