@@ -227,16 +227,19 @@ def report(c, logs="", all=False, against_lesson=False, out=None):
     "stale": "llama.cpp rollouts never refreshed against refreshed every 10 steps, 2 seeds each, one at a time (host Python)",
     "memory": "peak memory instead, predicted against measured on CPU: the tiny model at track c, the Qwen3-0.6B and 1.7B shapes",
     "case": "with --memory: only this case (tiny-track-c, qwen3-0.6b-shape, qwen3-1.7b-shape); with --colocate: a shape case "
-            "(qwen3-0.6b-shape) instead of the tiny model's lab, each step split and the DDP wrapper's costs measured",
+            "(qwen3-0.6b-shape) instead of the tiny model's lab, each step split and the DDP wrapper's costs measured; with --projection: "
+            "only this pair (its name as in the JSON)",
+    "projection": "each smoke-then-lab pair (c in-process, c llamacpp, cv vLLM colocate, a Qwen3-0.6B-shaped lab from the tiny model's smoke test): the smoke test's projection over the lab's measured seconds per step, the calibration's cost",
     "colocate": "track cv's lab with vLLM colocate on the CPU beside in-process, same settings: seconds per step, sync checks",
     "versus_trl": "the lab against plain TRL's GRPOTrainer on the same settings, interleaved, and each observer's cost",
     "rounds": "with --versus-trl: rounds of every variant (default 3); with --colocate --case: rounds (default 2)",
 })
-def bench(c, build=False, learning=False, stale=False, memory=False, case=None, colocate=False, versus_trl=False, rounds=None):
+def bench(c, build=False, learning=False, stale=False, memory=False, case=None, colocate=False, versus_trl=False, rounds=None, projection=False):
     """JSON under bench/: the lab's timings on track c, (--build) the image build, (--learning) pass@1 on 3
     seeds and a control, (--stale) llama.cpp rollouts never refreshed against refreshed every 10 steps,
     (--memory) peak memory predicted against measured, (--colocate) vLLM colocate beside in-process, or
-    (--versus-trl) the lab against plain TRL with each observer's cost."""
+    (--versus-trl) the lab against plain TRL with each observer's cost, or (--projection) the smoke test's projection
+    of the lab against the lab's measurement."""
     from hostlab import bench as benchmarks
 
     with user_errors():
@@ -252,6 +255,8 @@ def bench(c, build=False, learning=False, stale=False, memory=False, case=None, 
             colocate_size_bench(case, int(rounds or ROUNDS))
         elif colocate:
             benchmarks.colocate_bench()
+        elif projection:
+            benchmarks.projection_bench((case,) if case else None)
         elif versus_trl:
             benchmarks.versus_trl_bench(int(rounds or benchmarks.VERSUS_ROUNDS))
         else:

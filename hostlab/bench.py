@@ -328,3 +328,126 @@ def build_bench() -> Path:
     client.images.remove(tag, force=True)
     client.images.remove(base, force=True)
     return _write("build", record)
+
+
+# The smoke test's projection of the lab against the lab's measurement (issue 30): each case is the lab with its
+# smoke test first (`--smoke always`, the smoke test in a process of its own, as a learner runs it), one case at a
+# time, on this checkout's code. The figures are read from the two run-log lines the pair leaves.
+PROJECTION_CASES = {
+    # name: (track, options of `grpolab lab`, where: "host" (the track's venv) or "image" (grpolab:TRACK))
+    "c, in-process (image)": ("c", {}, "image"),
+    "c, in-process (host)": ("c", {}, "host"),
+    "c, llamacpp (host)": ("c", {"rollout": "llamacpp"}, "host"),
+    "cv, vLLM colocate (image)": ("cv", {}, "image"),
+    "cv, vLLM colocate (host, track cv's venv)": ("cv", {}, "host"),
+}
+# A lab on a Qwen3-0.6B-shaped folder projected from the tiny model's smoke test: the smoke test runs on the
+# tiny model and is told the lab it stands before (the track rows of s, x, n do this with smoke_model); the lab
+# is a short one on the folder, at a step size that 2 cores run in minutes.
+SHAPE_CASE = "c, in-process, Qwen3-0.6B-shaped folder projected from the tiny model (host)"
+SHAPE_LAB = {"num_generations": 4, "per_device_train_batch_size": 8, "max_steps": 2, "logging_steps": 1, "train_size": 16, "heldout_size": 1}
+SHAPE_SMOKE = """import sys
+from dataclasses import replace
+from grpolab.settings import resolve_settings, smoke_settings
+from grpolab.smoke import run_smoke
+from grpolab.tracks import get_track
+track = get_track("c")
+lab = replace(resolve_settings(track), model=sys.argv[1], **{key: int(value) for key, value in (a.split("=") for a in sys.argv[2:])})
+run_smoke(replace(smoke_settings(lab, track), model="tiny"), track, lab=lab)
+"""
+
+
+def _image_command(track: str, argv: list[str], runs_dir: Path) -> list[str]:
+    """`grpolab ...` in the grpolab:TRACK image, with this checkout's entrypoint/ over the image's (the image's
+    environment, this checkout's code) and the runs folder mounted."""
+    import os
+
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    return ["docker", "run", "--rm", "--user", f"{os.getuid()}:{os.getgid()}", "-v", f"{REPO / 'entrypoint'}:/opt/grpolab/entrypoint:ro",
+            "-v", f"{runs_dir}:/work/runs", f"grpolab:{track}", *argv[3:]]
+
+
+def _projection_pair(name: str, track: str, options: dict, runs_dir: Path, where: str = "host") -> dict:
+    """One smoke-then-lab pair: the lab's measured seconds per step over the smoke test's projection of them."""
+    from grpolab.runlog import read_runs
+    from grpolab.tracks import get_track
+
+    from .labrun import lab_command, lab_env
+
+    env = {**lab_env(get_track(track)), "GRPOLAB_RUNS_DIR": str(runs_dir)}
+    commands = [lab_command("lab", track, {**options, "smoke": "always"}, [])]
+    if where == "image":
+        commands = [_image_command(track, commands[0], runs_dir)]
+    if name == SHAPE_CASE:
+        folder = runs_dir / "qwen3-0.6b-shape"
+        python = commands[0][0]
+        subprocess.run([python, "-c", f"from grpolab.membench import write_shape_folder; write_shape_folder('qwen3-0.6b-shape', {str(folder)!r})"],
+                       cwd=REPO, env=env, check=True)
+        sizes = [f"{key}={value}" for key, value in SHAPE_LAB.items()]
+        commands = [[python, "-c", SHAPE_SMOKE, str(folder), *sizes],
+                    lab_command("lab", track, {**{k: v for k, v in SHAPE_LAB.items()}, "model": folder, "smoke": "never"}, [])]
+    out = {"case": name, "commands": [], "exit_status": 0}
+    for argv in commands:
+        say(f"{name}: $ " + " ".join(str(a) for a in argv))
+        started = time.monotonic()
+        proc = subprocess.run(resolved([str(a) for a in argv]), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out["commands"].append({"command": " ".join(str(a) for a in argv[1:]) if name != SHAPE_CASE or argv is not commands[0] else "python -c SHAPE_SMOKE FOLDER " + " ".join(sizes),
+                                "wall_clock_s": round(time.monotonic() - started, 1), "exit_status": proc.returncode})
+        if proc.returncode:
+            out.update(exit_status=proc.returncode, error=proc.stdout[-2000:])
+            return out
+        printed = proc.stdout.splitlines()
+        if "what to write down before you scale up:" in printed:  # the smoke test's summary, as the learner saw it
+            start = printed.index("what to write down before you scale up:")
+            out["smoke_summary"] = printed[start : start + 7]
+    lines = read_runs(runs_dir / "runlog.jsonl")
+    smoke = next((line for line in reversed(lines) if line.get("kind") == "smoke"), {})
+    lab = next((line for line in reversed(lines) if line.get("kind") == "lab"), {})
+    noted = smoke.get("before_scaling_up") or {}
+    calibration = smoke.get("calibration") or {}
+    projected, measured = noted.get("projected_lab_seconds_per_step"), lab.get("seconds_per_step")
+    cost = calibration.get("cost_s")
+    smoke_run = smoke.get("wall_clock_s")
+    out.update({
+        "projected_lab_seconds_per_step": projected, "lab_seconds_per_step": measured,
+        "projection_over_lab": round(projected / measured, 3) if projected and measured else None,
+        "within_25_percent": bool(projected and measured and 0.8 <= projected / measured <= 1.25),
+        "projection": noted.get("projection"), "model_size_factor": noted.get("model_size_factor"),
+        "calibration": calibration, "calibration_cost_s": cost, "smoke_run_wall_clock_s": smoke_run,
+        # What the calibration adds to the smoke test: its cost over the rest of the smoke run (imports not counted).
+        "calibration_share_of_smoke_run": round(cost / (smoke_run - cost), 3) if cost is not None and smoke_run else None,
+        "smoke_peak_memory_gb_measured": noted.get("peak_memory_gb_measured"), "smoke_peak_memory_gb_predicted": noted.get("peak_memory_gb_predicted"),
+        "smoke_peak_memory_ratio": noted.get("peak_memory_ratio"),
+        "lab_peak_memory_gb_measured": lab.get("peak_memory_gb_measured"), "lab_peak_memory_gb_predicted": lab.get("peak_memory_gb_predicted"),
+        "lab_time_split_s_per_step": lab.get("time_split_s_per_step"), "lab_wall_clock_s": lab.get("wall_clock_s"),
+        "lab_settings": {key: (lab.get("settings") or {}).get(key) for key in ("model", "rollout", "per_device_train_batch_size", "num_generations", "max_completion_length", "max_steps")},
+    })  # fmt: skip
+    say(f"{name}: projected {projected} s/step, the lab measured {measured}: x{out['projection_over_lab']}")
+    return out
+
+
+def projection_bench(cases: tuple[str, ...] | None = None) -> Path:
+    """Each smoke-then-lab pair of PROJECTION_CASES (and SHAPE_CASE), one at a time: the smoke test's projection of
+    the lab's seconds per step over the lab's measurement, the goal 0.8-1.25; what the calibration cost; the smoke
+    test's peak at the calibration's shape against its estimate (JSON under bench/)."""
+    import os
+
+    names = cases or (*PROJECTION_CASES, SHAPE_CASE)
+    results = []
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="grpolab-projection-") as tmp:
+        for index, name in enumerate(names):
+            track, options, where = PROJECTION_CASES.get(name, ("c", {}, "host"))
+            if where == "host" and track == "cv" and not (REPO / ".venvs" / "cv" / "bin" / "python").exists():
+                results.append({"case": name, "skipped": "no track cv venv here: `invoke venv --track cv` makes it"})
+                continue
+            if where == "image" and engine.image_or_none(f"grpolab:{track}") is None:
+                results.append({"case": name, "skipped": f"no grpolab:{track} image here: `invoke build --track {track}` makes it"})
+                continue
+            results.append(_projection_pair(name, track, options, Path(tmp) / str(index), where))
+    return _write("projection", {
+        "where": "host python (PYTHONPATH=entrypoint) with each track's venv, or the track's image with this checkout's entrypoint/ mounted; one pair at a time",
+        "goal": "projection / the lab's measured seconds per step within 0.8-1.25; the calibration adds at most 20 % to the smoke test on track c",
+        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
+        "cases": results,
+    })

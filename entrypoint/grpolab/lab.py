@@ -48,25 +48,25 @@ def run_lab(settings: LabSettings, track: Track, smoke: str = "auto", log_path=N
     reasons = smoke_needed(smoke, settings, log_path)
     if reasons:
         say("running the smoke test first: " + "; ".join(reasons))
-        run_smoke_apart(smoke_settings(settings, track), track, log_path, say)
+        run_smoke_apart(smoke_settings(settings, track), track, log_path, say, lab=settings)
         say("smoke test passed; starting the lab\n")
     return run_pipeline(settings, track, LAB, log_path=log_path, say=say)
 
 
-def run_smoke_apart(settings: LabSettings, track: Track, log_path, say) -> None:
+def run_smoke_apart(settings: LabSettings, track: Track, log_path, say, lab: LabSettings) -> None:
     """The smoke test before the lab, in a process of its own (forked, on Linux), so that nothing it allocated
     or started stays in the lab's process: no model, engine or freed-but-resident heap of its run, which the
     lab would otherwise reuse unseen by its memory meter (measured here on track c: the lab's peak above its
     baseline read 0.074 GB after an in-process smoke test, 0.098-0.111 GB without one, 0.103 GB predicted).
     Where forking is not safe (not Linux, or an accelerator already initialised here) it runs in this process."""
     if sys.platform != "linux" or _accelerator_initialised():
-        run_pipeline(settings, track, SMOKE, log_path=log_path, say=say)
+        run_pipeline(settings, track, SMOKE, log_path=log_path, say=say, lab=lab)
         return
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_smoke_child, args=(settings, track, log_path, sender), name="grpolab-smoke")
+    child = context.Process(target=_smoke_child, args=(settings, track, log_path, sender, lab), name="grpolab-smoke")
     child.start()
     sender.close()  # ours: the child holds its own copy
     try:
@@ -105,10 +105,10 @@ def _relay(receiver, child, say):
             return None if message[0] == "died" else message
 
 
-def _smoke_child(settings: LabSettings, track: Track, log_path, sender) -> None:
+def _smoke_child(settings: LabSettings, track: Track, log_path, sender, lab: LabSettings) -> None:
     verdict = ("died",)
     try:
-        run_pipeline(settings, track, SMOKE, log_path=log_path, say=lambda text: sender.send(("say", str(text))))
+        run_pipeline(settings, track, SMOKE, log_path=log_path, say=lambda text: sender.send(("say", str(text))), lab=lab)
         verdict = ("passed",)
     except LayerFailure as failure:
         verdict = ("failed", failure.layer, failure.what, failure.action)

@@ -15,13 +15,15 @@ written by grpolab.run.recorded_run whatever happens.
 
 from __future__ import annotations
 
+import gc
 import shutil
 import tempfile
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .calibration import Calibration, calibration_settings
 from .checks import check_adapter, check_device, check_first_step, check_rewards, check_rollout, check_step_metrics, group_collapsed, say_layer
 from .diskspace import check_free_space, disk_full_failure, free_bytes, is_disk_full, lab_writes, save_elsewhere
 from .errors import LayerFailure
@@ -69,14 +71,22 @@ class Prepared:
     model: object
     meter: object  # grpolab.memory.PeakMemoryMeter, started before the model loaded
     estimate: object  # grpolab.estimate.MemoryEstimate, or None when none could be made
+    calibration_train: object = None  # the smoke test's calibration steps' prompts (the lab's), when it has them
+    calibration_data_s: float = 0.0  # what loading them took: part of the calibration's cost
 
 
-def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_device: str | None = None, log_path=None, say=print) -> dict:
-    """Walk one run of `shape`. Returns its run-log record; raises LayerFailure at the first failing layer."""
+def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_device: str | None = None, log_path=None, say=print,
+                 lab: LabSettings | None = None) -> dict:
+    """Walk one run of `shape`. Returns its run-log record; raises LayerFailure at the first failing layer.
+
+    `lab`: for the smoke test, the lab it stands before; once its layers pass, it times that lab's per-step shape
+    (grpolab.calibration) and projects the lab's wall clock from it (grpolab.scaleup)."""
     say(headline(settings, track, shape))
+    started = time.perf_counter()
+    calibration = calibration_settings(settings, lab) if lab is not None and not shape.evaluate else None
     with recorded_run(shape.kind, settings, log_path=log_path, say=say) as record:
         record["layers_passed"] = passed = []
-        run = prepare(settings, track, shape, record, expect_device, say)
+        run = prepare(settings, track, shape, record, expect_device, say, calibration)
         if shape.evaluate:  # room for what the lab keeps, before an hour goes into training
             line, record["disk"] = check_free_space(runs_dir(), lab_writes(settings, run.model))
             say_layer(say, "disk space", line)
@@ -89,6 +99,9 @@ def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_de
         run_dir = runs_dir() / record["run_id"]
         with nullcontext(run_dir) if shape.evaluate else tempfile.TemporaryDirectory() as output_dir:
             trainer, steps = train(settings, track, shape, run, peft_model, Path(output_dir), record, say)
+            if lab is not None and not shape.evaluate:
+                record["calibration"] = calibrate(settings, calibration, track, run, peft_model, steps, Path(output_dir), trainer, lab.max_steps).as_record()
+                trainer = None
         if shape.evaluate:
             record["pass_at_1_after"] = evaluate(settings, run, trainer.model, "after", say)
         record_steps(record, steps)
@@ -101,7 +114,7 @@ def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_de
         else:
             from .scaleup import before_scaling_up
 
-            before_scaling_up(record, settings, track, say)
+            before_scaling_up(record, settings, track, say, lab, smoke_so_far_s=time.perf_counter() - started)
         passed.append("runlog")
     return record
 
@@ -116,8 +129,9 @@ def headline(settings: LabSettings, track: Track, shape: RunShape) -> str:
 # --- prepare --------------------------------------------------------------------------------------------
 
 
-def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, expect_device, say) -> Prepared:
-    """Device first (everything else is misleading on the wrong one), then data and rewards before any model loads."""
+def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, expect_device, say, calibration: LabSettings | None = None) -> Prepared:
+    """Device first (everything else is misleading on the wrong one), then data and rewards before any model loads.
+    A smoke test with calibration steps predicts its peak memory at their shape (the lab's), on their prompts."""
     from .model_identity import model_identity
     from .modelfiles import check_model_files
     from .tiny_model import resolve_model_name
@@ -137,7 +151,11 @@ def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, 
     check_model_context(settings, model_path, shape.kind)  # the model's config only: before its tokenizer and weights
     try:
         tokenizer = load_tokenizer(model_path)
-        meter, estimate = start_memory_meter(settings, track, shape, device_type, model_path, tokenizer, train, record, say)
+        started = time.perf_counter()
+        calibration_train = load_data(calibration, shape)[0] if calibration else None
+        calibration_data_s = time.perf_counter() - started
+        meter, estimate = start_memory_meter(calibration or settings, track, shape, device_type, model_path, tokenizer,
+                                             train if calibration_train is None else calibration_train, record, say)
         model = load_model(model_path, torch_dtype(settings, device_type))
     except LayerFailure:
         check_model_files(settings.model, model_path)  # a Hub model downloaded just now, broken: named as such
@@ -146,7 +164,8 @@ def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, 
     record["model_identity"] = model_identity(settings.model)  # its revision and weights (hashed once, by the check above)
     if device_type != "cpu":
         model.to(device_type)
-    return Prepared(device_type, train, heldout_rows, reward_funcs, rewards_line, model_path, tokenizer, model, meter, estimate)
+    return Prepared(device_type, train, heldout_rows, reward_funcs, rewards_line, model_path, tokenizer, model, meter, estimate,
+                    calibration_train, calibration_data_s)
 
 
 def start_memory_meter(settings: LabSettings, track: Track, shape: RunShape, device_type: str, model_path: str, tokenizer, train, record: dict, say):
@@ -220,6 +239,43 @@ def train(settings: LabSettings, track: Track, shape: RunShape, run: Prepared, p
     record["first_reward"] = steps[0].reward if steps else None
     judge_first_step(shape, steps, rollout_line, record, say)
     return trainer, steps
+
+
+def calibrate(smoke: LabSettings, calibration: LabSettings | None, track: Track, run: Prepared, peft_model, smoke_steps: list, output_dir: Path,
+              smoke_trainer, lab_steps: int) -> Calibration:
+    """The smoke test's steps at the lab's per-step shape, after its layers passed: a trainer of their own on the
+    same adapter, rollout path and settings, every step timed as the lab times its steps. Its verdicts are the
+    smoke test's alone: a calibration that fails is recorded with why, and the smoke test still passes."""
+    from .calibration import start
+    from .training import make_trainer, release_vllm_engine, step_recorder
+
+    measured = start(calibration, smoke)
+    if calibration is None:  # the smoke test's own steps were at the lab's shape
+        measured.step_seconds = [step.seconds for step in smoke_steps]
+        return measured
+    started = time.perf_counter()
+    try:
+        release_vllm_engine(smoke_trainer)  # the smoke test's engine is not the lab's: one engine at a time, as in the lab
+        del smoke_trainer
+        gc.collect()
+        calibration = replace(calibration, report_to="none")  # no live-logging run of its own
+        prompt_tokens = run.estimate.inputs.get("prompt_tokens") if run.estimate else None
+        rollout, _ = check_rollout(calibration, track, run.device_type, run.model_path, run.tokenizer, output_dir / "calibration-gguf", prompt_tokens)
+        rollout.pop("log", None)
+        recorder = step_recorder(run.reward_funcs)
+        try:
+            trainer = make_trainer(calibration, peft_model, run.tokenizer, run.calibration_train, run.reward_funcs, run.device_type,
+                                   output_dir / "calibration", rollout, [recorder], sync_check_steps=lab_steps)
+            recorder.trainer = trainer
+            trainer.train()
+        finally:
+            close_rollout(rollout)
+        measured.step_seconds = [step.seconds for step in recorder.records]
+        measured.completion_tokens_mean = [step.metrics.get("completions/mean_length") for step in recorder.records]
+    except Exception as error:  # noqa: BLE001 - recorded with why; never the smoke test's verdict
+        measured.error = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+    measured.cost_s = time.perf_counter() - started + run.calibration_data_s
+    return measured
 
 
 def step_check(settings: LabSettings, shape: RunShape, say):
@@ -334,7 +390,8 @@ def record_steps(record: dict, steps: list) -> None:
     parts = step_parts(steps)
     record["steps"] = [
         {"step": r.step, "reward": r.reward, "reward_std": r.reward_std, "frac_reward_zero_std": r.frac_reward_zero_std,
-         "seconds": round(r.seconds, 4), **{f"{name}_s": round(getattr(r, field), 4) for field, name in parts.items()}}
+         "seconds": round(r.seconds, 4), **{f"{name}_s": round(getattr(r, field), 4) for field, name in parts.items()},
+         "completion_tokens_mean": r.metrics.get("completions/mean_length")}
         for r in steps
     ]
     if steps:

@@ -22,6 +22,7 @@ from pathlib import Path
 from .paths import runlog_path, runs_dir
 from .durations import duration
 from .runlog import SCHEMA_VERSION, short_model_identity
+from .tolerance import off_by_more_than_25_percent, ratio
 
 FINISHED = ("passed", "failed", "crashed", "interrupted")
 SKIPPED_SHOWN = 5  # bad lines named one by one per log; the rest are counted
@@ -274,7 +275,7 @@ COLUMNS = (
     "projected_lab_seconds_per_step", "projected_lab_wall_clock_s", "projected_lab_steps", "projected_for", "projection",
     "lab_run_id", "lab_model", "lab_ran", "lab_steps", "lab_wall_clock_s", "lab_seconds_per_step", "generation_s", "reward_s", "update_s",
     "peak_memory_gb_measured", "peak_memory_gb_predicted", "peak_memory_ratio", "peak_memory_from",
-    "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "collapse_first_step", "stale", "max_lag_steps",
+    "lab_over_projection", "flags", "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "collapse_first_step", "stale", "max_lag_steps",
     "torch", "torch_build", "driver", "device", "arch", "vllm", "lock",
 )
 
@@ -300,7 +301,22 @@ def make_row(key: tuple[str, str, str, str], runs: list[dict]) -> dict:
     measured, predicted = row["peak_memory_gb_measured"], row["peak_memory_gb_predicted"]
     row["peak_memory_ratio"] = round(measured / predicted, 3) if measured and predicted else None
     row.update(environment(lab or smoke or last))
+    row["lab_over_projection"], row["flags"] = judged(row)
     return row
+
+
+def judged(row: dict) -> tuple[float | None, str | None]:
+    """The lab's measured seconds per step over the smoke test's projection of that same step (None when the lab
+    ran another step than the one projected), and what is more than 25 % off (grpolab.tolerance): the projection,
+    the peak memory against its estimate."""
+    flags = []
+    same_step = row["projected_for"] is not None and row["projected_for"] == row["lab_ran"]
+    over = ratio(row["lab_seconds_per_step"], row["projected_lab_seconds_per_step"]) if same_step else None
+    if over is not None and off_by_more_than_25_percent(row["lab_seconds_per_step"], row["projected_lab_seconds_per_step"]):
+        flags.append(f"projection more than 25 % off: the lab measured x{over:.2f} of it")
+    if off_by_more_than_25_percent(row["peak_memory_gb_measured"], row["peak_memory_gb_predicted"]):
+        flags.append(f"peak memory more than 25 % off its estimate: x{row['peak_memory_ratio']:.2f} ({row['peak_memory_from']})")
+    return (round(over, 3) if over is not None else None), ("; ".join(flags) or None)
 
 
 def build_rows(runs: list[dict], every_run: bool = False) -> list[dict]:
@@ -374,7 +390,9 @@ def cells(row: dict, with_lesson: bool = False) -> dict[str, str]:
         "smoke: steps": f"{row['smoke_steps']} in {duration(row['smoke_steps_s'])} (run {duration(row['smoke_wall_clock_s'])})" if row["smoke_steps"] else "–",
         "lab s/step projected by the smoke test": projected(row),
         "lab s/step (generation / reward / update); wall clock": split,
+        "lab / projected": show(row["lab_over_projection"], ".2f"),
         "peak GB measured / predicted": peak,
+        "more than 25 % off": row["flags"] or "–",
         "pass@1": f"{show(row['pass_at_1_before'])} -> {show(row['pass_at_1_after'])}" if row["pass_at_1_before"] is not None else "–",
         "reward first -> last": f"{show(row['first_reward'])} -> {show(row['last_reward'])}" if row["first_reward"] is not None else "–",
         "collapse, step 1": show(row["collapse_first_step"], ".0%"),
@@ -413,8 +431,9 @@ def markdown(rows: list[dict], loaded: LoadedRuns, with_lesson: bool, every_run:
         "",
         f"From {len(loaded.runs)} run(s) in {len(loaded.files)} log(s): {', '.join(str(f) for f in loaded.files)}. "
         f"Rows: {what}. Seconds per step split into generation / reward / update; peak memory measured against "
-        "the estimate made before the run (x the ratio); the smoke test's seconds per step scaled to the lab's model "
-        "and completion tokens per step is a projection, not a measurement: compare it with the lab's.",
+        "the estimate made before the run (x the ratio); the lab's seconds per step projected by the smoke test "
+        "(measured at the lab's shape on the smoke model, scaled only for the model's size) beside the lab's measurement; "
+        "a projection or peak more than 25 % off is flagged.",
         "",
         markdown_table(rows, with_lesson),
     ]

@@ -22,15 +22,24 @@ import difflib
 import json
 import math
 import re
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from .allowed import Allowed, WrongType, number, setting
 from .configfile import ConfigFileError, read_config_file
-from .data import BUILTIN_DATASETS, HELDOUT_SIZE, OPERAND_RANGE, VALIDATION_SIZE
+from .data import BUILTIN_DATASETS, HELDOUT_SIZE
 from .errors import LayerFailure
 from .modelshape import HUB_ID, context_from_config, local_model_config
+from .nearest import (
+    nearest_batch,
+    nearest_group,
+    nearest_heldout_size,
+    nearest_length,
+    nearest_logging_steps,
+    nearest_train_size,
+    training_problems,
+)
 from .rewards import REWARD_FUNCS
 from .tracks import Track
 
@@ -114,51 +123,6 @@ def _nonempty(text: str) -> str | None:
     return None if text.strip() else "empty"
 
 
-# --- the nearest value that works, for a default that a user's own value makes impossible --------------------
-
-
-def training_problems(dataset: str) -> int | None:
-    """How many training problems the built-in generator `dataset` makes (None for a Hub dataset)."""
-    return len(OPERAND_RANGE) ** 2 - HELDOUT_SIZE - VALIDATION_SIZE if dataset in BUILTIN_DATASETS else None
-
-
-def _nearest_batch(s: dict, _context: int | None) -> int:
-    """The multiple of num_generations nearest the batch, with no more prompts per batch than the training set."""
-    group = s["num_generations"]
-    most = s["train_size"] * group
-    return min(max(group, round(s["per_device_train_batch_size"] / group) * group), max(group, most))
-
-
-def _nearest_group(s: dict, _context: int | None) -> int:
-    """The group size nearest num_generations (the larger on a tie) that divides the batch, with no more prompts
-    per batch than the training set; unchanged when there is none."""
-    batch, group = s["per_device_train_batch_size"], s["num_generations"]
-    fits = [g for g in range(2, batch + 1) if not batch % g and batch // g <= s["train_size"]]
-    return min(fits, key=lambda g: (abs(g - group), -g)) if fits else group
-
-
-def _nearest_train_size(s: dict, _context: int | None) -> int:
-    """At least one batch's prompts, at most what the built-in generator makes."""
-    least = s["per_device_train_batch_size"] // s["num_generations"]
-    most = training_problems(s["dataset"])
-    return max(least, min(s["train_size"], most if most is not None else s["train_size"]))
-
-
-def _nearest_heldout_size(s: dict, _context: int | None) -> int:
-    return min(s["heldout_size"], HELDOUT_SIZE) if s["dataset"] in BUILTIN_DATASETS else s["heldout_size"]
-
-
-def _nearest_logging_steps(s: dict, _context: int | None) -> int:
-    return min(s["logging_steps"], s["max_steps"])
-
-
-def _nearest_length(name: str, beside: str):
-    """A length that fits the model's context beside `beside` (prompt beside completion, and so on)."""
-    def nearest(s: dict, context: int | None) -> int:
-        return s[name] if context is None else min(s[name], context - s[beside])
-    return nearest
-
-
 # --- the settings -------------------------------------------------------------------------------------------
 
 
@@ -169,10 +133,10 @@ class LabSettings:
     model: str = setting("Qwen/Qwen3-1.7B", Allowed(str, rule=_model_rule, rule_text="a Hugging Face id (owner/name), a local model folder, or tiny (the built-in model)"))
     dataset: str = setting("arithmetic", Allowed(str, rule=_dataset_rule, rule_text="arithmetic, arithmetic-words, or a Hugging Face dataset id (openai/gsm8k)"))
     train_size: int = setting(1000, Allowed(int, low=1, rule_text="at least one batch's prompts; at most 8500 for the built-in datasets",
-                                            nearest=_nearest_train_size, nearest_text="one batch's prompts, or the generator's 8500"),
+                                            nearest=nearest_train_size, nearest_text="one batch's prompts, or the generator's 8500"),
                               "training prompts drawn from the dataset")
     heldout_size: int = setting(200, Allowed(int, low=0, rule_text="at most 1000 for the built-in datasets (the held-out problems without twins in training); the lab needs 1 or more",
-                                             nearest=_nearest_heldout_size, nearest_text="the generator's 1000"),
+                                             nearest=nearest_heldout_size, nearest_text="the generator's 1000"),
                                 "held-out problems for pass@1, never seen in training")
     seed: int = setting(0, Allowed(int, low=0, high=SEED_LIMIT - 1))
     dtype: str = setting("auto", Allowed(str, choices=DTYPES), "auto: bf16 on CUDA/ROCm, float32 on MPS and CPU")
@@ -185,22 +149,22 @@ class LabSettings:
 
     # GRPO, with TRL's defaults where the lesson does not say otherwise.
     num_generations: int = setting(8, Allowed(int, low=2, rule_text="GRPO compares completions within a group",
-                                              nearest=_nearest_group, nearest_text="the nearest divisor of the batch"), "rollouts per prompt (G)")
+                                              nearest=nearest_group, nearest_text="the nearest divisor of the batch"), "rollouts per prompt (G)")
     max_prompt_length: int = setting(256, Allowed(int, low=1, rule_text="with max_completion_length within the model's context",
-                                                  nearest=_nearest_length("max_prompt_length", "max_completion_length"), nearest_text="what the context leaves"),
+                                                  nearest=nearest_length("max_prompt_length", "max_completion_length"), nearest_text="what the context leaves"),
                                      "the longest prompt, in tokens, the memory estimate and llama.cpp's context plan for")
     max_completion_length: int = setting(512, Allowed(int, low=1, rule_text="with max_prompt_length within the model's context",
-                                                      nearest=_nearest_length("max_completion_length", "max_prompt_length"), nearest_text="what the context leaves"))
+                                                      nearest=nearest_length("max_completion_length", "max_prompt_length"), nearest_text="what the context leaves"))
     max_steps: int = setting(200, Allowed(int, low=1))
     per_device_train_batch_size: int = setting(8, Allowed(int, low=1, rule_text="a multiple of num_generations (whole groups per batch)",
-                                                          nearest=_nearest_batch, nearest_text="the nearest multiple of num_generations"),
+                                                          nearest=nearest_batch, nearest_text="the nearest multiple of num_generations"),
                                                "completions per step")
     learning_rate: float = setting(1e-5, Allowed(float, above=0, wise=(1e-6, 1e-2), wise_why="LoRA is trained at about 1e-5 to 1e-3; far above, training diverges, far below, nothing moves"))
     beta: float = setting(0.0, Allowed(float, wise=(0.0, 1.0), wise_why="a negative beta rewards drifting away from the reference model; above 1 the KL term drowns the reward"),
                           "0: no reference model is loaded and no kl is logged")
     temperature: float = setting(1.0, Allowed(float, above=0, wise=(0.3, 2.0),
                                               wise_why="below, a group's completions are near copies and their rewards lose the spread GRPO learns from; above, samples are mostly noise"))
-    logging_steps: int = setting(1, Allowed(int, low=1, rule_text="at most max_steps", nearest=_nearest_logging_steps, nearest_text="at most max_steps"))
+    logging_steps: int = setting(1, Allowed(int, low=1, rule_text="at most max_steps", nearest=nearest_logging_steps, nearest_text="at most max_steps"))
     reward_weights: dict[str, float] = setting({"numeric_reward": 1.0, "format_reward": 0.25},
                                                Allowed(dict, rule=_weights_rule, rule_text="built-in rewards or module:function, finite weights, not all 0"))
 
@@ -214,7 +178,7 @@ class LabSettings:
     report_to: str = setting("none", Allowed(str, choices=tuple(REPORT_TO_PACKAGES), rule=_report_to_rule, rule_text="its package installed"))
 
     # Evaluation.
-    eval_max_new_tokens: int = setting(0, Allowed(int, low=0, nearest=_nearest_length("eval_max_new_tokens", "max_prompt_length"), nearest_text="what the context leaves"),
+    eval_max_new_tokens: int = setting(0, Allowed(int, low=0, nearest=nearest_length("eval_max_new_tokens", "max_prompt_length"), nearest_text="what the context leaves"),
                                        "0: same as max_completion_length")
 
     def validate(self, kind: str = "lab") -> None:
@@ -593,3 +557,18 @@ def smoke_settings(lab: LabSettings, track: Track, flags: dict | None = None) ->
     if checked.problems:
         raise SettingsRefused(checked.problems, values, checked.warnings)
     return with_warnings(LabSettings(**checked.values), checked.warnings, checked.notes)
+
+
+# What the smoke test sets for itself; every other setting it takes from the lab it stands before.
+SMOKE_OWN_SETTINGS = (*SMOKE_SIZES, "per_device_train_batch_size", "train_size", *LAB_ONLY_SETTINGS, "model")
+
+
+def lab_for_smoke(smoke: LabSettings, track: Track) -> LabSettings:
+    """The lab a smoke test run on its own stands before: the track's lab as configured (images/tracks.toml), with
+    the smoke test's settings wherever the smoke test takes them from the lab (rollout path, completion length,
+    dtype, adapter...), and its model unless that is the track's smoke_model (then the lab's own model)."""
+    lab = resolve_settings(track, with_context=False)
+    taken = {name: getattr(smoke, name) for name in SETTING_NAMES - set(SMOKE_OWN_SETTINGS)}
+    if smoke.model != track.lab.get("smoke_model"):
+        taken["model"] = smoke.model
+    return replace(lab, **taken)

@@ -212,8 +212,11 @@ def grpo_config(settings: LabSettings, reward_names: list[str], device_type: str
     )
 
 
-def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, reward_funcs, device_type: str, output_dir: Path, rollout: dict, callbacks=()):
-    """Build the GRPOTrainer. `rollout` holds GRPOConfig keyword arguments and an optional rollout_func."""
+def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, reward_funcs, device_type: str, output_dir: Path, rollout: dict, callbacks=(),
+                 sync_check_steps: int | None = None):
+    """Build the GRPOTrainer. `rollout` holds GRPOConfig keyword arguments and an optional rollout_func.
+    sync_check_steps: vLLM colocate's sync checks on the schedule of a run of that many steps (default: this one's;
+    the smoke test's calibration checks as the lab it times will)."""
     from trl import GRPOTrainer
 
     from .rollouts.vllm_cpu import engine_arguments, sync_through_vllm_reload
@@ -286,7 +289,7 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
     if args.use_vllm:
         time_weight_syncs(trainer)
     if args.use_vllm and args.vllm_mode == "colocate":
-        trainer.rollout_ledger = VllmSyncLedger(probe_prompt_ids(tokenizer, train_dataset), settings.max_steps)
+        trainer.rollout_ledger = VllmSyncLedger(probe_prompt_ids(tokenizer, train_dataset), sync_check_steps or settings.max_steps)
     from transformers import PrinterCallback
 
     # Our step recorder prints one readable line per logged step; the raw log dicts would bury it.
@@ -316,6 +319,19 @@ def time_weight_syncs(trainer) -> None:
             trainer.sync_seconds += time.perf_counter() - started
 
     trainer.vllm_generation.sync_weights = timed_sync
+
+
+def release_vllm_engine(trainer) -> None:
+    """Shut down a colocated vLLM engine the trainer started (TRL keeps it at trainer.vllm_generation.llm), so that a
+    trainer built after it in this process does not run beside it, holding the memory and the cores of both."""
+    generation = getattr(trainer, "vllm_generation", None)
+    llm = getattr(generation, "llm", None)
+    if llm is None:
+        return
+    engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if hasattr(engine_core, "shutdown"):
+        engine_core.shutdown()
+    generation.llm = None
 
 
 def as_number(value) -> float:
