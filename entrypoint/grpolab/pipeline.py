@@ -27,8 +27,10 @@ from .calibration import Calibration, calibration_settings
 from .checks import check_adapter, check_device, check_first_step, check_rewards, check_rollout, check_step_metrics, group_collapsed, say_layer
 from .diskspace import check_free_space, disk_full_failure, free_bytes, is_disk_full, lab_writes, save_elsewhere
 from .errors import LayerFailure
+from .modelfiles import check_model_files
 from .paths import runs_dir
 from .run import recorded_run
+from .scaleup import before_scaling_up
 from .settings import LabSettings, check_model_context
 from .tracks import Track
 
@@ -112,8 +114,6 @@ def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_de
         if shape.evaluate:
             keep_outputs(record, trainer, run_dir, say)
         else:
-            from .scaleup import before_scaling_up
-
             before_scaling_up(record, settings, track, say, lab, smoke_so_far_s=time.perf_counter() - started)
         passed.append("runlog")
     return record
@@ -133,7 +133,6 @@ def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, 
     """Device first (everything else is misleading on the wrong one), then data and rewards before any model loads.
     A smoke test with calibration steps predicts its peak memory at their shape (the lab's), on their prompts."""
     from .model_identity import model_identity
-    from .modelfiles import check_model_files
     from .tiny_model import resolve_model_name
     from .training import load_model, load_tokenizer, torch_dtype
 
