@@ -233,8 +233,11 @@ def report(c, logs="", all=False, against_lesson=False, out=None):
     "colocate": "track cv's lab with vLLM colocate on the CPU beside in-process, same settings: seconds per step, sync checks",
     "versus_trl": "the lab against plain TRL's GRPOTrainer on the same settings, interleaved, and each observer's cost",
     "rounds": "with --versus-trl: rounds of every variant (default 3); with --colocate --case: rounds (default 2)",
+    "causes": "with --colocate --case: also the lab as it ran before each fix (DDP at world size 1, then with find_unused_parameters), "
+              "so that each cause's share of colocate's slower update is measured (twice the time)",
 })
-def bench(c, build=False, learning=False, stale=False, memory=False, case=None, colocate=False, versus_trl=False, rounds=None, projection=False):
+def bench(c, build=False, learning=False, stale=False, memory=False, case=None, colocate=False, versus_trl=False, rounds=None, projection=False,
+          causes=False):
     """JSON under bench/: the lab's timings on track c, (--build) the image build, (--learning) pass@1 on 3
     seeds and a control, (--stale) llama.cpp rollouts never refreshed against refreshed every 10 steps,
     (--memory) peak memory predicted against measured, (--colocate) vLLM colocate beside in-process, or
@@ -250,9 +253,9 @@ def bench(c, build=False, learning=False, stale=False, memory=False, case=None, 
         elif stale:
             benchmarks.stale_bench()
         elif colocate and case:
-            from hostlab.colocatebench import ROUNDS, colocate_size_bench
+            from hostlab.colocatebench import FIXED, ROUNDS, VARIANTS, colocate_size_bench
 
-            colocate_size_bench(case, int(rounds or ROUNDS))
+            colocate_size_bench(case, int(rounds or ROUNDS), tuple(VARIANTS) if causes else FIXED)
         elif colocate:
             benchmarks.colocate_bench()
         elif projection:

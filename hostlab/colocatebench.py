@@ -26,6 +26,7 @@ STEADY_FROM_STEP = 2  # step 1 carries one-off costs (the first sync, allocator 
 # at world size 1 on a CPU; GRPOLAB_DDP_FIND_UNUSED_PARAMETERS=auto leaves it to transformers again
 # (True on a CPU, where checkpointing is off).
 RANKS_SET_BEFORE = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
+FIXED = ("inprocess", "vllm-colocate")  # the comparison as the lab runs now; the other two variants measure the causes
 VARIANTS = {
     # name: (rollout path, extra environment)
     "inprocess": ("inprocess", {}),
@@ -43,7 +44,7 @@ CAUSES = [
 # Parts that were counted in the update before they had columns of their own: their seconds are each a share.
 OWN_COLUMNS = {
     "weight_sync": "weight sync (TRL's sync_weights + the CPU build's layerwise reload)",
-    "sync_check": "the lab's lag-0 probe (every sync in a run of up to 20 steps)",
+    "sync_check": "the lab's lag-0 probe (a lab probes its first sync; TRL's importance-sampling pass checks every other)",
     "old_logprobs": "TRL's importance-sampling pass (vllm_importance_sampling_correction: one no-grad forward)",
 }
 
@@ -91,6 +92,8 @@ def run_variant(name: str, model: Path, runs_dir: Path, python: Path, env: dict)
     return {**out,
             "steps": [{"step": s["step"], "seconds": s["seconds"], **{part: s.get(f"{part}_s", 0.0) for part in PARTS}} for s in steps],
             "steady_seconds_per_step": _median([s["seconds"] for s in steady]),
+            # Every step, the first included: the one-off costs (colocate's engine warm-up and its one probe) counted too.
+            "mean_seconds_per_step_all_steps": round(statistics.fmean(s["seconds"] for s in steps), 3) if steps else None,
             "steady_split_s_per_step": {part: _median([s.get(f"{part}_s", 0.0) for s in steady]) for part in PARTS},
             **{key: lab.get(key) for key in ("peak_memory_gb_measured", "peak_memory_gb_predicted", "peak_memory_ratio", "runtime_baseline_gb", "peak_memory_parts")},
             "trainer_model_wrapper": lab.get("trainer_model_wrapper"),
@@ -112,6 +115,7 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
         ok = [r for r in results if "steady_split_s_per_step" in r]
         if ok:
             median[name] = {"seconds_per_step": round(statistics.median(r["steady_seconds_per_step"] for r in ok), 3),
+                            "mean_seconds_per_step_all_steps": round(statistics.median(r["mean_seconds_per_step_all_steps"] for r in ok), 3),
                             **{part: round(statistics.median(r["steady_split_s_per_step"][part] for r in ok), 3) for part in PARTS}}
     causes = [{"cause": what, "s_per_step": round(median[a][part] - median[b][part], 3), "measured_as": f"{part}: [{a}] - [{b}]"}
               for what, a, b, part in CAUSES if a in median and b in median]  # fmt: skip
@@ -126,8 +130,8 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
             if name in median:
                 ratios[name] = {"update_over_inprocess_update": round(median[name]["update"] / base["update"], 3),
                                 "step_over_inprocess_step": round(median[name]["seconds_per_step"] / base["seconds_per_step"], 3),
-                                # The probe checks every sync in a run of up to 20 steps (this one), every 10th in a longer lab.
-                                "step_without_sync_check_over_inprocess_step": round((median[name]["seconds_per_step"] - median[name]["sync_check"]) / base["seconds_per_step"], 3)}
+                                "step_without_sync_check_over_inprocess_step": round((median[name]["seconds_per_step"] - median[name]["sync_check"]) / base["seconds_per_step"], 3),
+                                "all_steps_over_inprocess_all_steps": round(median[name]["mean_seconds_per_step_all_steps"] / base["mean_seconds_per_step_all_steps"], 3)}
     return {"median_steady": median, "causes_of_the_slower_update": causes, "against_inprocess": ratios}
 
 

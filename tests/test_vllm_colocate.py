@@ -107,10 +107,42 @@ def test_a_sync_that_did_not_reach_vllm_fails_the_rollout_layer_with_what_to_do(
     assert "1 of 2 checked weight syncs did not reach vLLM" in message and "step 1" in message and "what to do:" in message
 
 
-def test_short_runs_check_every_sync_and_long_ones_every_tenth_plus_the_first_and_last():
-    smoke, lab = VllmSyncLedger([1], max_steps=10), VllmSyncLedger([1], max_steps=120)
+class FakeTrainer:
+    """Only what the ledger reads of a trainer: its model's parameter dtype (a real torch tensor)."""
+
+    def __init__(self, dtype):
+        import torch
+
+        self.model = torch.nn.Linear(2, 2).to(dtype)
+
+
+def test_the_smoke_test_probes_every_sync_and_a_lab_the_first_then_trls_check_of_the_sampled_tokens():
+    import torch
+
+    smoke, lab = VllmSyncLedger([1], max_steps=10, probe_every_sync=True), VllmSyncLedger([1], max_steps=120)
     assert [v for v in range(10) if smoke.should_check(v)] == list(range(10))
+    lab.record(0, 0)
+    lab.after_scoring(FakeTrainer(torch.float32), {"sampling/sampling_logp_difference/max": [2.4e-5]})
+    assert [v for v in range(120) if lab.should_check(v)] == [0]
+    assert lab.summary()["sync_checks"] == 1 and not lab.failures
+    # A sync that did not reach the engine: TRL scores vLLM's tokens far apart from the trainer's policy.
+    lab.record(1, 1)
+    lab.after_scoring(FakeTrainer(torch.float32), {"sampling/sampling_logp_difference/max": [2.4e-5, 0.38]})
+    assert [c.policy_version for c in lab.failures] == [1]
+    with pytest.raises(LayerFailure) as refused:
+        lab.check_verdict()
+    assert "1 of 2 checked weight syncs did not reach vLLM: after the sync of step 1, TRL's importance-sampling pass" in str(refused.value)
+
+
+@pytest.mark.parametrize("dtype, metrics", [("bfloat16", {"sampling/sampling_logp_difference/max": [0.03]}), ("float32", {})])
+def test_where_trls_comparison_is_not_tight_or_not_logged_a_lab_probes_every_tenth_sync_and_the_last(dtype, metrics):
+    import torch
+
+    lab = VllmSyncLedger([1], max_steps=120)
+    lab.record(0, 0)
+    lab.after_scoring(FakeTrainer(getattr(torch, dtype)), metrics)
     assert [v for v in range(120) if lab.should_check(v)] == [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 119]
+    assert lab.sampled_checks == []  # half precision's differences are not judged against float32's tolerance
 
 
 # --- the real engine ------------------------------------------------------------------------------------------------
@@ -156,7 +188,10 @@ def test_the_run_log_records_the_engine_and_the_policy_version_vllm_sampled_with
 def test_every_weight_sync_of_the_smoke_test_is_verified_against_the_trainers_policy(colocate_smoke):
     _, lines = colocate_smoke
     rollout = lines[-1]["rollout"]
-    assert rollout["sync_checks"] == 10 and rollout["sync_failures"] == 0
+    assert rollout["sync_checks"] == 10 and rollout["sync_failures"] == 0 and rollout["sync_probes"] == 10
+    # TRL's importance-sampling pass checked every sync's sampled tokens as well, in float32 within the tolerance.
+    assert [c["policy_version"] for c in rollout["sync_sampled_tokens_log"]] == list(range(10))
+    assert rollout["sync_sampled_tokens_max_logprob_diff"] < LOGPROB_TOLERANCE
     # vLLM and the trainer agree far inside the tolerance, and one step's learning moves the probe far outside
     # it: a sync that silently did nothing would have been caught.
     assert rollout["sync_max_logprob_diff"] < LOGPROB_TOLERANCE / 10
@@ -171,3 +206,29 @@ def test_a_kv_cache_larger_than_free_ram_is_refused_before_the_engine_starts(tmp
     assert "Loading safetensors checkpoint" not in proc.stderr  # the engine never started
     ended = read_runs(tmp_path / "runs" / "runlog.jsonl")
     assert len(ended) == 1 and ended[-1]["status"] == "failed" and ended[-1]["failed_layer"] == "rollout"
+
+
+# The fault: TRL believes it synced (its _last_loaded_step moves on) while the engine keeps its first weights.
+SYNC_THAT_DOES_NOTHING = """
+import sys
+import grpolab.training as training
+training.time_weight_syncs = lambda trainer: setattr(trainer.vllm_generation, "sync_weights", lambda: None)
+from grpolab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@needs_vllm_cpu
+def test_a_lab_whose_weight_syncs_do_nothing_fails_the_rollout_layer_from_trls_check_of_the_sampled_tokens(tmp_path, tiny_model_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint"), "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")}
+    argv = [sys.executable, "-c", SYNC_THAT_DOES_NOTHING, "lab", "--track", "cv", "--rollout", "vllm-colocate", "--smoke", "never", "--max-steps", "3"]
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 14, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 of 3 checked weight syncs did not reach vLLM: after the sync of step 1, TRL's importance-sampling pass" in proc.stdout + proc.stderr
+    rollout = read_runs(tmp_path / "runs" / "runlog.jsonl")[-1]["rollout"]
+    # A lab probes the first sync only (it passed: the engine loaded the trainer's first weights); TRL's pass checked
+    # every sync, and the stale ones stand thousands of times the tolerance apart.
+    assert rollout["sync_probes"] == 1 and rollout["sync_max_logprob_diff"] < LOGPROB_TOLERANCE
+    log = rollout["sync_sampled_tokens_log"]
+    assert [c["matched"] for c in log] == [True, False, False]
+    assert log[0]["max_logprob_diff"] < LOGPROB_TOLERANCE and min(c["max_logprob_diff"] for c in log[1:]) > 100 * LOGPROB_TOLERANCE

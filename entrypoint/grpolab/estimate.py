@@ -316,23 +316,28 @@ def allocator_term(update_gb: float) -> tuple[str, float, str]:
 
 
 # transformers 5.17.0 (track n's trainer stack, which tracks n, s and cv ship, with torch 2.13.0) keeps more resident
-# on a CPU than 5.24.0 (track c, torch 2.15.0), on which the terms above were fitted. Fitted, as a constant plus a
-# fraction of the policy's weights, on two in-process labs in track cv's venv, the measured peak above the other
-# terms: the tiny model's default lab (0.216 GB, bench/lab-colocate-20261202T004008Z.json) and a Qwen3-0.6B-shaped
-# folder, 6 steps of 8 completions of up to 32 tokens (1.270 GB, `invoke bench --colocate --case qwen3-0.6b-shape`,
-# round 1). Counted only where that transformers is installed and the run is on a CPU: a GPU's peak
-# (max_memory_allocated) is another basis, not yet measured with it (images/gpu/memory_check.sh).
-STACK_EXTRA_ON_CPU = {"5.17.0": (0.215, 0.443)}  # transformers version: (GB, x the policy's weights)
+# on a CPU than 5.24.0 (track c, torch 2.15.0), on which the terms above were fitted. What it keeps grows with the
+# update's activations, not with the weights: the same Qwen3-0.6B-shaped folder kept 1.20 GB more than the other
+# terms in a lab of 6 steps at 8 x 32 (update activations 1.42 GB) and 0.58 GB at 4 x 16 (0.49 GB), loaded from the
+# folder or built from its config alike (3.769 and 3.774 GB). Like the allocator's term it is freed heap kept
+# resident, more of it on this stack. Fitted, as a constant plus a fraction of the update's activations, on two
+# in-process labs in track cv's venv, the measured peak above the other terms: the tiny model's default lab (0.216
+# GB at 0.097 GB of activations, bench/lab-colocate-20261202T004008Z.json) and the 0.6B-shaped folder's lab above
+# (1.197 GB, the mean of bench/lab-colocate-size-20261202T071027Z.json's two in-process rounds). The runs it was
+# not fitted on are in the README ("Memory on the GPU tracks' stack"). Counted only where that transformers is
+# installed and the run is on a CPU: a GPU's peak (max_memory_allocated) is another basis, not yet measured with it
+# (images/gpu/memory_check.sh).
+STACK_EXTRA_ON_CPU = {"5.17.0": (0.144, 0.744)}  # transformers version: (GB, x the update's activations)
 
 
-def stack_term(weights_gb: float, transformers_version: str | None) -> tuple[str, float, str] | None:
+def stack_term(update_gb: float, transformers_version: str | None) -> tuple[str, float, str] | None:
     """What the installed trainer stack keeps resident beyond the other terms on a CPU, where it was measured."""
     if transformers_version not in STACK_EXTRA_ON_CPU:
         return None
     constant_gb, fraction = STACK_EXTRA_ON_CPU[transformers_version]
-    return (f"transformers {transformers_version}'s extra resident (CPU)", constant_gb + fraction * weights_gb,
-            f"{constant_gb:g} GB + {fraction:g} x the weights: what track cv's in-process labs kept above the other terms, "
-            "which were fitted on transformers 5.24 (fitted on the tiny model's lab and a Qwen3-0.6B shape)")
+    return (f"transformers {transformers_version}'s extra resident (CPU)", constant_gb + fraction * update_gb,
+            f"{constant_gb:g} GB + {fraction:g} x the update's activations: freed heap track cv's in-process labs kept above the "
+            "other terms, which were fitted on transformers 5.24 (fitted on the tiny model's lab and a Qwen3-0.6B-shaped lab)")
 
 
 def installed_transformers() -> str | None:
@@ -398,7 +403,7 @@ def estimate_memory(
     terms.append(update_term)
     if device == "cpu" and activations == "shape":
         terms.append(allocator_term(update_term[1]))
-        extra = stack_term(weights_gb, installed_transformers())
+        extra = stack_term(update_term[1], installed_transformers())
         if extra:
             terms.append(extra)
 

@@ -35,6 +35,10 @@ CASES = {
     "tiny-track-c": {"model": "tiny", "track": "c", "settings": {}},
     "qwen3-0.6b-shape": {"model": "Qwen/Qwen3-0.6B", "shape": QWEN3_MODELS["Qwen/Qwen3-0.6B"], "track": "c", "settings": SHAPE_SETTINGS},
     "qwen3-1.7b-shape": {"model": "Qwen/Qwen3-1.7B", "shape": QWEN3_MODELS["Qwen/Qwen3-1.7B"], "track": "c", "settings": SHAPE_SETTINGS},
+    # A second real-width shape whose colocate run fits in 24 GiB (trainer + vLLM's copies of 1.0B float32 weights):
+    # Qwen3-1.7B's layers, 14 of its 28. Not a course model: it checks the estimate's terms at a size not fitted on.
+    "qwen3-1.7b-14-layers-shape": {"model": "qwen3-1.7b-14-layers", "track": "c", "settings": SHAPE_SETTINGS,
+                                   "shape": {**{k: v for k, v in QWEN3_MODELS["Qwen/Qwen3-1.7B"].items() if k != "num_parameters"}, "num_hidden_layers": 14}},
     "small-shape": {"model": "small-shape", "shape": SMALL_SHAPE, "track": "c", "settings": SHAPE_SETTINGS},
 }
 # The GPU script's cases: bf16, the lesson's rollout count, on a CUDA device.

@@ -53,10 +53,11 @@ class RunShape:
     evaluate: bool  # memory estimate, held-out pass@1 before and after, plot, adapter and summary
     collapse_fails: bool  # a collapsed first step fails the first_step layer (else: a warning)
     show_steps: bool  # one line per logged step (else: one line per layer)
+    probe_every_sync: bool  # vLLM colocate: the lag-0 probe after every weight sync (else: a lab's schedule)
 
 
-SMOKE = RunShape("smoke", evaluate=False, collapse_fails=True, show_steps=False)
-LAB = RunShape("lab", evaluate=True, collapse_fails=False, show_steps=True)
+SMOKE = RunShape("smoke", evaluate=False, collapse_fails=True, show_steps=False, probe_every_sync=True)
+LAB = RunShape("lab", evaluate=True, collapse_fails=False, show_steps=True, probe_every_sync=False)
 
 
 @dataclass
@@ -222,7 +223,8 @@ def train(settings: LabSettings, track: Track, shape: RunShape, run: Prepared, p
         say(f"training {settings.max_steps} steps...")
     recorder = step_recorder(run.reward_funcs, on_record=step_check(settings, shape, say), stop_on=first_step_collapsed(shape))
     try:
-        trainer = make_trainer(settings, peft_model, run.tokenizer, run.train, run.reward_funcs, run.device_type, output_dir / "trainer", rollout, [recorder])
+        trainer = make_trainer(settings, peft_model, run.tokenizer, run.train, run.reward_funcs, run.device_type, output_dir / "trainer", rollout, [recorder],
+                               probe_every_sync=shape.probe_every_sync)
         recorder.trainer = trainer
         # transformers' own clock of the whole training loop: the basis the benchmark against plain TRL reads.
         record["train_runtime_s"] = round(trainer.train().metrics["train_runtime"], 3)

@@ -213,10 +213,11 @@ def grpo_config(settings: LabSettings, reward_names: list[str], device_type: str
 
 
 def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, reward_funcs, device_type: str, output_dir: Path, rollout: dict, callbacks=(),
-                 sync_check_steps: int | None = None):
+                 probe_every_sync: bool = False, sync_check_steps: int | None = None):
     """Build the GRPOTrainer. `rollout` holds GRPOConfig keyword arguments and an optional rollout_func.
-    sync_check_steps: vLLM colocate's sync checks on the schedule of a run of that many steps (default: this one's;
-    the smoke test's calibration checks as the lab it times will)."""
+    probe_every_sync: vLLM colocate's lag-0 probe after every weight sync (the smoke test), not on a lab's schedule
+    (rollouts/vllm_sync.py). sync_check_steps: that schedule for a run of so many steps (default: this one's; the smoke
+    test's calibration probes as the lab it times will)."""
     from trl import GRPOTrainer
 
     from .rollouts.vllm_cpu import engine_arguments, sync_through_vllm_reload
@@ -260,6 +261,12 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
                     self.sync_check_seconds += time.perf_counter() - started
             return generated
 
+        def _generate_and_score_completions(self, inputs):
+            scored = super()._generate_and_score_completions(inputs)
+            if hasattr(self.rollout_ledger, "after_scoring"):  # TRL's comparison of the sampled tokens, logged just now
+                self.rollout_ledger.after_scoring(self, self._metrics["train"])
+            return scored
+
         def _get_per_token_logps_and_entropies(self, *args, **kwargs):
             # Without gradients this is TRL's old_per_token_logps pass (_generate_and_score_completions): with vLLM
             # and vllm_importance_sampling_correction (TRL's default) one more forward of every sequence, a cost
@@ -289,7 +296,7 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
     if args.use_vllm:
         time_weight_syncs(trainer)
     if args.use_vllm and args.vllm_mode == "colocate":
-        trainer.rollout_ledger = VllmSyncLedger(probe_prompt_ids(tokenizer, train_dataset), sync_check_steps or settings.max_steps)
+        trainer.rollout_ledger = VllmSyncLedger(probe_prompt_ids(tokenizer, train_dataset), sync_check_steps or settings.max_steps, probe_every_sync)
     from transformers import PrinterCallback
 
     # Our step recorder prints one readable line per logged step; the raw log dicts would bury it.

@@ -11,6 +11,14 @@ is changed: the check runs after TRL's own generation, on the engine TRL built.
 Every check also scores the previous check's vLLM tokens with the current policy: how far they moved is what
 a sync that silently did nothing would have left between vLLM and the trainer (`stale_diff`), so the run log
 shows the check could have told the two apart.
+
+The probe costs a greedy generation and two forward passes: 0.05-0.1 s on the tiny model, 4 s a sync at the
+Qwen3-0.6B shape on a 2-core CPU (bench/lab-colocate-size-*.json), where a step takes 28 s. A lab does not pay it
+on every sync: TRL's own importance-sampling pass (vllm_importance_sampling_correction, its default) already scores
+every token vLLM sampled with the trainer's policy, and logs the largest difference
+(`sampling/sampling_logp_difference/max`). Where both sides run float32, that difference is as tight as the
+probe's (measured: README, "vLLM colocate"), so it checks every sync of a lab for nothing, and the probe runs on
+the first sync only. The smoke test still probes every sync (its model is small, and it is the diagnosis).
 """
 
 from __future__ import annotations
@@ -29,11 +37,20 @@ LOGPROB_TOLERANCE = 1e-4
 # kernels against the trainer's): a guess, not yet measured on a GPU (none was lent to this work).
 HALF_PRECISION_TOLERANCE = 5e-2
 PROBE_TOKENS = 16
-# Which syncs are checked: every one in a short run (the smoke test), else every CHECK_EVERY-th plus the first and
-# the last. The probe costs a greedy generation and two forward passes (0.05-0.1 s on the tiny model, where a step
-# takes about 0.4 s), so checking every step of the lab would slow it by a fifth.
-CHECK_EVERY_SYNC_UP_TO_STEPS = 20
+# Which syncs a lab probes where TRL's per-token comparison is not in force (half precision, or TRL's
+# importance-sampling pass turned off): the first, every CHECK_EVERY-th and the last.
 CHECK_EVERY = 10
+# TRL's logged metric: the largest |trainer - vLLM| log-probability over every token vLLM sampled in one generation.
+TRL_LOGP_DIFFERENCE = "sampling/sampling_logp_difference/max"
+
+
+@dataclass
+class SampledTokensCheck:
+    """One generation's sync, judged by TRL's importance-sampling pass over every sampled token."""
+
+    policy_version: int
+    max_logprob_diff: float
+    matched: bool
 
 
 @dataclass
@@ -61,13 +78,15 @@ def verdict(vllm_tokens: list[int], vllm_logprobs: list[float], trainer_greedy: 
 class VllmSyncLedger(RolloutLedger):
     """The policy version of every vLLM batch, and the sync checks (rollout.sync_checks / sync_failures)."""
 
-    def __init__(self, probe_ids: list[int], max_steps: int, probe_tokens: int = PROBE_TOKENS):
+    def __init__(self, probe_ids: list[int], max_steps: int, probe_every_sync: bool = False, probe_tokens: int = PROBE_TOKENS):
         super().__init__(refresh_every=1, engine="vLLM colocate")
         self.probe_ids = list(probe_ids)
         self.probe_tokens = probe_tokens
         self.max_steps = max_steps
-        self.check_every = 1 if max_steps <= CHECK_EVERY_SYNC_UP_TO_STEPS else CHECK_EVERY
+        self.probe_every_sync = probe_every_sync
         self.checks: list[SyncCheck] = []
+        self.sampled_checks: list[SampledTokensCheck] = []
+        self.sampled_tokens_in_force: bool | None = None  # known after the first generation's scoring
         self._previous: tuple[list[int], list[float]] | None = None
         self.torch_threads: int | None = None
         self.tolerance = LOGPROB_TOLERANCE
@@ -84,9 +103,25 @@ class VllmSyncLedger(RolloutLedger):
         if version != loaded_before and self.should_check(version):
             self.checks.append(self.check(trainer, version))
 
+    def after_scoring(self, trainer, logged_metrics: dict) -> None:
+        """After TRL scored a generation: its largest trainer-vs-vLLM log-probability difference over the sampled
+        tokens is this sync's check where the trainer runs float32 (the engine then does too)."""
+        values = logged_metrics.get(TRL_LOGP_DIFFERENCE) or []
+        float32 = tolerance_for(next(trainer.model.parameters()).dtype) == LOGPROB_TOLERANCE
+        if self.sampled_tokens_in_force is None:
+            self.sampled_tokens_in_force = bool(values) and float32
+        if self.sampled_tokens_in_force and values and self.batches:
+            diff = float(values[-1])
+            self.sampled_checks.append(SampledTokensCheck(self.batches[-1].policy_version, round(diff, 8), diff <= LOGPROB_TOLERANCE))
+
     def should_check(self, version: int) -> bool:
-        last = self.max_steps - 1  # the last sync: before the last step's generation
-        return version <= 0 or version >= last or version % self.check_every == 0
+        """Probe this sync? Every one in the smoke test; in a lab the first, and, only where TRL's comparison of the
+        sampled tokens is not in force, every CHECK_EVERY-th and the last."""
+        if self.probe_every_sync or version <= 0:
+            return True
+        if self.sampled_tokens_in_force:
+            return False
+        return version >= self.max_steps - 1 or version % CHECK_EVERY == 0  # the last sync: before the last step's generation
 
     def check(self, trainer, version: int) -> SyncCheck:
         started = time.perf_counter()
@@ -129,21 +164,32 @@ class VllmSyncLedger(RolloutLedger):
     # --- what the run log keeps, and the rollout layer's verdict -------------------------------------------------
 
     @property
-    def failures(self) -> list[SyncCheck]:
-        return [c for c in self.checks if not c.matched]
+    def failures(self) -> list[SyncCheck | SampledTokensCheck]:
+        """One failed check per failed sync, in step order (the probe's where both checks failed it)."""
+        failed = {}
+        for check in [*self.sampled_checks, *self.checks]:
+            if not check.matched:
+                failed[check.policy_version] = check
+        return [failed[version] for version in sorted(failed)]
 
     def summary(self) -> dict:
         probe = [c.seconds for c in self.checks]
         stale = [c.stale_diff for c in self.checks if c.stale_diff is not None]
+        checked = {c.policy_version for c in [*self.checks, *self.sampled_checks]}
         return {
             **super().summary(),
             "lag_measured": True,
             "policy_versions": [b.policy_version for b in self.batches],
-            "sync_checks": len(self.checks),
+            "sync_checks": len(checked),  # syncs checked, by the probe or by TRL's comparison of the sampled tokens
             "sync_failures": len(self.failures),
-            "sync_check_every": self.check_every,
+            "sync_probes": len(self.checks),
+            "sync_probe_schedule": "every sync" if self.probe_every_sync else (
+                "the first sync; TRL's importance-sampling pass checks every sync's sampled tokens" if self.sampled_tokens_in_force
+                else f"the first, every {CHECK_EVERY}th and the last sync"),
             "sync_check_tolerance": self.tolerance,
             "sync_max_logprob_diff": max((c.max_logprob_diff for c in self.checks), default=None),
+            "sync_sampled_tokens_max_logprob_diff": max((c.max_logprob_diff for c in self.sampled_checks), default=None),
+            "sync_sampled_tokens_log": [asdict(c) for c in self.sampled_checks],
             "sync_min_stale_diff": min(stale, default=None),
             "sync_probe_seconds_mean": round(sum(probe) / len(probe), 4) if probe else None,
             "sync_check_log": [asdict(c) for c in self.checks],
@@ -155,11 +201,16 @@ class VllmSyncLedger(RolloutLedger):
         if not self.failures:
             return
         first = self.failures[0]
+        if isinstance(first, SyncCheck):
+            seen = (f"vLLM's greedy probe completion differs from the trainer's policy (first differing token {first.first_mismatch}, "
+                    f"largest log-probability difference {first.max_logprob_diff:.4g}, tolerance {self.tolerance:g})")
+        else:
+            seen = (f"TRL's importance-sampling pass scored the tokens vLLM sampled up to {first.max_logprob_diff:.4g} apart from the "
+                    f"trainer's policy in log-probability (tolerance {self.tolerance:g})")
+        checked = self.summary()["sync_checks"]
         raise refused(
-            f"{len(self.failures)} of {len(self.checks)} checked weight syncs did not reach vLLM: after the sync of step "
-            f"{first.policy_version}, vLLM's greedy probe completion differs from the trainer's policy (first differing token "
-            f"{first.first_mismatch}, largest log-probability difference {first.max_logprob_diff:.4g}, tolerance {self.tolerance:g}), "
-            "so its rollouts were sampled from stale or other weights",
+            f"{len(self.failures)} of {checked} checked weight syncs did not reach vLLM: after the sync of step "
+            f"{first.policy_version}, {seen}, so its rollouts were sampled from stale or other weights",
             "check that TRL and vLLM are the locked versions (`grpolab doctor`: lock drift), that the model's parameter names "
             "map onto vLLM's (a model vLLM loads with another implementation), or use --rollout inprocess",
         )
