@@ -26,13 +26,17 @@ STEADY_FROM_STEP = 2  # step 1 carries one-off costs (the first sync, allocator 
 # at world size 1 on a CPU; GRPOLAB_DDP_FIND_UNUSED_PARAMETERS=auto leaves it to transformers again
 # (True on a CPU, where checkpointing is off).
 RANKS_SET_BEFORE = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
-FIXED = ("inprocess", "vllm-colocate")  # the comparison as the lab runs now; the other two variants measure the causes
+# The comparison as the lab runs now, and with TRL's importance-sampling correction back on (TRL's default; the lab's
+# `auto` turns it off where vLLM's CPU build samples in float32); the last two variants measure the DDP causes.
+CORRECTION_ON = "vllm-colocate, TRL's importance-sampling correction on"
+FIXED = ("inprocess", "vllm-colocate", CORRECTION_ON)
 VARIANTS = {
-    # name: (rollout path, extra environment)
-    "inprocess": ("inprocess", {}),
-    "vllm-colocate": ("vllm-colocate", {}),
-    "vllm-colocate, DDP at world size 1": ("vllm-colocate", RANKS_SET_BEFORE),
-    "vllm-colocate, DDP at world size 1, find_unused_parameters": ("vllm-colocate", {**RANKS_SET_BEFORE, "GRPOLAB_DDP_FIND_UNUSED_PARAMETERS": "auto"}),
+    # name: (rollout path, extra environment, extra lab settings)
+    "inprocess": ("inprocess", {}, {}),
+    "vllm-colocate": ("vllm-colocate", {}, {}),
+    CORRECTION_ON: ("vllm-colocate", {}, {"vllm_importance_sampling_correction": "on"}),
+    "vllm-colocate, DDP at world size 1": ("vllm-colocate", RANKS_SET_BEFORE, {}),
+    "vllm-colocate, DDP at world size 1, find_unused_parameters": ("vllm-colocate", {**RANKS_SET_BEFORE, "GRPOLAB_DDP_FIND_UNUSED_PARAMETERS": "auto"}, {}),
 }
 PARTS = ("generation", "weight_sync", "sync_check", "old_logprobs", "reward", "update")
 # Each cause of colocate's slower update: (what, the variant with the cause, the variant without it, part compared).
@@ -40,6 +44,7 @@ CAUSES = [
     ("DDP's find_unused_parameters (graph walk each backward)", "vllm-colocate, DDP at world size 1, find_unused_parameters", "vllm-colocate, DDP at world size 1", "update"),
     ("DDP wrapper at world size 1 (gloo all-reduce, buckets)", "vllm-colocate, DDP at world size 1", "vllm-colocate", "update"),
     ("what is left: the engine's threads and memory beside the trainer", "vllm-colocate", "inprocess", "update"),
+    ("TRL's importance-sampling correction on (its default), against the lab's auto (off on the CPU in float32)", CORRECTION_ON, "vllm-colocate", "seconds_per_step"),
 ]
 # Parts that were counted in the update before they had columns of their own: their seconds are each a share.
 OWN_COLUMNS = {
@@ -75,8 +80,8 @@ def run_variant(name: str, model: Path, runs_dir: Path, python: Path, env: dict)
 
     from .labrun import lab_command
 
-    path, extra_env = VARIANTS[name]
-    argv = lab_command("lab", "cv", {**SETTINGS, "model": str(model), "rollout": path, "smoke": "never"}, [])
+    path, extra_env, extra_settings = VARIANTS[name]
+    argv = lab_command("lab", "cv", {**SETTINGS, "model": str(model), "rollout": path, "smoke": "never", **extra_settings}, [])
     argv[0] = str(python)
     say(f"{name}: $ {' '.join(f'{k}={v}' for k, v in extra_env.items())} {' '.join(argv)}")
     started = time.monotonic()
@@ -99,6 +104,8 @@ def run_variant(name: str, model: Path, runs_dir: Path, python: Path, env: dict)
             "trainer_model_wrapper": lab.get("trainer_model_wrapper"),
             "torch_threads_after_engine_start": rollout.get("torch_threads_after_engine_start"),
             "sync_checks": rollout.get("sync_checks"), "sync_failures": rollout.get("sync_failures"), "sync_max_logprob_diff": rollout.get("sync_max_logprob_diff"),
+            "sync_probes": rollout.get("sync_probes"), "sync_sampled_tokens_max_logprob_diff": rollout.get("sync_sampled_tokens_max_logprob_diff"),
+            "importance_sampling_correction": rollout.get("importance_sampling_correction"),
             "engine_env": rollout.get("engine_env")}  # fmt: skip
 
 
@@ -126,7 +133,7 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
     ratios = {}
     if "inprocess" in median:
         base = median["inprocess"]
-        for name in ("vllm-colocate", before):
+        for name in ("vllm-colocate", CORRECTION_ON, before):
             if name in median:
                 ratios[name] = {"update_over_inprocess_update": round(median[name]["update"] / base["update"], 3),
                                 "step_over_inprocess_step": round(median[name]["seconds_per_step"] / base["seconds_per_step"], 3),

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 from grpolab.errors import LayerFailure
+from grpolab.rollouts.base import importance_sampling_correction
 from grpolab.rollouts.choice import choose_rollout
 from grpolab.rollouts.vllm import colocate_memory_fraction, server_is_on_this_machine
 from grpolab.settings import LabSettings
@@ -73,15 +74,30 @@ def test_compose_service_on_one_gpu_is_refused():
 
 def test_server_mode_with_two_gpus_or_a_remote_server():
     two = choose_rollout(lab("n", rollout="vllm-server"), get_track("n"), device_type="cuda", platform="linux", vllm_version="0.30.0", gpu_count=2)
-    assert two.grpo_kwargs == {"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": "http://localhost:8000", "vllm_server_timeout": 240.0}
+    assert two.grpo_kwargs == {"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": "http://localhost:8000", "vllm_server_timeout": 240.0,
+                               "vllm_importance_sampling_correction": True}
     remote = choose_rollout(lab("n", rollout="vllm-server", vllm_server_url="http://gpu-box.lab.example:8000/"), get_track("n"), device_type="cuda", platform="linux", gpu_count=1)
     assert remote.grpo_kwargs["vllm_server_base_url"] == "http://gpu-box.lab.example:8000"
 
 
 def test_colocate_on_a_discrete_card_keeps_trls_default_when_it_fits():
     choice = choose_rollout(lab("n", rollout="vllm-colocate"), get_track("n"), device_type="cuda", platform="linux", vllm_version="0.30.0", device_total_gb=24)
-    assert choice.grpo_kwargs == {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3}
+    assert choice.grpo_kwargs == {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3, "vllm_importance_sampling_correction": True}
     assert "fits" in choice.reason and "0.30.0 inside" in choice.reason
+
+
+@pytest.mark.parametrize("setting, engine_cpu_float32, expected", [
+    ("auto", False, True),  # vLLM on a GPU: TRL's default
+    ("auto", True, False),  # vLLM's CPU build in float32: the ratio is 1 there
+    ("on", True, True), ("off", False, False),  # what the learner set, wherever
+])
+def test_trls_importance_sampling_correction_is_off_by_default_only_where_vllm_samples_in_float32_on_the_cpu(setting, engine_cpu_float32, expected):
+    on, why = importance_sampling_correction(setting, engine_cpu_float32)
+    assert on is expected and why.startswith(("on" if expected else "off") + f" ({'set' if setting != 'auto' else 'auto'}")
+    gpu = choose_rollout(lab("n", rollout="vllm-colocate", vllm_importance_sampling_correction=setting), get_track("n"), device_type="cuda",
+                         platform="linux", vllm_version="0.30.0", device_total_gb=24)
+    assert gpu.grpo_kwargs["vllm_importance_sampling_correction"] is (setting != "off")
+    assert gpu.log["importance_sampling_correction"] is (setting != "off")
 
 
 def test_colocate_on_unified_memory_is_capped_by_the_estimate():

@@ -95,6 +95,7 @@ BAD_INPUTS = [
     ("vllm_gpu_memory_utilization", "flag", ["--vllm-gpu-memory-utilization", "0"], "between 0 and 1"),
     ("vllm_gpu_memory_utilization", "flag", ["--vllm-gpu-memory-utilization", "1.5"], "between 0 and 1"),
     ("vllm_gpu_memory_utilization", "flag", ["--vllm-gpu-memory-utilization", "half"], "expected a number"),
+    ("vllm_importance_sampling_correction", "flag", ["--vllm-importance-sampling-correction", "true"], "one of auto, on, off"),
     ("vllm_server_url", "flag", ["--vllm-server-url", "localhost:8000"], "http://HOST[:PORT]"),
     ("vllm_server_url", "flag", ["--vllm-server-url", "http://gpu-box:99999"], "Port out of range"),
     ("llamacpp_refresh_every", "flag", ["--llamacpp-refresh-every", "-1"], "at least 0"),
@@ -198,7 +199,8 @@ def test_every_setting_has_bad_inputs_below_above_and_of_the_wrong_type_in_the_t
     assert SETTING_NAMES <= refused, SETTING_NAMES - refused
     assert {"flag", "config", "track"} == {source for _, source, *_ in BAD_INPUTS}
     wrong_type = {name for name, _, _, phrase in BAD_INPUTS if "expected" in phrase}
-    typed = SETTING_NAMES - {"track", "model", "dataset", "dtype", "lora_target_modules", "rollout", "vllm_server_url", "report_to", "reward_weights"}
+    typed = SETTING_NAMES - {"track", "model", "dataset", "dtype", "lora_target_modules", "rollout", "vllm_server_url", "report_to", "reward_weights",
+                            "vllm_importance_sampling_correction"}
     assert typed <= wrong_type, typed - wrong_type
 
 

@@ -161,6 +161,8 @@ NOT_MAPPED: dict[str, str] = {
     "logging_steps": "verl logs every step",
     "vllm_server_url": "only used by rollout vllm-server, which the export refuses",
     "llamacpp_refresh_every": "only used by rollout llamacpp, which the export refuses",
+    "vllm_importance_sampling_correction": "TRL's correction of vLLM's sampling; the bundle leaves verl's rollout correction off, as "
+                                           "for every setting of it (its vLLM rollout is the trainer's own process's, refreshed each step)",
     "report_to": "verl logs through its own trainer.logger (console, file, tensorboard, wandb and others): add it to the launch command",
     "eval_max_new_tokens": "verl validates with the training response length; only 0 or max_completion_length is exported",
 }

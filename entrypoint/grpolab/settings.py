@@ -171,6 +171,9 @@ class LabSettings:
     # Where completions come from.
     rollout: str = setting("inprocess", Allowed(str, choices=ROLLOUT_PATHS))
     vllm_gpu_memory_utilization: float = setting(0.3, Allowed(float, above=0, below=1), "colocate only; TRL's default")
+    vllm_importance_sampling_correction: str = setting("auto", Allowed(str, choices=("auto", "on", "off")),
+                                                       "vLLM only; TRL's correction of vLLM's sampling, one more forward a step: "
+                                                       "auto is off where vLLM's CPU build samples in float32 (a ratio of 1 there), else on (TRL's default)")
     vllm_server_url: str = setting("http://localhost:8000", Allowed(str, rule=_url_rule, rule_text="http://HOST[:PORT]"), "server mode only")
     llamacpp_refresh_every: int = setting(0, Allowed(int, low=0), "llamacpp only; 0: never refresh the sampler (stale); K: re-export every K steps")
 
@@ -394,9 +397,10 @@ def check_relations(s: dict, sources: dict | None, kind: str, bad: set, context:
                        f"({context_from}); lower them to {context} tokens together",
                        holds=lambda v, names=names: v[names[0]] + v[names[1]] <= context, party=("model",))
     # Settings of another rollout path than the one chosen change nothing: said, not refused.
-    for name, path in (("vllm_gpu_memory_utilization", "vllm-colocate"), ("vllm_server_url", "vllm-server"), ("llamacpp_refresh_every", "llamacpp")):
-        if judge((name, "rollout")) and s["rollout"] != path and s[name] != DEFAULTS[name]:
-            warnings.append(f"{given(name)} has no effect: it is for --rollout {path}, and this run's rollout path is {s['rollout']}")
+    for name, paths in (("vllm_gpu_memory_utilization", ("vllm-colocate",)), ("vllm_server_url", ("vllm-server",)), ("llamacpp_refresh_every", ("llamacpp",)),
+                        ("vllm_importance_sampling_correction", ("vllm-colocate", "vllm-server"))):
+        if judge((name, "rollout")) and s["rollout"] not in paths and s[name] != DEFAULTS[name]:
+            warnings.append(f"{given(name)} has no effect: it is for --rollout {' or '.join(paths)}, and this run's rollout path is {s['rollout']}")
     if judge(("llamacpp_refresh_every", "max_steps", "rollout")) and s["rollout"] == "llamacpp" and s["llamacpp_refresh_every"] >= s["max_steps"]:
         warnings.append(f"{given('llamacpp_refresh_every', 'max_steps')}: the sampler is never refreshed in this run (the same as 0: stale rollouts)")
     return problems, warnings, notes

@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 from ..health import UNREACHABLE_ERRORS, http_json, wait_for_health
 from ..vllm_installed import vllm_build, vllm_distribution  # noqa: F401 - the rollout layer's names for them
-from .base import RolloutChoice, refused
+from .base import RolloutChoice, importance_sampling_correction, refused
 
 VLLM_PATHS = ("vllm-colocate", "vllm-server")
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1", ""}
@@ -103,9 +103,11 @@ def colocate_choice(settings, track, vllm_version: str | None, device_total_gb: 
 
         device_total_gb = device_total_memory_gb()[0]
     fraction, why = colocate_memory_fraction(settings, model or settings.model, device_total_gb, track.unified_memory, estimate)
-    kwargs = {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": fraction}
+    correction, correction_why = importance_sampling_correction(settings.vllm_importance_sampling_correction, engine_cpu_float32=False)
+    kwargs = {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": fraction, "vllm_importance_sampling_correction": correction}
     return RolloutChoice("vllm-colocate", kwargs, f"vLLM colocate (in the trainer's process, same GPU): {why}; {version_line}",
-                         {"vllm_version": vllm_version, "vllm_gpu_memory_utilization": fraction, "memory_reason": why})
+                         {"vllm_version": vllm_version, "vllm_gpu_memory_utilization": fraction, "memory_reason": why,
+                          "importance_sampling_correction": correction, "importance_sampling_correction_reason": correction_why})
 
 
 # --- Server mode: a vLLM server on another GPU -------------------------------------------------------------
@@ -139,10 +141,12 @@ def server_choice(settings, vllm_version: str | None, gpu_count: int) -> Rollout
             "server on another machine (by its full name or IP address)",
         )
     version_line = check_vllm_version(vllm_version, "installed here") if vllm_version is not None else "server's vLLM checked on connect"
+    correction, correction_why = importance_sampling_correction(settings.vllm_importance_sampling_correction, engine_cpu_float32=False)
     kwargs = {"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": settings.vllm_server_url.rstrip("/"),
-              "vllm_server_timeout": VLLM_SERVER_WAIT_S}
+              "vllm_server_timeout": VLLM_SERVER_WAIT_S, "vllm_importance_sampling_correction": correction}
     return RolloutChoice("vllm-server", kwargs, f"vLLM server at {settings.vllm_server_url}: weights streamed over NCCL after every step; {version_line}",
-                         {"vllm_version": vllm_version, "vllm_server_url": settings.vllm_server_url})
+                         {"vllm_version": vllm_version, "vllm_server_url": settings.vllm_server_url,
+                          "importance_sampling_correction": correction, "importance_sampling_correction_reason": correction_why})
 
 
 def wait_for_vllm_server(url: str, timeout_s: float = VLLM_SERVER_WAIT_S, interval_s: float = 2.0, model: str | None = None) -> dict:

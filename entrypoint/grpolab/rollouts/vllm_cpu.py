@@ -31,7 +31,7 @@ import socket
 
 from ..machine import usable_cores
 from ..vllm_cpu_memory import GB, GIB, engine_plan
-from .base import RolloutChoice, refused
+from .base import RolloutChoice, importance_sampling_correction, refused
 
 def cpu_engine_variables(kv_gib: int) -> dict[str, str]:
     """What vLLM's CPU build reads, for an engine in the trainer's process or a server alone: its key-value space,
@@ -147,13 +147,15 @@ def colocate_cpu_choice(settings, vllm_version: str, version_line: str, model, p
     kv_gib, dtype, context = plan["kv_gib"], plan["dtype"], plan["context"]
     fits = check_fits_in_ram(kv_gib, plan["weights_gb"], available_gb, plan["kv_source"])
     env = engine_environment(kv_gib, environ)
+    correction, correction_why = importance_sampling_correction(settings.vllm_importance_sampling_correction, engine_cpu_float32=dtype == "float32")
     kwargs = {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
-              "vllm_max_model_length": context, "engine_dtype": dtype}
+              "vllm_max_model_length": context, "engine_dtype": dtype, "vllm_importance_sampling_correction": correction}
     reason = (f"vLLM colocate on CPU, vLLM {vllm_version} (cpu build) in the trainer's process, {dtype}, eager: "
               f"VLLM_CPU_KVCACHE_SPACE={kv_gib} GiB ({plan['kv_source']}); engine needs {fits}; context {context} tokens; "
               f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}, VLLM_CPU_OMP_THREADS_BIND={env['VLLM_CPU_OMP_THREADS_BIND']}; "
-              f"torch.compile {env['torch_compile']}; {version_line}")
+              f"torch.compile {env['torch_compile']}; TRL's importance-sampling correction {correction_why.split(':')[0]}; {version_line}")
     log = {"vllm_version": vllm_version, "vllm_build": "cpu", "vllm_cpu_kvcache_space_gib": kv_gib, "kv_cache_source": plan["kv_source"],
            "rollout_kv_term_gb": round(plan["kv_term_gb"], 6), "engine_max_model_len": context, "engine_dtype": dtype, "engine_enforce_eager": True,
-           "engine_env": {k: v for k, v in env.items() if k != "MASTER_PORT"}, "memory_available_gb": available_gb and round(available_gb, 2)}
+           "engine_env": {k: v for k, v in env.items() if k != "MASTER_PORT"}, "memory_available_gb": available_gb and round(available_gb, 2),
+           "importance_sampling_correction": correction, "importance_sampling_correction_reason": correction_why}
     return RolloutChoice("vllm-colocate", kwargs, reason, log)
