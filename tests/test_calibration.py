@@ -52,18 +52,46 @@ def test_the_first_calibration_step_is_run_but_not_counted():
     measured = Calibration(64, 16, 8, step_seconds=steps)
     assert WARM_UP_STEPS < CALIBRATION_STEPS
     assert measured.seconds_per_step == pytest.approx(sum(steps[WARM_UP_STEPS:]) / (len(steps) - WARM_UP_STEPS))
-    assert Calibration(8, 16, 4, step_seconds=[0.4, 0.2], same_shape=True).seconds_per_step == pytest.approx(0.3)
+    assert Calibration(8, 16, 4, step_seconds=[0.4, 0.2], same_shape=True).seconds_per_step == pytest.approx(0.2)  # a new process's first step
+    assert Calibration(8, 16, 4, step_seconds=[0.4], same_shape=True).seconds_per_step == pytest.approx(0.4)  # none left after it: counted
     assert Calibration(64, 16, 8, step_seconds=[0.4], error="OutOfMemoryError: ...").seconds_per_step is None
 
 
 def test_the_projection_is_the_calibration_times_the_model_size_only():
     lab = resolve_settings(get_track("c"))
-    record = Calibration(64, 16, 8, step_seconds=[0.3, 0.2, 0.2, 0.12, 0.14, 0.13]).as_record()
+    record = Calibration(64, 16, 8, step_seconds=[0.3, 0.12, 0.14, 0.13]).as_record()
     noted = lab_projection(record, "tiny", lab)
-    assert noted["model_size_factor"] == 1.0 and noted["projected_lab_seconds_per_step"] == pytest.approx(0.13)
+    assert noted["model_size_s_per_step"] == 0.0 and noted["projected_lab_seconds_per_step"] == pytest.approx(0.13)
     assert noted["projected_lab_wall_clock_s"] == pytest.approx(0.13 * 120, abs=0.1)
     failed = lab_projection(Calibration(64, 16, 8, step_seconds=[], error="RuntimeError: boom").as_record(), "tiny", lab)
     assert failed["projected_lab_seconds_per_step"] is None and "RuntimeError: boom" in failed["projection"]
+
+
+def test_across_models_the_projection_adds_what_the_size_probe_timed():
+    lab = replace(resolve_settings(get_track("c")), model="Qwen/Qwen3-0.6B")
+    record = Calibration(64, 16, 8, step_seconds=[0.3, 0.12, 0.14, 0.13]).as_record()
+    record["size_probe"] = {"smoke_model": {"grown_s": 0.03}, "lab_model": {"layers": 28, "layer_s": 0.3, "output_layer_s": 2.0, "grown_s": 10.4},
+                            "lab_minus_smoke_s": 10.37}
+    noted = lab_projection(record, "tiny", lab)
+    assert noted["model_size_s_per_step"] == 10.37 and noted["projected_lab_seconds_per_step"] == pytest.approx(0.13 + 10.37)
+    assert "+ 10.370 s for Qwen/Qwen3-0.6B's size (28 layers x 0.300 s + output layer 2.000 s" in noted["projection"]
+    # A probe that did not run through: no projection across models, and why.
+    record["size_probe"] = {"error": "OutOfMemoryError: ...", "cost_s": 0.4}
+    noted = lab_projection(record, "tiny", lab)
+    assert noted["projected_lab_seconds_per_step"] is None and "the size probe did not run (OutOfMemoryError: ...)" in noted["projection"]
+
+
+def test_the_size_probes_two_depths_differ_in_their_layers_alone():
+    """The probe's two models share everything but their depth, so their difference is the layers' cost alone."""
+    from grpolab.sizeprobe import SHALLOW_LAYERS, DEEP_LAYERS, probe_config
+    from grpolab.modelshape import model_shape
+
+    shape = model_shape("Qwen/Qwen3-0.6B")
+    base = {"model_type": "qwen3", "hidden_size": 128, "num_hidden_layers": 2, "layer_types": ["full_attention"] * 2, "vocab_size": 280}
+    shallow, deep = probe_config(base, shape, SHALLOW_LAYERS), probe_config(base, shape, DEEP_LAYERS)
+    assert {k: v for k, v in shallow.items() if k != "num_hidden_layers"} == {k: v for k, v in deep.items() if k != "num_hidden_layers"}
+    assert (deep["hidden_size"], deep["intermediate_size"], deep["head_dim"], deep["num_hidden_layers"]) == (1024, 3072, 128, DEEP_LAYERS)
+    assert "layer_types" not in deep  # made again for the probe's depth by the model's config class
 
 
 def test_25_percent_either_way_is_the_line():
@@ -127,3 +155,22 @@ def test_the_smoke_tests_peak_is_predicted_at_the_calibrations_shape(calibrated_
     at = lambda settings: estimate_memory("tiny", settings, runtime_baseline_gb=smoke["runtime_baseline_gb"], device_type="cpu", prompt_tokens=prompt_tokens).modelled_gb  # noqa: E731
     assert at(lab) > at(smoke_settings(lab, track))
     assert smoke["peak_memory_gb_predicted"] == pytest.approx(at(lab), abs=0.002)
+
+
+def test_a_calibration_that_fails_leaves_the_smoke_test_passing_with_no_projection(tiny_model_path, tmp_path):
+    """A lab whose batch TRL refuses (64 completions per step in groups of 6: not whole groups) fails only the
+    calibration, which runs at the lab's batch: TRL's own error is printed and logged, no projection is made, and
+    the smoke test, whose ten steps passed, still passes."""
+    track = get_track("c")
+    lab = replace(resolve_settings(track), num_generations=6)
+    settings = smoke_settings(lab, track)
+    log, lines = tmp_path / "runlog.jsonl", []
+    run_smoke(settings, track, log_path=log, say=lines.append, lab=lab)
+    smoke = read_runs(log)[-1]
+    assert smoke["status"] == "passed" and smoke["layers_passed"][-1] == "runlog"
+    calibration, noted = smoke["calibration"], smoke["before_scaling_up"]
+    assert calibration["error"].startswith("ValueError: ") and calibration["seconds_per_step"] is None
+    assert noted["projected_lab_seconds_per_step"] is None and noted["projected_lab_wall_clock_s"] is None
+    text = "\n".join(lines)
+    assert f"calibration        0 of {CALIBRATION_STEPS} steps at the lab's shape (64 completions x 16 tokens) ran, then it failed: ValueError: " in text
+    assert "lab wall clock     none: the calibration at the lab's shape (64 x 16) did not run through (ValueError: " in text
