@@ -174,3 +174,24 @@ def test_a_calibration_that_fails_leaves_the_smoke_test_passing_with_no_projecti
     text = "\n".join(lines)
     assert f"calibration        0 of {CALIBRATION_STEPS} steps at the lab's shape (64 completions x 16 tokens) ran, then it failed: ValueError: " in text
     assert "lab wall clock     none: the calibration at the lab's shape (64 x 16) did not run through (ValueError: " in text
+
+
+def test_a_smoke_test_before_a_lab_on_another_model_times_both_models_sizes(tiny_model_path, tmp_path):
+    """The size probe for real: the tiny model's smoke test before a lab on a 4-layer Qwen3-shaped folder (random
+    weights): both models' layers and output layers are timed here, and the projection adds the difference."""
+    from grpolab.membench import write_shape_folder
+
+    track = get_track("c")
+    folder = write_shape_folder("small-shape", str(tmp_path / "small-shape"))
+    lab = replace(resolve_settings(track), model=folder, per_device_train_batch_size=8, num_generations=4, max_steps=40)
+    log, lines = tmp_path / "runlog.jsonl", []
+    run_smoke(replace(smoke_settings(lab, track), model="tiny"), track, log_path=log, say=lines.append, lab=lab)
+    smoke = read_runs(log)[-1]
+    calibration, noted = smoke["calibration"], smoke["before_scaling_up"]
+    probe = calibration["size_probe"]
+    assert calibration["same_shape_as_smoke"] and "error" not in probe
+    assert (probe["smoke_model"]["layers"], probe["lab_model"]["layers"]) == (2, 4)
+    assert probe["lab_model"]["grown_s"] > probe["smoke_model"]["grown_s"] > 0  # 4 layers of 256 against 2 of 128
+    assert noted["projected_lab_seconds_per_step"] == pytest.approx(calibration["seconds_per_step"] + probe["lab_minus_smoke_s"], abs=1e-3)
+    assert calibration["cost_s"] == pytest.approx(probe["cost_s"], abs=1e-3)  # the calibration's cost is the probe's here
+    assert "the size probe took" in "\n".join(lines)

@@ -16,7 +16,7 @@ def model_size_step(calibration: dict, smoke_model: str, lab_model: str) -> tupl
     layer timed here at that shape), the one part of the projection that is extrapolated (in depth: its measured
     error is in README.md). None when the probe did not run through."""
     if smoke_model == lab_model:
-        return 0.0, "the same model"
+        return 0.0, "for the same model"
     probe = calibration.get("size_probe") or {}
     if probe.get("lab_minus_smoke_s") is None:
         return None, f"not scaled from {smoke_model} to {lab_model}: the size probe did not run ({probe.get('error') or 'no probe in this run'})"
@@ -49,8 +49,8 @@ def lab_projection(calibration: dict, smoke_model: str, lab_settings) -> dict:
         noted["projection"] = f"none: {model_note}"
         return noted
     per_step = measured + added
-    counted = f"{calibration['steps'] - calibration['warm_up_steps']}"
-    where = (f"the smoke test's own steps after the first {calibration['warm_up_steps']}, already at the lab's shape" if calibration.get("same_shape_as_smoke")
+    counted = calibration["steps"] - calibration["warm_up_steps"]
+    where = (f"the smoke test's own {counted} steps after its first, already at the lab's shape" if calibration.get("same_shape_as_smoke")
              else f"{counted} calibration steps at the lab's shape")
     noted.update(
         projected_lab_seconds_per_step=round(per_step, 4),
@@ -132,5 +132,6 @@ def calibration_line(calibration: dict, smoke_so_far_s: float | None) -> str:
         cost += f", {calibration['cost_s'] / (smoke_so_far_s - calibration['cost_s']):.0%} on top of the rest of this smoke test ({smoke_so_far_s - calibration['cost_s']:.1f} s, imports not counted)"
     if calibration.get("error"):
         return f"{calibration['steps']} of {CALIBRATION_STEPS} steps at the lab's shape ({shape}) ran, then it failed: {calibration['error']}; {cost}"
-    return (f"{calibration['steps']} steps at the lab's shape ({shape}): {seconds} s, the first {calibration['warm_up_steps']} not counted "
+    first = f"the first {calibration['warm_up_steps']}" if calibration["warm_up_steps"] > 1 else "the first"
+    return (f"{calibration['steps']} steps at the lab's shape ({shape}): {seconds} s, {first} not counted "
             f"(it sets up what the lab's batch needs once); {cost}")
