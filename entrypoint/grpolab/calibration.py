@@ -16,8 +16,8 @@ from .settings import LabSettings
 # Steps run at the lab's shape, and how many of the first are run but not counted. The smoke test's process has
 # already run ten steps, so the calibration's first step is the only one that sets up anything new (its batch's
 # sizes): measured on track c (bench/projection-*.json keep each calibration's steps), dropping three first steps
-# of six made the projection no closer to the lab than dropping one (0.81-1.25 of the lab against 0.86-1.09 over
-# the same seven runs, the three steps after the first), and the two steps saved are an eighth of its cost.
+# of six made the projection no closer to the lab than dropping one (over five runs on track c, 0.81-1.25 of the lab
+# against 0.86-1.09 for the three steps after the first), and the two steps saved were 0.21-0.36 s of those runs' 1.3-1.7 s.
 CALIBRATION_STEPS = 4
 WARM_UP_STEPS = 1
 
