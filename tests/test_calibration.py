@@ -81,17 +81,15 @@ def test_across_models_the_projection_adds_what_the_size_probe_timed():
     assert noted["projected_lab_seconds_per_step"] is None and "the size probe did not run (OutOfMemoryError: ...)" in noted["projection"]
 
 
-def test_the_size_probes_two_depths_differ_in_their_layers_alone():
-    """The probe's two models share everything but their depth, so their difference is the layers' cost alone."""
-    from grpolab.sizeprobe import SHALLOW_LAYERS, DEEP_LAYERS, probe_config
+def test_the_size_probes_model_has_the_lab_models_layer_shape():
     from grpolab.modelshape import model_shape
+    from grpolab.sizeprobe import PROBE_LAYERS, PROBE_VOCAB, probe_config
 
-    shape = model_shape("Qwen/Qwen3-0.6B")
     base = {"model_type": "qwen3", "hidden_size": 128, "num_hidden_layers": 2, "layer_types": ["full_attention"] * 2, "vocab_size": 280}
-    shallow, deep = probe_config(base, shape, SHALLOW_LAYERS), probe_config(base, shape, DEEP_LAYERS)
-    assert {k: v for k, v in shallow.items() if k != "num_hidden_layers"} == {k: v for k, v in deep.items() if k != "num_hidden_layers"}
-    assert (deep["hidden_size"], deep["intermediate_size"], deep["head_dim"], deep["num_hidden_layers"]) == (1024, 3072, 128, DEEP_LAYERS)
-    assert "layer_types" not in deep  # made again for the probe's depth by the model's config class
+    config = probe_config(base, model_shape("Qwen/Qwen3-0.6B"), PROBE_LAYERS)
+    assert (config["hidden_size"], config["intermediate_size"], config["head_dim"], config["num_attention_heads"], config["num_key_value_heads"]) == (1024, 3072, 128, 16, 8)
+    assert (config["num_hidden_layers"], config["vocab_size"]) == (PROBE_LAYERS, PROBE_VOCAB)
+    assert "layer_types" not in config  # made again for the probe's depth by the model's config class
 
 
 def test_25_percent_either_way_is_the_line():
