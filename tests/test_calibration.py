@@ -75,6 +75,7 @@ def test_across_models_the_projection_adds_what_the_size_probe_timed():
     noted = lab_projection(record, "tiny", lab)
     assert noted["model_size_s_per_step"] == 10.37 and noted["projected_lab_seconds_per_step"] == pytest.approx(0.13 + 10.37)
     assert "+ 10.370 s for Qwen/Qwen3-0.6B's size (28 layers x 0.300 s + output layer 2.000 s" in noted["projection"]
+    assert "measured across models, such a projection came to 0.72 of the lab: a lower bound" in noted["projection"]  # its error, printed
     # A probe that did not run through: no projection across models, and why.
     record["size_probe"] = {"error": "OutOfMemoryError: ...", "cost_s": 0.4}
     noted = lab_projection(record, "tiny", lab)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .calibration import CALIBRATION_STEPS
 from .durations import duration
 from .settings import resolve_settings
+from .sizeprobe import MEASURED_PROJECTION_OVER_LAB
 from .tolerance import off_by_more_than_25_percent
 
 
@@ -22,7 +23,8 @@ def model_size_step(calibration: dict, smoke_model: str, lab_model: str) -> tupl
         return None, f"not scaled from {smoke_model} to {lab_model}: the size probe did not run ({probe.get('error') or 'no probe in this run'})"
     lab = probe["lab_model"]
     return probe["lab_minus_smoke_s"], (f"+ {probe['lab_minus_smoke_s']:.3f} s for {lab_model}'s size ({lab['layers']} layers x {lab['layer_s']:.3f} s "
-                                        f"+ output layer {lab['output_layer_s']:.3f} s, timed here, less {smoke_model}'s {probe['smoke_model']['grown_s']:.3f} s)")
+                                        f"+ output layer {lab['output_layer_s']:.3f} s, timed here, less {smoke_model}'s {probe['smoke_model']['grown_s']:.3f} s; "
+                                        f"measured across models, such a projection came to {MEASURED_PROJECTION_OVER_LAB:.2f} of the lab: a lower bound)")
 
 
 def lab_projection(calibration: dict, smoke_model: str, lab_settings) -> dict:

@@ -30,6 +30,10 @@ from .modelshape import ModelShape, local_model_config, model_shape
 # the difference of two depths, tried first, timed 0.16-0.31 s a layer from one run to the next (two short timings'
 # noise in one small difference).
 PROBE_LAYERS = 4
+# What a projection across models came to against the lab it projected, measured here (README, "The smoke test":
+# the tiny model's smoke test before a Qwen3-0.6B-shaped lab, bench/projection-20261202T104041Z.json). Printed
+# with every projection across models, which is not yet within 25 %.
+MEASURED_PROJECTION_OVER_LAB = 0.72
 PROBE_VOCAB = 256  # the layers' probe models' vocabulary: the output layer is timed on its own
 OUTPUT_COLUMNS = 16384  # the output layer's vocabulary entries timed at most, the rest scaled linearly
 
