@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import platform
 import re
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -345,7 +346,7 @@ PROJECTION_CASES = {
 # tiny model and is told the lab it stands before (the track rows of s, x, n do this with smoke_model); the lab
 # is a short one on the folder, at a step size that 2 cores run in minutes.
 SHAPE_CASE = "c, in-process, Qwen3-0.6B-shaped folder projected from the tiny model (host)"
-SHAPE_LAB = {"num_generations": 4, "per_device_train_batch_size": 8, "max_steps": 2, "logging_steps": 1, "train_size": 16, "heldout_size": 1}
+SHAPE_LAB = {"num_generations": 4, "per_device_train_batch_size": 8, "max_steps": 4, "logging_steps": 1, "train_size": 16, "heldout_size": 1}
 SHAPE_SMOKE = """import sys
 from dataclasses import replace
 from grpolab.settings import resolve_settings, smoke_settings
@@ -355,6 +356,14 @@ track = get_track("c")
 lab = replace(resolve_settings(track), model=sys.argv[1], **{key: int(value) for key, value in (a.split("=") for a in sys.argv[2:])})
 run_smoke(replace(smoke_settings(lab, track), model="tiny"), track, lab=lab)
 """
+
+
+def _cpu_seconds(before) -> dict:
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"user_cpu_s": round(after.ru_utime - before.ru_utime, 1), "kernel_cpu_s": round(after.ru_stime - before.ru_stime, 1)}
+
+
+SMOKE_PASSED_IN_LAB = "smoke test passed; starting the lab"  # grpolab.lab's line once the smoke test before it passed
 
 
 def _image_command(track: str, argv: list[str], runs_dir: Path) -> list[str]:
@@ -389,14 +398,22 @@ def _projection_pair(name: str, track: str, options: dict, runs_dir: Path, where
     out = {"case": name, "commands": [], "exit_status": 0}
     for argv in commands:
         say(f"{name}: $ " + " ".join(str(a) for a in argv))
-        started = time.monotonic()
-        proc = subprocess.run(resolved([str(a) for a in argv]), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        started, used_before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.Popen(resolved([str(a) for a in argv]), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        printed = []
+        for line in proc.stdout:
+            printed.append(line.rstrip("\n"))
+            if line.startswith(SMOKE_PASSED_IN_LAB):  # the smoke test's part of the learner's command, start-up and imports included
+                out["smoke_part_of_command_s"] = round(time.monotonic() - started, 1)
+        status = proc.wait()
         out["commands"].append({"command": " ".join(str(a) for a in argv[1:]) if name != SHAPE_CASE or argv is not commands[0] else "python -c SHAPE_SMOKE FOLDER " + " ".join(sizes),
-                                "wall_clock_s": round(time.monotonic() - started, 1), "exit_status": proc.returncode})
-        if proc.returncode:
-            out.update(exit_status=proc.returncode, error=proc.stdout[-2000:])
+                                "wall_clock_s": round(time.monotonic() - started, 1), "exit_status": status,
+                                # CPU seconds in the command's own processes (not a container's: those are the engine's), user and
+                                # kernel: a kernel share far above the user's says memory work (page faults), not the model, took the time.
+                                **_cpu_seconds(used_before)})
+        if status:
+            out.update(exit_status=status, error="\n".join(printed)[-2000:])
             return out
-        printed = proc.stdout.splitlines()
         if "what to write down before you scale up:" in printed:  # the smoke test's summary, as the learner saw it
             start = printed.index("what to write down before you scale up:")
             out["smoke_summary"] = printed[start : start + 7]
@@ -412,14 +429,20 @@ def _projection_pair(name: str, track: str, options: dict, runs_dir: Path, where
         "projected_lab_seconds_per_step": projected, "lab_seconds_per_step": measured,
         "projection_over_lab": round(projected / measured, 3) if projected and measured else None,
         "within_25_percent": bool(projected and measured and 0.8 <= projected / measured <= 1.25),
-        "projection": noted.get("projection"), "model_size_factor": noted.get("model_size_factor"),
+        "projection": noted.get("projection"), "model_size_s_per_step": noted.get("model_size_s_per_step"), "size_probe": calibration.get("size_probe"),
         "calibration": calibration, "calibration_cost_s": cost, "smoke_run_wall_clock_s": smoke_run,
-        # What the calibration adds to the smoke test: its cost over the rest of the smoke run (imports not counted).
+        # What the calibration adds to the smoke test: its cost over the rest of the smoke run (imports not counted),
+        # and over the rest of the smoke test's part of the learner's command (interpreter, imports, container start).
         "calibration_share_of_smoke_run": round(cost / (smoke_run - cost), 3) if cost is not None and smoke_run else None,
+        "smoke_part_of_command_s": out.get("smoke_part_of_command_s"),
+        "calibration_share_of_smoke_command": round(cost / (out["smoke_part_of_command_s"] - cost), 3) if cost is not None and out.get("smoke_part_of_command_s") else None,
         "smoke_peak_memory_gb_measured": noted.get("peak_memory_gb_measured"), "smoke_peak_memory_gb_predicted": noted.get("peak_memory_gb_predicted"),
         "smoke_peak_memory_ratio": noted.get("peak_memory_ratio"),
         "lab_peak_memory_gb_measured": lab.get("peak_memory_gb_measured"), "lab_peak_memory_gb_predicted": lab.get("peak_memory_gb_predicted"),
         "lab_time_split_s_per_step": lab.get("time_split_s_per_step"), "lab_wall_clock_s": lab.get("wall_clock_s"),
+        # Every logged step of both runs: where a projection and the lab's mean part, these say which steps did.
+        "lab_step_seconds": [step.get("seconds") for step in lab.get("steps") or []],
+        "smoke_step_seconds": [step.get("seconds") for step in smoke.get("steps") or []],
         "lab_settings": {key: (lab.get("settings") or {}).get(key) for key in ("model", "rollout", "per_device_train_batch_size", "num_generations", "max_completion_length", "max_steps")},
     })  # fmt: skip
     say(f"{name}: projected {projected} s/step, the lab measured {measured}: x{out['projection_over_lab']}")

@@ -52,18 +52,45 @@ def test_the_first_calibration_step_is_run_but_not_counted():
     measured = Calibration(64, 16, 8, step_seconds=steps)
     assert WARM_UP_STEPS < CALIBRATION_STEPS
     assert measured.seconds_per_step == pytest.approx(sum(steps[WARM_UP_STEPS:]) / (len(steps) - WARM_UP_STEPS))
-    assert Calibration(8, 16, 4, step_seconds=[0.4, 0.2], same_shape=True).seconds_per_step == pytest.approx(0.3)
+    assert Calibration(8, 16, 4, step_seconds=[0.4, 0.2], same_shape=True).seconds_per_step == pytest.approx(0.2)  # a new process's first step
+    assert Calibration(8, 16, 4, step_seconds=[0.4], same_shape=True).seconds_per_step == pytest.approx(0.4)  # none left after it: counted
     assert Calibration(64, 16, 8, step_seconds=[0.4], error="OutOfMemoryError: ...").seconds_per_step is None
 
 
 def test_the_projection_is_the_calibration_times_the_model_size_only():
     lab = resolve_settings(get_track("c"))
-    record = Calibration(64, 16, 8, step_seconds=[0.3, 0.2, 0.2, 0.12, 0.14, 0.13]).as_record()
+    record = Calibration(64, 16, 8, step_seconds=[0.3, 0.12, 0.14, 0.13]).as_record()
     noted = lab_projection(record, "tiny", lab)
-    assert noted["model_size_factor"] == 1.0 and noted["projected_lab_seconds_per_step"] == pytest.approx(0.13)
+    assert noted["model_size_s_per_step"] == 0.0 and noted["projected_lab_seconds_per_step"] == pytest.approx(0.13)
     assert noted["projected_lab_wall_clock_s"] == pytest.approx(0.13 * 120, abs=0.1)
     failed = lab_projection(Calibration(64, 16, 8, step_seconds=[], error="RuntimeError: boom").as_record(), "tiny", lab)
     assert failed["projected_lab_seconds_per_step"] is None and "RuntimeError: boom" in failed["projection"]
+
+
+def test_across_models_the_projection_adds_what_the_size_probe_timed():
+    lab = replace(resolve_settings(get_track("c")), model="Qwen/Qwen3-0.6B")
+    record = Calibration(64, 16, 8, step_seconds=[0.3, 0.12, 0.14, 0.13]).as_record()
+    record["size_probe"] = {"smoke_model": {"grown_s": 0.03}, "lab_model": {"layers": 28, "layer_s": 0.3, "output_layer_s": 2.0, "grown_s": 10.4},
+                            "lab_minus_smoke_s": 10.37}
+    noted = lab_projection(record, "tiny", lab)
+    assert noted["model_size_s_per_step"] == 10.37 and noted["projected_lab_seconds_per_step"] == pytest.approx(0.13 + 10.37)
+    assert "+ 10.370 s for Qwen/Qwen3-0.6B's size (28 layers x 0.300 s + output layer 2.000 s" in noted["projection"]
+    assert "measured across models, such a projection came to 0.72 of the lab: a lower bound" in noted["projection"]  # its error, printed
+    # A probe that did not run through: no projection across models, and why.
+    record["size_probe"] = {"error": "OutOfMemoryError: ...", "cost_s": 0.4}
+    noted = lab_projection(record, "tiny", lab)
+    assert noted["projected_lab_seconds_per_step"] is None and "the size probe did not run (OutOfMemoryError: ...)" in noted["projection"]
+
+
+def test_the_size_probes_model_has_the_lab_models_layer_shape():
+    from grpolab.modelshape import model_shape
+    from grpolab.sizeprobe import PROBE_LAYERS, PROBE_VOCAB, probe_config
+
+    base = {"model_type": "qwen3", "hidden_size": 128, "num_hidden_layers": 2, "layer_types": ["full_attention"] * 2, "vocab_size": 280}
+    config = probe_config(base, model_shape("Qwen/Qwen3-0.6B"), PROBE_LAYERS)
+    assert (config["hidden_size"], config["intermediate_size"], config["head_dim"], config["num_attention_heads"], config["num_key_value_heads"]) == (1024, 3072, 128, 16, 8)
+    assert (config["num_hidden_layers"], config["vocab_size"]) == (PROBE_LAYERS, PROBE_VOCAB)
+    assert "layer_types" not in config  # made again for the probe's depth by the model's config class
 
 
 def test_25_percent_either_way_is_the_line():
@@ -127,3 +154,44 @@ def test_the_smoke_tests_peak_is_predicted_at_the_calibrations_shape(calibrated_
     at = lambda settings: estimate_memory("tiny", settings, runtime_baseline_gb=smoke["runtime_baseline_gb"], device_type="cpu", prompt_tokens=prompt_tokens).modelled_gb  # noqa: E731
     assert at(lab) > at(smoke_settings(lab, track))
     assert smoke["peak_memory_gb_predicted"] == pytest.approx(at(lab), abs=0.002)
+
+
+def test_a_calibration_that_fails_leaves_the_smoke_test_passing_with_no_projection(tiny_model_path, tmp_path):
+    """A lab whose batch TRL refuses (64 completions per step in groups of 6: not whole groups) fails only the
+    calibration, which runs at the lab's batch: TRL's refusal is printed and logged, no projection is made, and
+    the smoke test, whose ten steps passed, still passes."""
+    track = get_track("c")
+    lab = replace(resolve_settings(track), num_generations=6)
+    settings = smoke_settings(lab, track)
+    log, lines = tmp_path / "runlog.jsonl", []
+    run_smoke(settings, track, log_path=log, say=lines.append, lab=lab)
+    smoke = read_runs(log)[-1]
+    assert smoke["status"] == "passed" and smoke["layers_passed"][-1] == "runlog"
+    calibration, noted = smoke["calibration"], smoke["before_scaling_up"]
+    assert "TRL refused these settings" in calibration["error"] and "divisible by num_generations (6)" in calibration["error"]
+    assert calibration["seconds_per_step"] is None
+    assert noted["projected_lab_seconds_per_step"] is None and noted["projected_lab_wall_clock_s"] is None
+    text = "\n".join(lines)
+    assert f"calibration        0 of {CALIBRATION_STEPS} steps at the lab's shape (64 completions x 16 tokens) ran, then it failed: LayerFailure: [input] TRL refused these settings" in text
+    assert "lab wall clock     none: the calibration at the lab's shape (64 x 16) did not run through (LayerFailure: [input] TRL refused these settings" in text
+
+
+def test_a_smoke_test_before_a_lab_on_another_model_times_both_models_sizes(tiny_model_path, tmp_path):
+    """The size probe for real: the tiny model's smoke test before a lab on a 4-layer Qwen3-shaped folder (random
+    weights): both models' layers and output layers are timed here, and the projection adds the difference."""
+    from grpolab.membench import write_shape_folder
+
+    track = get_track("c")
+    folder = write_shape_folder("small-shape", str(tmp_path / "small-shape"))
+    lab = replace(resolve_settings(track), model=folder, per_device_train_batch_size=8, num_generations=4, max_steps=40)
+    log, lines = tmp_path / "runlog.jsonl", []
+    run_smoke(replace(smoke_settings(lab, track), model="tiny"), track, log_path=log, say=lines.append, lab=lab)
+    smoke = read_runs(log)[-1]
+    calibration, noted = smoke["calibration"], smoke["before_scaling_up"]
+    probe = calibration["size_probe"]
+    assert calibration["same_shape_as_smoke"] and "error" not in probe
+    assert (probe["smoke_model"]["layers"], probe["lab_model"]["layers"]) == (2, 4)
+    assert probe["lab_model"]["grown_s"] > probe["smoke_model"]["grown_s"] > 0  # 4 layers of 256 against 2 of 128
+    assert noted["projected_lab_seconds_per_step"] == pytest.approx(calibration["seconds_per_step"] + probe["lab_minus_smoke_s"], abs=1e-3)
+    assert calibration["cost_s"] == pytest.approx(probe["cost_s"], abs=1e-3)  # the calibration's cost is the probe's here
+    assert "the size probe took" in "\n".join(lines)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_CACHE
+from grpolab.calibration import CALIBRATION_STEPS
 from grpolab.report import LESSON_TRACKS, load_runs, run_report
 from grpolab.runlog import SCHEMA_VERSION, read_runs
 from grpolab.tiny_model import FIXTURE_SHA256
@@ -123,12 +124,12 @@ def test_smoke_test_ends_with_what_to_write_down(track_c):
     out = track_c["smoke_output"]
     assert "what to write down before you scale up:" in out
     assert re.search(r"seconds per step +\d+\.\d{3} s x 10 steps", out)
-    assert "calibration        6 steps at the lab's shape" in out and "rollout path       inprocess" in out
+    assert f"calibration        {CALIBRATION_STEPS} steps at the lab's shape" in out and "rollout path       inprocess" in out
     noted = smoke["before_scaling_up"]
     assert smoke["schema"] == SCHEMA_VERSION
     assert noted["steps"] == 10 and noted["steps_s"] == pytest.approx(smoke["seconds_per_step"] * 10, rel=1e-3)
     # Track c's lab: the same tiny model, 64 x 16 completion tokens per step, 120 steps: measured by the calibration.
-    assert noted["model_size_factor"] == 1.0 and noted["lab_completions_per_step"] == 64
+    assert noted["model_size_s_per_step"] == 0.0 and noted["lab_completions_per_step"] == 64
     assert noted["projected_lab_wall_clock_s"] == pytest.approx(smoke["calibration"]["seconds_per_step"] * 120, rel=1e-2)
     assert noted["peak_memory_gb_measured"] > 0 and noted["peak_memory_gb_predicted"] > 0
     assert noted["peak_memory_ratio"] == pytest.approx(noted["peak_memory_gb_measured"] / noted["peak_memory_gb_predicted"], rel=1e-2)

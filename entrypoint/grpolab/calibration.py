@@ -13,12 +13,13 @@ from dataclasses import dataclass, field, replace
 
 from .settings import LabSettings
 
-# Steps run at the lab's shape, and how many of the first are run but not counted. A new trainer's first steps on
-# the CPU are slower than the ones after them (measured on track c, the tiny model at 64 x 16: 0.22, 0.17, 0.21,
-# 0.18, then 0.12-0.14 s from the fifth step on; bench/projection-*.json keeps each calibration's steps), and the
-# lab's 120-step mean is made of the later kind: the projection is the mean of the steps after the first three.
-CALIBRATION_STEPS = 6
-WARM_UP_STEPS = 3
+# Steps run at the lab's shape, and how many of the first are run but not counted. The smoke test's process has
+# already run ten steps, so the calibration's first step is the only one that sets up anything new (its batch's
+# sizes): measured on track c (bench/projection-*.json keep each calibration's steps), dropping three first steps
+# of six made the projection no closer to the lab than dropping one (over five runs on track c, 0.81-1.25 of the lab
+# against 0.86-1.09 for the three steps after the first), and the two steps saved were 0.21-0.36 s of those runs' 1.3-1.7 s.
+CALIBRATION_STEPS = 4
+WARM_UP_STEPS = 1
 
 
 @dataclass
@@ -33,20 +34,27 @@ class Calibration:
     cost_s: float = 0.0  # its whole wall clock: data, rollout set-up, trainer, every step
     error: str | None = None
     same_shape: bool = False  # the smoke test's own steps were at the lab's shape: nothing more to run
+    size_probe: dict | None = None  # grpolab.sizeprobe's record, when the lab's model is not the smoke test's
 
     @property
     def seconds_per_step(self) -> float | None:
-        counted = self.step_seconds if self.same_shape else self.step_seconds[WARM_UP_STEPS:] or self.step_seconds
+        counted = self.step_seconds[self.warm_up_steps :]
         return round(sum(counted) / len(counted), 4) if counted and not self.error else None
+
+    @property
+    def warm_up_steps(self) -> int:
+        """The first steps run but not counted (the smoke test's own too, where they are the measurement: its first
+        steps are a new process's), when steps are left after them."""
+        return WARM_UP_STEPS if len(self.step_seconds) > WARM_UP_STEPS else 0
 
     def as_record(self) -> dict:
         return {
             "completions_per_step": self.completions_per_step, "completion_tokens": self.completion_tokens,
             "num_generations": self.num_generations, "same_shape_as_smoke": self.same_shape,
-            "steps": len(self.step_seconds), "warm_up_steps": 0 if self.same_shape else WARM_UP_STEPS,
+            "steps": len(self.step_seconds), "warm_up_steps": self.warm_up_steps,
             "step_seconds": [round(s, 4) for s in self.step_seconds], "seconds_per_step": self.seconds_per_step,
             "completion_tokens_mean": self.completion_tokens_mean,
-            "cost_s": round(self.cost_s, 3), "error": self.error,
+            "cost_s": round(self.cost_s, 3), "error": self.error, "size_probe": self.size_probe,
         }  # fmt: skip
 
 

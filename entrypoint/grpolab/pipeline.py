@@ -32,6 +32,7 @@ from .paths import runs_dir
 from .run import recorded_run
 from .scaleup import before_scaling_up
 from .settings import LabSettings, check_model_context
+from .sizeprobe import StepShape, measure
 from .tracks import Track
 
 # On what basis each rollout path's `stale` / `max_lag_steps` is given (the run log's rollout.lag_basis).
@@ -109,6 +110,8 @@ def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_de
             record["pass_at_1_after"] = evaluate(settings, run, trainer.model, "after", say)
         record_steps(record, steps)
         record_memory(run, record, say, show=not shape.evaluate)
+        if lab is not None and not shape.evaluate and lab.model != settings.model:  # after the meter: the probe's models are not the run's
+            probe_model_size(record["calibration"], lab, run)
         from .fingerprint import environment_fingerprint
 
         record["fingerprint"] = environment_fingerprint()
@@ -277,6 +280,18 @@ def calibrate(smoke: LabSettings, calibration: LabSettings | None, track: Track,
         measured.error = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
     measured.cost_s = time.perf_counter() - started + run.calibration_data_s
     return measured
+
+
+def probe_model_size(calibration: dict, lab: LabSettings, run: Prepared) -> None:
+    """What the lab's model adds to a step at the lab's shape, timed here (grpolab.sizeprobe); its cost is the
+    calibration's too."""
+    from .training import torch_dtype
+
+    prompt_tokens = (run.estimate.inputs.get("prompt_tokens") if run.estimate else None) or lab.max_prompt_length
+    step = StepShape(lab.per_device_train_batch_size, prompt_tokens, lab.max_completion_length, lab.lora_rank,
+                     recompute_forward=run.device_type != "cpu", old_logprobs_forward=lab.rollout.startswith("vllm"))
+    calibration["size_probe"] = measure(run.model_path, lab.model, step, torch_dtype(lab, run.device_type), run.device_type)
+    calibration["cost_s"] = round(calibration["cost_s"] + calibration["size_probe"]["cost_s"], 3)
 
 
 def step_check(settings: LabSettings, shape: RunShape, say):

@@ -6,30 +6,33 @@ from __future__ import annotations
 
 from .calibration import CALIBRATION_STEPS
 from .durations import duration
-from .modelshape import UnknownModel, model_shape
 from .settings import resolve_settings
+from .sizeprobe import MEASURED_PROJECTION_OVER_LAB
 from .tolerance import off_by_more_than_25_percent
 
 
-def model_size_factor(smoke_model: str, lab_model: str, smoke_model_path: str | None = None) -> tuple[float, str]:
-    """How much longer a step of the lab's model takes than one of the smoke model at the same shape, on the
-    basis the lesson gives (a step's compute grows with the parameters it runs through): their parameter
-    counts' ratio. The one part of the projection that is extrapolated; its measured error is in README.md."""
+def model_size_step(calibration: dict, smoke_model: str, lab_model: str) -> tuple[float | None, str]:
+    """What the lab's model adds to a step over the smoke model's at the lab's shape (seconds), and in words: 0 for
+    the same model; else the size probe's measured difference (grpolab.sizeprobe: each model's layers and output
+    layer timed here at that shape), the one part of the projection that is extrapolated (in depth: its measured
+    error is in README.md). None when the probe did not run through."""
     if smoke_model == lab_model:
-        return 1.0, "the same model"
-    try:
-        factor = model_shape(lab_model).num_parameters / model_shape(smoke_model_path or smoke_model).num_parameters
-    except (UnknownModel, OSError, ValueError) as error:
-        return 1.0, f"not scaled for the model (its size is unknown here: {str(error)[:120]})"
-    return factor, f"{factor:.2f}x the parameters ({smoke_model} -> {lab_model}, extrapolated)"
+        return 0.0, "for the same model"
+    probe = calibration.get("size_probe") or {}
+    if probe.get("lab_minus_smoke_s") is None:
+        return None, f"not scaled from {smoke_model} to {lab_model}: the size probe did not run ({probe.get('error') or 'no probe in this run'})"
+    lab = probe["lab_model"]
+    return probe["lab_minus_smoke_s"], (f"+ {probe['lab_minus_smoke_s']:.3f} s for {lab_model}'s size ({lab['layers']} layers x {lab['layer_s']:.3f} s "
+                                        f"+ output layer {lab['output_layer_s']:.3f} s, timed here, less {smoke_model}'s {probe['smoke_model']['grown_s']:.3f} s; "
+                                        f"measured across models, such a projection came to {MEASURED_PROJECTION_OVER_LAB:.2f} of the lab: a lower bound)")
 
 
-def lab_projection(calibration: dict, smoke_model: str, lab_settings, smoke_model_path: str | None = None) -> dict:
+def lab_projection(calibration: dict, smoke_model: str, lab_settings) -> dict:
     """The lab's seconds per step and wall clock: the calibration's seconds per step, measured at the lab's
-    per-step shape (grpolab.calibration), times the model-size factor. A projection, checked against the lab's
-    measurement by `invoke bench --projection` and the report."""
+    per-step shape (grpolab.calibration), plus what the lab's model adds to that step (model_size_step). A
+    projection, checked against the lab's measurement by `invoke bench --projection` and the report."""
     measured = calibration.get("seconds_per_step")
-    factor, model_note = model_size_factor(smoke_model, lab_settings.model, smoke_model_path)
+    added, model_note = model_size_step(calibration, smoke_model, lab_settings.model)
     shape = f"{calibration.get('completions_per_step')} x {calibration.get('completion_tokens')}"
     noted = {
         "lab_model": lab_settings.model,
@@ -37,20 +40,24 @@ def lab_projection(calibration: dict, smoke_model: str, lab_settings, smoke_mode
         "lab_completions_per_step": lab_settings.per_device_train_batch_size,
         "lab_completion_tokens": lab_settings.max_completion_length,
         "calibration_seconds_per_step": measured,
-        "model_size_factor": round(factor, 4),
+        "model_size_s_per_step": added,
         "projected_lab_seconds_per_step": None,
         "projected_lab_wall_clock_s": None,
     }
     if measured is None:
         noted["projection"] = f"none: the calibration at the lab's shape ({shape}) did not run through ({calibration.get('error')})"
         return noted
-    per_step = measured * factor
-    where = ("the smoke test's own steps, already at the lab's shape" if calibration.get("same_shape_as_smoke")
-             else f"{calibration['steps'] - calibration['warm_up_steps']} calibration steps at the lab's shape")
+    if added is None:
+        noted["projection"] = f"none: {model_note}"
+        return noted
+    per_step = measured + added
+    counted = calibration["steps"] - calibration["warm_up_steps"]
+    where = (f"the smoke test's own {counted} steps after its first, already at the lab's shape" if calibration.get("same_shape_as_smoke")
+             else f"{counted} calibration steps at the lab's shape")
     noted.update(
         projected_lab_seconds_per_step=round(per_step, 4),
         projected_lab_wall_clock_s=round(per_step * lab_settings.max_steps, 1),
-        projection=f"{measured:.3f} s/step measured ({where}: {shape} completions x tokens) x {model_note} x {lab_settings.max_steps} steps",
+        projection=f"{measured:.3f} s/step measured ({where}: {shape} completions x tokens) {model_note} x {lab_settings.max_steps} steps",
     )
     return noted
 
@@ -82,7 +89,7 @@ def before_scaling_up(record: dict, settings, track, say=print, lab=None, smoke_
     lab = lab or resolve_settings(track)
     calibration = record.get("calibration") or {}
     noted = {"seconds_per_step": per_step, "steps": steps, "steps_s": round(per_step * steps, 3)}
-    noted.update(lab_projection(calibration, settings.model, lab, record.get("model_path")))
+    noted.update(lab_projection(calibration, settings.model, lab))
     noted.update(peak_against_estimate(record))
     noted["calibration_cost_s"] = calibration.get("cost_s")
     if smoke_so_far_s:
@@ -116,14 +123,17 @@ def calibration_line(calibration: dict, smoke_so_far_s: float | None) -> str:
     """What the calibration ran and what it cost."""
     if not calibration:
         return "not run"
+    probe = calibration.get("size_probe")
+    probe_line = f"; the size probe took {probe['cost_s']:.1f} s" if probe else ""
     if calibration.get("same_shape_as_smoke"):
-        return "none needed: the smoke test's steps are at the lab's shape (cost 0 s)"
+        return f"none needed: the smoke test's steps are at the lab's shape{probe_line or ' (cost 0 s)'}"
     seconds = ", ".join(f"{s:.3f}" for s in calibration["step_seconds"])
     shape = f"{calibration['completions_per_step']} completions x {calibration['completion_tokens']} tokens"
-    cost = f"cost {calibration['cost_s']:.1f} s"
+    cost = f"cost {calibration['cost_s']:.1f} s" + (f" (the size probe {probe['cost_s']:.1f} s of it)" if probe else "")
     if smoke_so_far_s:
         cost += f", {calibration['cost_s'] / (smoke_so_far_s - calibration['cost_s']):.0%} on top of the rest of this smoke test ({smoke_so_far_s - calibration['cost_s']:.1f} s, imports not counted)"
     if calibration.get("error"):
         return f"{calibration['steps']} of {CALIBRATION_STEPS} steps at the lab's shape ({shape}) ran, then it failed: {calibration['error']}; {cost}"
-    return (f"{calibration['steps']} steps at the lab's shape ({shape}): {seconds} s, the first {calibration['warm_up_steps']} not counted "
-            f"(a new trainer's first steps are slower than the lab's later ones); {cost}")
+    first = f"the first {calibration['warm_up_steps']}" if calibration["warm_up_steps"] > 1 else "the first"
+    return (f"{calibration['steps']} steps at the lab's shape ({shape}): {seconds} s, {first} not counted "
+            f"(it sets up what the lab's batch needs once); {cost}")
