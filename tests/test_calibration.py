@@ -12,6 +12,7 @@ from grpolab.report import judged
 from grpolab.runlog import read_runs
 from grpolab.scaleup import lab_projection, memory_verdict
 from grpolab.settings import lab_for_smoke, resolve_settings, smoke_settings
+from grpolab.sizeprobe import MEASURED_PROJECTION_OVER_LAB
 from grpolab.smoke import run_smoke
 from grpolab.tolerance import off_by_more_than_25_percent
 from grpolab.tracks import get_track
@@ -70,12 +71,11 @@ def test_the_projection_is_the_calibration_times_the_model_size_only():
 def test_across_models_the_projection_adds_what_the_size_probe_timed():
     lab = replace(resolve_settings(get_track("c")), model="Qwen/Qwen3-0.6B")
     record = Calibration(64, 16, 8, step_seconds=[0.3, 0.12, 0.14, 0.13]).as_record()
-    record["size_probe"] = {"smoke_model": {"grown_s": 0.03}, "lab_model": {"layers": 28, "layer_s": 0.3, "output_layer_s": 2.0, "grown_s": 10.4},
-                            "lab_minus_smoke_s": 10.37}
+    record["size_probe"] = {"smoke_model": {"grown_s": 0.03}, "lab_model": {"layers": 28, "vocab_size": 151936, "grown_s": 10.4}, "lab_minus_smoke_s": 10.37}
     noted = lab_projection(record, "tiny", lab)
     assert noted["model_size_s_per_step"] == 10.37 and noted["projected_lab_seconds_per_step"] == pytest.approx(0.13 + 10.37)
-    assert "+ 10.370 s for Qwen/Qwen3-0.6B's size (28 layers x 0.300 s + output layer 2.000 s" in noted["projection"]
-    assert "measured across models, such a projection came to 0.72 of the lab: a lower bound" in noted["projection"]  # its error, printed
+    assert "+ 10.370 s for Qwen/Qwen3-0.6B's size (a step of a random model of its shape, 28 layers, 10.400 s timed here" in noted["projection"]
+    assert f"measured across models, such a projection came to {MEASURED_PROJECTION_OVER_LAB:.2f} of the lab" in noted["projection"]  # its error, printed
     # A probe that did not run through: no projection across models, and why.
     record["size_probe"] = {"error": "OutOfMemoryError: ...", "cost_s": 0.4}
     noted = lab_projection(record, "tiny", lab)
@@ -84,12 +84,12 @@ def test_across_models_the_projection_adds_what_the_size_probe_timed():
 
 def test_the_size_probes_model_has_the_lab_models_layer_shape():
     from grpolab.modelshape import model_shape
-    from grpolab.sizeprobe import PROBE_LAYERS, PROBE_VOCAB, probe_config
+    from grpolab.sizeprobe import probe_config
 
     base = {"model_type": "qwen3", "hidden_size": 128, "num_hidden_layers": 2, "layer_types": ["full_attention"] * 2, "vocab_size": 280}
-    config = probe_config(base, model_shape("Qwen/Qwen3-0.6B"), PROBE_LAYERS)
+    config = probe_config(base, model_shape("Qwen/Qwen3-0.6B"))
     assert (config["hidden_size"], config["intermediate_size"], config["head_dim"], config["num_attention_heads"], config["num_key_value_heads"]) == (1024, 3072, 128, 16, 8)
-    assert (config["num_hidden_layers"], config["vocab_size"]) == (PROBE_LAYERS, PROBE_VOCAB)
+    assert (config["num_hidden_layers"], config["vocab_size"], config["tie_word_embeddings"]) == (28, 151936, True)
     assert "layer_types" not in config  # made again for the probe's depth by the model's config class
 
 

@@ -13,18 +13,18 @@ from .tolerance import off_by_more_than_25_percent
 
 def model_size_step(calibration: dict, smoke_model: str, lab_model: str) -> tuple[float | None, str]:
     """What the lab's model adds to a step over the smoke model's at the lab's shape (seconds), and in words: 0 for
-    the same model; else the size probe's measured difference (grpolab.sizeprobe: each model's layers and output
-    layer timed here at that shape), the one part of the projection that is extrapolated (in depth: its measured
-    error is in README.md). None when the probe did not run through."""
+    the same model; else the size probe's measured difference (grpolab.sizeprobe: a step of a random model of each
+    model's shape, timed here at that shape), the one part of the projection not measured on the lab's own model
+    (its measured error is in README.md). None when the probe did not run through."""
     if smoke_model == lab_model:
         return 0.0, "for the same model"
     probe = calibration.get("size_probe") or {}
     if probe.get("lab_minus_smoke_s") is None:
         return None, f"not scaled from {smoke_model} to {lab_model}: the size probe did not run ({probe.get('error') or 'no probe in this run'})"
     lab = probe["lab_model"]
-    return probe["lab_minus_smoke_s"], (f"+ {probe['lab_minus_smoke_s']:.3f} s for {lab_model}'s size ({lab['layers']} layers x {lab['layer_s']:.3f} s "
-                                        f"+ output layer {lab['output_layer_s']:.3f} s, timed here, less {smoke_model}'s {probe['smoke_model']['grown_s']:.3f} s; "
-                                        f"measured across models, such a projection came to {MEASURED_PROJECTION_OVER_LAB:.2f} of the lab: a lower bound)")
+    return probe["lab_minus_smoke_s"], (f"+ {probe['lab_minus_smoke_s']:.3f} s for {lab_model}'s size (a step of a random model of its shape, "
+                                        f"{lab['layers']} layers, {lab['grown_s']:.3f} s timed here, less {smoke_model}'s {probe['smoke_model']['grown_s']:.3f} s; "
+                                        f"measured across models, such a projection came to {MEASURED_PROJECTION_OVER_LAB:.2f} of the lab)")
 
 
 def lab_projection(calibration: dict, smoke_model: str, lab_settings) -> dict:
