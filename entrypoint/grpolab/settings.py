@@ -434,7 +434,7 @@ def unknown_problems(names, source: str) -> list[Problem]:
     problems = []
     for name in sorted(names):
         close = difflib.get_close_matches(str(name), sorted(SETTING_NAMES), n=1)
-        hint = f"did you mean {close[0]}?" if close else f"the settings are listed by `grpolab lab --help`"
+        hint = f"did you mean {close[0]}?" if close else "the settings are listed by `grpolab lab --help`"
         problems.append(Problem((str(name),), f"unknown setting {name!r} in {source}: {hint}"))
     return problems
 
