@@ -4,19 +4,27 @@ under bench/ (benchmarks, not timed tests)."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from grpolab.runlog import read_runs
+from grpolab.tracks import get_track
+
 from . import REPO, engine
+from .base import build_standin, host_arch
+from .build import build
 from .compose import recorded_track
 from .console import say
+from .labrun import lab_command, lab_env
 from .tools import compose_command, resolved
 
 BENCH_DIR = REPO / "bench"
@@ -34,8 +42,6 @@ def _write(kind: str, record: dict) -> Path:
 
 
 def _cpus() -> int:
-    import os
-
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
 
 
@@ -54,10 +60,6 @@ def _in_container() -> bool:
 def _track_c_command(command: str, options: dict, extra: list[str], in_container: bool) -> tuple[list[str], dict | None]:
     """`grpolab COMMAND --track c ...`: in the image (`docker compose run lab ...`), else with the host's Python
     and the track's environment."""
-    from grpolab.tracks import get_track
-
-    from .labrun import lab_command, lab_env
-
     argv = lab_command(command, "c", options, extra)  # [python, -m, grpolab, COMMAND, ...]
     if in_container:
         return compose_command("run", "--rm", "-T", "lab", *argv[3:]), None
@@ -113,10 +115,6 @@ def _lab_runs(cases: list[tuple[str, dict, list[str]]], at_once: int, track: str
     """Each case is the default c lab (smoke test skipped) with its options and extra arguments, run on the
     host's Python with this checkout's code (the shared grpolab:c image may hold other code), `at_once` at a
     time, each with a runs folder of its own. Returns what each run's run-log line says."""
-    from grpolab.tracks import get_track
-
-    from .labrun import lab_command, lab_env
-
     runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="grpolab-bench-runs-") as tmp:
         running = []
@@ -193,10 +191,6 @@ VERSUS_COSTS = {
 
 def _versus_run(kind: str, extra: list[str], seed: int, runs_dir: Path) -> dict:
     """One variant's run; what it measured (from its PLAIN-TRL line or its run-log line) and its wall clock."""
-    from grpolab.tracks import get_track
-
-    from .labrun import lab_command, lab_env
-
     options = {"max_steps": VERSUS_STEPS, "seed": seed}
     argv = lab_command("lab", "c", options, extra)
     if kind == "plain":
@@ -208,8 +202,6 @@ def _versus_run(kind: str, extra: list[str], seed: int, runs_dir: Path) -> dict:
     if kind == "plain":
         line = next((line for line in proc.stdout.splitlines() if line.startswith("PLAIN-TRL ")), None)
         return {**out, **(json.loads(line.removeprefix("PLAIN-TRL ")) if line else {"error": proc.stdout[-2000:]})}
-    from grpolab.runlog import read_runs
-
     lines = read_runs(runs_dir / "runlog.jsonl")  # ended runs only: a run's start record has no figures
     lab = next((line for line in reversed(lines) if line.get("kind") == "lab"), None)
     if lab is None or proc.returncode:
@@ -224,9 +216,6 @@ def _versus_run(kind: str, extra: list[str], seed: int, runs_dir: Path) -> dict:
 
 def versus_trl_bench(rounds: int = VERSUS_ROUNDS) -> Path:
     """The lab against plain TRL on the same settings, and each observer's cost (JSON under bench/)."""
-    import os
-    import statistics
-
     runs: dict[str, list[dict]] = {name: [] for name in VERSUS_VARIANTS}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="grpolab-versus-") as tmp:
@@ -292,9 +281,6 @@ def _subset(into: Path) -> Path:
 def build_bench() -> Path:
     """Cold build of track c on the stand-in base (no image, no build cache), a rebuild after an
     entrypoint/-only change, and the image's size beside the size of the installed packages."""
-    from .base import build_standin, host_arch
-    from .build import build
-
     standin = build_standin(host_arch())
     tag = "grpolab-bench:c"
     client = engine.client()
@@ -369,8 +355,6 @@ SMOKE_PASSED_IN_LAB = "smoke test passed; starting the lab"  # grpolab.lab's lin
 def _image_command(track: str, argv: list[str], runs_dir: Path) -> list[str]:
     """`grpolab ...` in the grpolab:TRACK image, with this checkout's entrypoint/ over the image's (the image's
     environment, this checkout's code) and the runs folder mounted."""
-    import os
-
     runs_dir.mkdir(parents=True, exist_ok=True)
     return ["docker", "run", "--rm", "--user", f"{os.getuid()}:{os.getgid()}", "-v", f"{REPO / 'entrypoint'}:/opt/grpolab/entrypoint:ro",
             "-v", f"{runs_dir}:/work/runs", f"grpolab:{track}", *argv[3:]]
@@ -378,11 +362,6 @@ def _image_command(track: str, argv: list[str], runs_dir: Path) -> list[str]:
 
 def _projection_pair(name: str, track: str, options: dict, runs_dir: Path, where: str = "host") -> dict:
     """One smoke-then-lab pair: the lab's measured seconds per step over the smoke test's projection of them."""
-    from grpolab.runlog import read_runs
-    from grpolab.tracks import get_track
-
-    from .labrun import lab_command, lab_env
-
     env = {**lab_env(get_track(track)), "GRPOLAB_RUNS_DIR": str(runs_dir)}
     commands = [lab_command("lab", track, {**options, "smoke": "always"}, [])]
     if where == "image":
@@ -453,8 +432,6 @@ def projection_bench(cases: tuple[str, ...] | None = None) -> Path:
     """Each smoke-then-lab pair of PROJECTION_CASES (and SHAPE_CASE), one at a time: the smoke test's projection of
     the lab's seconds per step over the lab's measurement, the goal 0.8-1.25; what the calibration cost; the smoke
     test's peak at the calibration's shape against its estimate (JSON under bench/)."""
-    import os
-
     names = cases or (*PROJECTION_CASES, SHAPE_CASE)
     results = []
     load_before = os.getloadavg()

@@ -12,8 +12,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from grpolab.runlog import read_runs
+from grpolab.tracks import get_track
+
 from . import REPO, HostError
+from .bench import _write
 from .console import say
+from .labrun import lab_command, lab_env, venv_python
 
 SHAPE_CASE = "qwen3-0.6b-shape"
 ROUNDS = 2
@@ -55,10 +60,6 @@ OWN_COLUMNS = {
 
 
 def _cv_python() -> tuple[Path, dict]:
-    from grpolab.tracks import get_track
-
-    from .labrun import lab_env, venv_python
-
     track = get_track("cv")
     python = venv_python(track)
     if not python.exists():
@@ -76,10 +77,6 @@ def write_shape_folder(python: Path, env: dict, case: str, out: Path) -> Path:
 
 def run_variant(name: str, model: Path, runs_dir: Path, python: Path, env: dict) -> dict:
     """One lab run (smoke test skipped) of a variant; what its run-log line says about time and memory."""
-    from grpolab.runlog import read_runs
-
-    from .labrun import lab_command
-
     path, extra_env, extra_settings = VARIANTS[name]
     argv = lab_command("lab", "cv", {**SETTINGS, "model": str(model), "rollout": path, "smoke": "never", **extra_settings}, [])
     argv[0] = str(python)
@@ -143,8 +140,6 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
 
 
 def colocate_size_bench(case: str = SHAPE_CASE, rounds: int = ROUNDS, variants: tuple[str, ...] = tuple(VARIANTS)) -> Path:
-    from .bench import _write
-
     python, env = _cv_python()
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     load_before = os.getloadavg()

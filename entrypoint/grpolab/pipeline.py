@@ -23,17 +23,20 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .calibration import Calibration, calibration_settings
+from .calibration import Calibration, calibration_settings, start
 from .checks import check_adapter, check_device, check_first_step, check_rewards, check_rollout, check_step_metrics, group_collapsed, say_layer
 from .diskspace import check_free_space, disk_full_failure, free_bytes, is_disk_full, lab_writes, save_elsewhere
 from .errors import LayerFailure
 from .modelfiles import check_model_files
+from .modelshape import weights_dtype
 from .paths import runs_dir
+from .rollouts.base import importance_sampling_correction
 from .run import recorded_run
 from .scaleup import before_scaling_up
 from .settings import LabSettings, check_model_context
 from .sizeprobe import StepShape, measure
 from .tracks import Track
+from .training import load_model, load_tokenizer, make_trainer, model_wrapper, release_vllm_engine, step_recorder, torch_dtype
 
 # On what basis each rollout path's `stale` / `max_lag_steps` is given (the run log's rollout.lag_basis).
 LAG_BASIS = {
@@ -138,8 +141,6 @@ def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, 
     A smoke test with calibration steps predicts its peak memory at their shape (the lab's), on their prompts."""
     from .model_identity import model_identity
     from .tiny_model import resolve_model_name
-    from .training import load_model, load_tokenizer, torch_dtype
-
     device_type, line = check_device(track, expect_device, settings.rollout)
     record["device"] = device_type
     # Only a smoke test that checked the device the track expects counts as "passed before" for the lab.
@@ -216,8 +217,6 @@ def train(settings: LabSettings, track: Track, shape: RunShape, run: Prepared, p
     Records the rollout path with `stale`, the largest lag and the basis they are given on. Returns
     (the trainer, its StepRecords).
     """
-    from .training import make_trainer, model_wrapper, step_recorder
-
     prompt_tokens = run.estimate.inputs.get("prompt_tokens") if run.estimate else None  # the data's longest prompt: vLLM's context
     rollout, rollout_line = check_rollout(settings, track, run.device_type, run.model_path, run.tokenizer, output_dir / "gguf", prompt_tokens)
     record["rollout"] = {"path": settings.rollout, **rollout.pop("log", {})}
@@ -250,9 +249,6 @@ def calibrate(smoke: LabSettings, calibration: LabSettings | None, track: Track,
     """The smoke test's steps at the lab's per-step shape, after its layers passed: a trainer of their own on the
     same adapter, rollout path and settings, every step timed as the lab times its steps. Its verdicts are the
     smoke test's alone: a calibration that fails is recorded with why, and the smoke test still passes."""
-    from .calibration import start
-    from .training import make_trainer, release_vllm_engine, step_recorder
-
     measured = start(calibration, smoke)
     if calibration is None:  # the smoke test's own steps were at the lab's shape
         measured.step_seconds = [step.seconds for step in smoke_steps]
@@ -285,11 +281,13 @@ def calibrate(smoke: LabSettings, calibration: LabSettings | None, track: Track,
 def probe_model_size(calibration: dict, lab: LabSettings, run: Prepared) -> None:
     """What the lab's model adds to a step at the lab's shape, timed here (grpolab.sizeprobe); its cost is the
     calibration's too."""
-    from .training import torch_dtype
-
     prompt_tokens = (run.estimate.inputs.get("prompt_tokens") if run.estimate else None) or lab.max_prompt_length
+    # TRL's extra forward runs where the lab's vLLM path keeps its importance-sampling correction on; on a CPU the
+    # engine is vLLM's CPU build in the weights' dtype (vllm_cpu_memory.engine_plan), as rollouts/vllm_cpu.py decides.
+    engine_cpu_float32 = run.device_type == "cpu" and weights_dtype(lab.dtype, lab.track) == "float32"
+    corrected = lab.rollout.startswith("vllm") and importance_sampling_correction(lab.vllm_importance_sampling_correction, engine_cpu_float32)[0]
     step = StepShape(lab.per_device_train_batch_size, prompt_tokens, lab.max_completion_length, lab.lora_rank,
-                     recompute_forward=run.device_type != "cpu", old_logprobs_forward=lab.rollout.startswith("vllm"))
+                     recompute_forward=run.device_type != "cpu", old_logprobs_forward=corrected)
     calibration["size_probe"] = measure(run.model_path, lab.model, step, torch_dtype(lab, run.device_type), run.device_type)
     calibration["cost_s"] = round(calibration["cost_s"] + calibration["size_probe"]["cost_s"], 3)
 

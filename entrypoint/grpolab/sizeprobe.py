@@ -55,12 +55,13 @@ def _synchronise(torch, device_type: str) -> None:
         torch.mps.synchronize()
 
 
-def _timed(torch, device_type: str, work) -> float:
+def _timed(torch, device_type: str, work):
+    """(seconds, what `work` returned), the device's queued work included."""
     _synchronise(torch, device_type)
     started = time.perf_counter()
-    work()
+    result = work()
     _synchronise(torch, device_type)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, result
 
 
 def probe_config(base_config: dict, shape: ModelShape) -> dict:
@@ -107,9 +108,9 @@ def model_step_seconds(config: dict, step: StepShape, dtype, device_type: str) -
         torch.log_softmax(logits.float(), dim=-1).mean().backward()
 
     update(generate(2), 2)  # untimed
-    sequences = []
-    seconds = _timed(torch, device_type, lambda: sequences.append(generate(c)))
-    return seconds + _timed(torch, device_type, lambda: update(sequences[0], c))
+    generate_s, sequences = _timed(torch, device_type, lambda: generate(c))
+    update_s, _ = _timed(torch, device_type, lambda: update(sequences, c))
+    return generate_s + update_s
 
 
 def grown_part_seconds(base_config: dict, shape: ModelShape, step: StepShape, dtype, device_type: str) -> dict:
