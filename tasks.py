@@ -209,7 +209,7 @@ def report(c, logs="", all=False, against_lesson=False, out=None):
     import shlex
     from pathlib import Path
 
-    from grpolab.report import run_report
+    from grpolab.report.table import run_report
 
     from hostlab import REPO
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The host side imports only what it shares with the lab, all light: the track table's reader (grpolab.tracks,
-# so both sides read the same rows), the run log's reader (grpolab.runlog), the report (grpolab.report), the
-# server health wait (grpolab.health) and a file's sha256 (grpolab.filehash). tests/test_boundary.py holds it to that.
+# The host side imports only what it shares with the lab, all light: the track table's reader (grpolab.common.tracks,
+# so both sides read the same rows), the run log's reader (grpolab.common.runlog), the report (grpolab.report.table), the
+# server health wait (grpolab.common.health) and a file's sha256 (grpolab.common.filehash). tests/test_boundary.py holds it to that.
 if str(REPO / "entrypoint") not in sys.path:
     sys.path.insert(0, str(REPO / "entrypoint"))
 
 
-from grpolab.tracks import TracksFileError, UnknownTrack  # noqa: E402, F401  (re-exported: tasks report them like a HostError)
+from grpolab.common.tracks import TracksFileError, UnknownTrack  # noqa: E402, F401  (re-exported: tasks report them like a HostError)
 
 
 class HostError(Exception):

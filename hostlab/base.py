@@ -18,7 +18,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from grpolab.filehash import sha256_of_file
+from grpolab.common.filehash import sha256_of_file
 
 from . import HostError
 from .console import run, say

@@ -16,8 +16,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from grpolab.runlog import read_runs
-from grpolab.tracks import get_track
+from grpolab.common.runlog import read_runs
+from grpolab.common.tracks import get_track
 
 from . import REPO, engine
 from .base import build_standin, host_arch
@@ -80,7 +80,7 @@ def lab_bench() -> Path:
 
 
 LEARNING_SEEDS = (0, 1, 2)
-RANDOM_REWARD = "grpolab.rewards:random_reward=1"  # the control: a coin toss instead of the answer's check
+RANDOM_REWARD = "grpolab.task.rewards:random_reward=1"  # the control: a coin toss instead of the answer's check
 
 
 def learning_bench() -> Path:
@@ -143,7 +143,7 @@ def _lab_run(name: str, argv: list[str], runs_dir: Path, process) -> dict:
 
 
 LEARNING_FIELDS = ("status", "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "seconds_per_step", "wall_clock_s", "settings",
-                   "model_identity")  # which model: its weights' sha256 (grpolab.model_identity)
+                   "model_identity")  # which model: its weights' sha256 (grpolab.model.identity)
 ROLLOUT_FIELDS = ("engine", "stale", "max_lag_steps", "refreshes", "refresh_seconds_mean", "refresh_export_seconds_mean", "refresh_reload_seconds_mean", "initial_export_seconds")
 SYNC_FIELDS = ("vllm_version", "vllm_build", "vllm_cpu_kvcache_space_gib", "sync_checks", "sync_failures", "sync_max_logprob_diff",
                "sync_min_stale_diff", "sync_probe_seconds_mean")
@@ -163,7 +163,7 @@ def colocate_bench() -> Path:
                                    "seconds_per_step": by_path, "colocate_over_inprocess": ratio and round(ratio, 3), "runs": runs})
 
 
-# The lab against plain TRL (grpolab.plaintrl) on the same model, data, rewards and settings: track c's lab at
+# The lab against plain TRL (grpolab.bench.plain_trl) on the same model, data, rewards and settings: track c's lab at
 # 40 steps, each variant in a process of its own, interleaved round by round so that a change in the machine's
 # load reaches every variant alike. Seconds per step: transformers' train_runtime over the steps, for all.
 VERSUS_STEPS = 40
@@ -194,7 +194,7 @@ def _versus_run(kind: str, extra: list[str], seed: int, runs_dir: Path) -> dict:
     options = {"max_steps": VERSUS_STEPS, "seed": seed}
     argv = lab_command("lab", "c", options, extra)
     if kind == "plain":
-        argv = [argv[0], "-m", "grpolab.plaintrl", *argv[4:]]  # python -m grpolab lab ARGS -> python -m grpolab.plaintrl ARGS
+        argv = [argv[0], "-m", "grpolab.bench.plain_trl", *argv[4:]]  # python -m grpolab lab ARGS -> python -m grpolab.bench.plain_trl ARGS
     env = {**lab_env(get_track("c")), "GRPOLAB_RUNS_DIR": str(runs_dir)}
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -335,9 +335,9 @@ SHAPE_CASE = "c, in-process, Qwen3-0.6B-shaped folder projected from the tiny mo
 SHAPE_LAB = {"num_generations": 4, "per_device_train_batch_size": 8, "max_steps": 4, "logging_steps": 1, "train_size": 16, "heldout_size": 1}
 SHAPE_SMOKE = """import sys
 from dataclasses import replace
-from grpolab.settings import resolve_settings, smoke_settings
-from grpolab.smoke import run_smoke
-from grpolab.tracks import get_track
+from grpolab.settings.lab_settings import resolve_settings, smoke_settings
+from grpolab.run.smoke import run_smoke
+from grpolab.common.tracks import get_track
 track = get_track("c")
 lab = replace(resolve_settings(track), model=sys.argv[1], **{key: int(value) for key, value in (a.split("=") for a in sys.argv[2:])})
 run_smoke(replace(smoke_settings(lab, track), model="tiny"), track, lab=lab)
@@ -349,7 +349,7 @@ def _cpu_seconds(before) -> dict:
     return {"user_cpu_s": round(after.ru_utime - before.ru_utime, 1), "kernel_cpu_s": round(after.ru_stime - before.ru_stime, 1)}
 
 
-SMOKE_PASSED_IN_LAB = "smoke test passed; starting the lab"  # grpolab.lab's line once the smoke test before it passed
+SMOKE_PASSED_IN_LAB = "smoke test passed; starting the lab"  # grpolab.run.lab's line once the smoke test before it passed
 
 
 def _image_command(track: str, argv: list[str], runs_dir: Path) -> list[str]:
@@ -369,7 +369,7 @@ def _projection_pair(name: str, track: str, options: dict, runs_dir: Path, where
     if name == SHAPE_CASE:
         folder = runs_dir / "qwen3-0.6b-shape"
         python = commands[0][0]
-        subprocess.run([python, "-c", f"from grpolab.membench import write_shape_folder; write_shape_folder('qwen3-0.6b-shape', {str(folder)!r})"],
+        subprocess.run([python, "-c", f"from grpolab.bench.memory_cases import write_shape_folder; write_shape_folder('qwen3-0.6b-shape', {str(folder)!r})"],
                        cwd=REPO, env=env, check=True)
         sizes = [f"{key}={value}" for key, value in SHAPE_LAB.items()]
         commands = [[python, "-c", SHAPE_SMOKE, str(folder), *sizes],

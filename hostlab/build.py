@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpolab.tracks import Track, get_track
+from grpolab.common.tracks import Track, get_track
 
 from . import REPO, HostError, engine
 from .base import standin_name

@@ -9,9 +9,9 @@ import subprocess
 import sys
 import time
 
-from grpolab.report import run_report
-from grpolab.runlog import read_runs
-from grpolab.tracks import get_track
+from grpolab.report.table import run_report
+from grpolab.common.runlog import read_runs
+from grpolab.common.tracks import get_track
 
 from . import REPO, HostError
 from .build import build

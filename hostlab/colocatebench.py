@@ -12,8 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from grpolab.runlog import read_runs
-from grpolab.tracks import get_track
+from grpolab.common.runlog import read_runs
+from grpolab.common.tracks import get_track
 
 from . import REPO, HostError
 from .bench import _write
@@ -69,7 +69,7 @@ def _cv_python() -> tuple[Path, dict]:
 
 def write_shape_folder(python: Path, env: dict, case: str, out: Path) -> Path:
     """The shape case's randomly initialised model saved as a folder, by track cv's Python (torch lives there)."""
-    code = f"from grpolab.membench import write_shape_folder as w; w({case!r}, {str(out)!r})"
+    code = f"from grpolab.bench.memory_cases import write_shape_folder as w; w({case!r}, {str(out)!r})"
     say(f"writing a random {case} folder to {out}")
     subprocess.run([str(python), "-c", code], cwd=REPO, env=env, check=True)
     return out

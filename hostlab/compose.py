@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpolab.tracks import Track
+from grpolab.common.tracks import Track
 
 from . import REPO
 from .detect import device_gids, host_user_ids

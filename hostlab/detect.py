@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpolab.tracks import Track, load_tracks
+from grpolab.common.tracks import Track, load_tracks
 
 from . import HostError
 

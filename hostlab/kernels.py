@@ -3,7 +3,7 @@
 Every ELF shared object in the lock's wheels (for the track's platform, fetched by the lock's hashes) is read:
 the libraries it links resolve to another locked wheel, the base image or the host's driver; its GLIBC needs fit
 the base's glibc; the CUDA major it was built for agrees with torch's; and for each GPU the track serves, its
-code runs natively, by JIT from PTX, or not at all (grpolab.gpucode's rules). The table goes to
+code runs natively, by JIT from PTX, or not at all (grpolab.common.gpucode's rules). The table goes to
 lockfiles/<track>.kernels.json, so a lock change shows its kernel change in the same diff. The lock refuses
 (problems()) a library the track's default rollout path needs without code for the track's own GPUs, CUDA
 majors that disagree, and a library that cannot load (unresolved DT_NEEDED, GLIBC newer than the base's).
@@ -22,8 +22,8 @@ from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
-from grpolab.gpucode import FORMAT, JIT, NONE, cards, driver_minimum, load_table, needed_by, table_path, verdict
-from grpolab.tracks import Track, get_track, load_tracks
+from grpolab.common.gpucode import FORMAT, JIT, NONE, cards, driver_minimum, load_table, needed_by, table_path, verdict
+from grpolab.common.tracks import Track, get_track, load_tracks
 
 from . import HostError
 from .console import say

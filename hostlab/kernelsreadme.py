@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpolab.gpucode import CARDS, JIT, NATIVE, NONE, load_table, needed_by, table_path
+from grpolab.common.gpucode import CARDS, JIT, NATIVE, NONE, load_table, needed_by, table_path
 
 from .lockfile import LOCK_DIR
 

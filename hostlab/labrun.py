@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpolab.tracks import Track, current_track_name, get_track
+from grpolab.common.tracks import Track, current_track_name, get_track
 
 from . import REPO, HostError
 from .console import say

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from grpolab.tracks import get_track, load_tracks
+from grpolab.common.tracks import get_track, load_tracks
 
 from . import HostError
 from .console import say

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin
 
-from grpolab.filehash import sha256_of_file
-from grpolab.tracks import Track
+from grpolab.common.filehash import sha256_of_file
+from grpolab.common.tracks import Track
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from . import HostError, pkgindex

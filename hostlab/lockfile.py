@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpolab.filehash import sha256_of_file
-from grpolab.tracks import Track
+from grpolab.common.filehash import sha256_of_file
+from grpolab.common.tracks import Track
 from packaging.utils import canonicalize_name
 
 from . import REPO

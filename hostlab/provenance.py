@@ -21,8 +21,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpolab.filehash import sha256_of_file
-from grpolab.tracks import Track, load_tracks
+from grpolab.common.filehash import sha256_of_file
+from grpolab.common.tracks import Track, load_tracks
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from grpolab.health import DEFAULT_HOST, ServerNotReady, exposure_warning, wait_for_health
-from grpolab.tracks import get_track, load_tracks
+from grpolab.common.health import DEFAULT_HOST, ServerNotReady, exposure_warning, wait_for_health
+from grpolab.common.tracks import get_track, load_tracks
 
 from . import REPO, HostError, engine
 from .compose import ENV_FILE, recorded_track, serves_vllm, syncs_with_server

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from grpolab.tracks import Track
+from grpolab.common.tracks import Track
 
 from . import REPO, HostError
 from .console import say

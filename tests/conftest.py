@@ -20,7 +20,7 @@ TEST_CACHE = REPO / ".cache" / "tests"
 def tiny_model_path() -> Path:
     """The committed tiny model (entrypoint/tiny-model/), its hashes checked; the tests' cache is .cache/tests."""
     os.environ["GRPOLAB_CACHE_DIR"] = str(TEST_CACHE)
-    from grpolab.tiny_model import verify_tiny_model
+    from grpolab.model.tiny import verify_tiny_model
 
     return verify_tiny_model()
 

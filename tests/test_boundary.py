@@ -1,8 +1,8 @@
 """The host side (hostlab/, tasks.py) and the lab package meet in six small modules: the tracks table
-(grpolab.tracks), the run log's format and reader (grpolab.runlog), the report built from run logs
-(grpolab.report, which `invoke report` and `grpolab report` share), the server health wait
-(grpolab.health), a file's sha256 (grpolab.filehash) and the kernels table with its verdict per GPU
-(grpolab.gpucode, which `invoke kernels` writes and the doctor reads). Each side can change the rest without
+(grpolab.common.tracks), the run log's format and reader (grpolab.common.runlog), the report built from run logs
+(grpolab.report.table, which `invoke report` and `grpolab report` share), the server health wait
+(grpolab.common.health), a file's sha256 (grpolab.common.filehash) and the kernels table with its verdict per GPU
+(grpolab.common.gpucode, which `invoke kernels` writes and the doctor reads). Each side can change the rest without
 reading the other."""
 
 import ast
@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-SHARED = {"grpolab.tracks", "grpolab.runlog", "grpolab.report", "grpolab.health", "grpolab.filehash", "grpolab.gpucode"}
+SHARED = {"grpolab.common.tracks", "grpolab.common.runlog", "grpolab.report.table", "grpolab.common.health", "grpolab.common.filehash", "grpolab.common.gpucode"}
 HEAVY = {"torch", "trl", "transformers", "peft", "datasets", "numpy", "vllm", "llama_cpp"}
 
 
@@ -45,4 +45,4 @@ def test_the_shared_modules_import_nothing_heavy():
         [sys.executable, "-c", code, json.dumps(sorted(HEAVY))], env={"PYTHONPATH": str(REPO / "entrypoint")},
         capture_output=True, text=True, check=True,
     ).stdout
-    assert set(json.loads(out)) <= SHARED | {"grpolab", "grpolab.errors", "grpolab.paths", "grpolab.durations", "grpolab.tolerance"}
+    assert set(json.loads(out)) <= SHARED | {"grpolab", "grpolab.common.errors", "grpolab.common.paths", "grpolab.common.durations", "grpolab.common.tolerance"}

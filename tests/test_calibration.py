@@ -1,5 +1,5 @@
-"""The smoke test's calibration (grpolab.calibration): the lab's per-step shape timed on the smoke model after the
-smoke test's layers pass, the projection made from it (grpolab.scaleup) and the report's 25 % flags. The shapes
+"""The smoke test's calibration (grpolab.run.calibration): the lab's per-step shape timed on the smoke model after the
+smoke test's layers pass, the projection made from it (grpolab.run.before_scaling_up) and the report's 25 % flags. The shapes
 and the projection's arithmetic are pure; the smoke test that calibrates runs for real on the CPU. No timings are
 asserted (`invoke bench --projection` measures them)."""
 
@@ -7,15 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from grpolab.calibration import CALIBRATION_STEPS, WARM_UP_STEPS, Calibration, calibration_settings
-from grpolab.report import judged
-from grpolab.runlog import read_runs
-from grpolab.scaleup import lab_projection, memory_verdict
-from grpolab.settings import lab_for_smoke, resolve_settings, smoke_settings
-from grpolab.sizeprobe import MEASURED_PROJECTION_OVER_LAB
-from grpolab.smoke import run_smoke
-from grpolab.tolerance import off_by_more_than_25_percent
-from grpolab.tracks import get_track
+from grpolab.run.calibration import CALIBRATION_STEPS, WARM_UP_STEPS, Calibration, calibration_settings
+from grpolab.report.table import judged
+from grpolab.common.runlog import read_runs
+from grpolab.run.before_scaling_up import lab_projection, memory_verdict
+from grpolab.settings.lab_settings import lab_for_smoke, resolve_settings, smoke_settings
+from grpolab.run.size_probe import MEASURED_PROJECTION_OVER_LAB
+from grpolab.run.smoke import run_smoke
+from grpolab.common.tolerance import off_by_more_than_25_percent
+from grpolab.common.tracks import get_track
 
 quiet = lambda *_: None  # noqa: E731
 
@@ -83,8 +83,8 @@ def test_across_models_the_projection_adds_what_the_size_probe_timed():
 
 
 def test_the_size_probes_model_has_the_lab_models_layer_shape():
-    from grpolab.modelshape import model_shape
-    from grpolab.sizeprobe import probe_config
+    from grpolab.model.shape import model_shape
+    from grpolab.run.size_probe import probe_config
 
     base = {"model_type": "qwen3", "hidden_size": 128, "num_hidden_layers": 2, "layer_types": ["full_attention"] * 2, "vocab_size": 280}
     config = probe_config(base, model_shape("Qwen/Qwen3-0.6B"))
@@ -142,9 +142,9 @@ def test_the_smoke_test_times_the_labs_shape_and_projects_from_it(calibrated_smo
 
 def test_the_smoke_tests_peak_is_predicted_at_the_calibrations_shape(calibrated_smoke, tiny_model_path):
     """The estimate of the lab's step (64 completions, the lab's prompts) on the smoke model, the shape the peak was taken at."""
-    from grpolab.data import load_lab_datasets
-    from grpolab.estimate import estimate_memory, longest_prompt_tokens
-    from grpolab.training import load_tokenizer
+    from grpolab.task.problems import load_lab_datasets
+    from grpolab.memory.estimate import estimate_memory, longest_prompt_tokens
+    from grpolab.run.training import load_tokenizer
 
     smoke, _ = calibrated_smoke
     track = get_track("c")
@@ -179,7 +179,7 @@ def test_a_calibration_that_fails_leaves_the_smoke_test_passing_with_no_projecti
 def test_a_smoke_test_before_a_lab_on_another_model_times_both_models_sizes(tiny_model_path, tmp_path):
     """The size probe for real: the tiny model's smoke test before a lab on a 4-layer Qwen3-shaped folder (random
     weights): both models' layers and output layers are timed here, and the projection adds the difference."""
-    from grpolab.membench import write_shape_folder
+    from grpolab.bench.memory_cases import write_shape_folder
 
     track = get_track("c")
     folder = write_shape_folder("small-shape", str(tmp_path / "small-shape"))

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
 
-from grpolab.tracks import load_tracks  # noqa: E402
+from grpolab.common.tracks import load_tracks  # noqa: E402
 
 from hostlab import REPO  # noqa: E402
 from hostlab.compose import compose_env, read_env_file, recorded_track, write_env_file  # noqa: E402

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from grpolab.data import (
+from grpolab.task.problems import (
     arithmetic_splits,
     hf_row_to_lab,
     load_lab_datasets,
 )
-from grpolab.rewards import numeric_reward
+from grpolab.task.rewards import numeric_reward
 
 ENTRYPOINT = Path(__file__).resolve().parents[1] / "entrypoint"
 
@@ -108,7 +108,7 @@ def test_gsm8k_row_mapping():
 def test_hub_dataset_offline_error_names_the_offline_choice(tmp_path):
     # huggingface_hub reads HF_HUB_OFFLINE when it is imported, so the check runs in a fresh interpreter
     code = (
-        "from grpolab.data import DatasetUnavailable, load_lab_datasets\n"
+        "from grpolab.task.problems import DatasetUnavailable, load_lab_datasets\n"
         "try:\n"
         "    load_lab_datasets('openai/gsm8k', train_size=10, heldout_size=10, seed=0)\n"
         "except DatasetUnavailable as err:\n"

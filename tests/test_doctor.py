@@ -17,11 +17,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from grpolab.doctor import SCHEMA_FILE, Context, doctor_report, gather, render_report, trl_vllm_range, vllm_in_trl_range
-from grpolab.fingerprint import environment_fingerprint
-from grpolab.machine import HostFacts, host_facts
-from grpolab.runlog import append_run
-from grpolab.torchbuild import Devices, TorchBuild, torch_build
+from grpolab.environment.doctor import SCHEMA_FILE, Context, doctor_report, gather, render_report, trl_vllm_range, vllm_in_trl_range
+from grpolab.environment.fingerprint import environment_fingerprint
+from grpolab.environment.machine import HostFacts, host_facts
+from grpolab.common.runlog import append_run
+from grpolab.environment.torch_build import Devices, TorchBuild, torch_build
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads(SCHEMA_FILE.read_text())
@@ -230,7 +230,7 @@ def test_rocm_item(facts, env, status, words, monkeypatch):
 
 
 def test_rocm_node_this_user_cannot_open(tmp_path):
-    from grpolab.machine import DeviceNode
+    from grpolab.environment.machine import DeviceNode
 
     host = HostFacts(**AMD, device_nodes=[DeviceNode("/dev/kfd", "render", 110, False, False)])
     rocm = named(valid(doctor_report(ctx=context("x", THEROCK, STRIX, host))), "rocm")
@@ -464,7 +464,7 @@ def test_llamacpp_missing_from_a_track_whose_lock_has_it():
 
 
 def test_disk_thresholds_on_this_machines_real_free_space(monkeypatch):
-    import grpolab.doctor as doctor
+    import grpolab.environment.doctor as doctor
 
     monkeypatch.setattr(doctor, "DISK_WARN_GB", 1e9)  # more than any disk: the real free space reads as low
     assert named(valid(doctor_report("c")), "disk")["status"] == "warn"

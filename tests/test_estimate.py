@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from grpolab.estimate import ALLOCATOR_RETAINED_FRACTION, estimate_memory, lora_trainable_parameters, os_reserved_default_gb, run_estimate
-from grpolab.modelshape import QWEN3_MODELS, UnknownModel, model_shape, parameters_from_shape
-from grpolab.settings import LabSettings
+from grpolab.memory.estimate import ALLOCATOR_RETAINED_FRACTION, estimate_memory, lora_trainable_parameters, os_reserved_default_gb, run_estimate
+from grpolab.model.shape import QWEN3_MODELS, UnknownModel, model_shape, parameters_from_shape
+from grpolab.settings.lab_settings import LabSettings
 
 
 @pytest.fixture(autouse=True)

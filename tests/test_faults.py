@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import lab_in_training
-from grpolab.errors import EXIT_STATUS
-from grpolab.runlog import append_run, read_runs, runs_with_unfinished, unfinished_runs
+from grpolab.common.errors import EXIT_STATUS
+from grpolab.common.runlog import append_run, read_runs, runs_with_unfinished, unfinished_runs
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "entrypoint"), str(REPO / "tests")])}
@@ -49,15 +49,15 @@ def test_eight_processes_appending_a_hundred_lines_each_leave_every_line_whole(t
 # ------------------------------------------------------------------------------------------- disk full
 # A run whose end record can't be written because the file may not grow: the run-log layer's exit status,
 # no partial line, every earlier line intact, and the run still visible (its start record) as unfinished. The run
-# holds room for its last line from its start (grpolab.diskspace.LineRoom), so the line here is made larger than
+# holds room for its last line from its start (grpolab.run.diskspace.LineRoom), so the line here is made larger than
 # that room; where another place takes it, the whole line is saved there (runlog-line.json).
 RUN_UNTIL_LOG_FULL = textwrap.dedent(
     """
     import os, resource, signal, sys
     from grpolab.cli import main
-    from grpolab.run import recorded_run
-    from grpolab.errors import LayerFailure
-    from grpolab.settings import LabSettings
+    from grpolab.run.record import recorded_run
+    from grpolab.common.errors import LayerFailure
+    from grpolab.settings.lab_settings import LabSettings
 
     log, limit = sys.argv[1], sys.argv[2]
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a size limit then fails the write (EFBIG) instead of killing us
@@ -135,8 +135,8 @@ def test_full_filesystem_while_writing_the_end_record_fails_in_the_runlog_layer_
 HOLD_A_RUN_OPEN = textwrap.dedent(
     """
     import sys, time
-    from grpolab.run import recorded_run
-    from grpolab.settings import LabSettings
+    from grpolab.run.record import recorded_run
+    from grpolab.settings.lab_settings import LabSettings
 
     with recorded_run("lab", LabSettings(), log_path=sys.argv[1]):
         print("running", flush=True)
@@ -159,8 +159,8 @@ def test_a_run_killed_with_sigkill_shows_as_unfinished_and_the_next_run_names_it
     assert [run["run_id"] for run in read_runs(log)] == ["before"]  # finished runs only, as before
     assert len(lines) == 2
 
-    from grpolab.run import recorded_run
-    from grpolab.settings import LabSettings
+    from grpolab.run.record import recorded_run
+    from grpolab.settings.lab_settings import LabSettings
 
     said = []
     with recorded_run("smoke", LabSettings(), log_path=log, say=said.append):
@@ -264,7 +264,7 @@ def committed_copy(tmp_path: Path) -> Path:
 
 
 def test_a_version_changed_by_hand_is_refused_before_downloading_naming_the_line(tmp_path):
-    from grpolab.tracks import get_track
+    from grpolab.common.tracks import get_track
 
     from hostlab import HostError, engine
     from hostlab.build import build
@@ -309,8 +309,8 @@ def test_a_changed_tiny_model_file_is_named_with_what_to_do(tmp_path):
     """The committed model's files are checked at every load: one changed byte is refused, naming the file."""
     import shutil
 
-    from grpolab.errors import LayerFailure
-    from grpolab.tiny_model import tiny_model_dir, verify_tiny_model
+    from grpolab.common.errors import LayerFailure
+    from grpolab.model.tiny import tiny_model_dir, verify_tiny_model
 
     copy = tmp_path / "tiny-model"
     shutil.copytree(tiny_model_dir(), copy)
@@ -344,8 +344,8 @@ EXTRACT_WITH_A_SIZE_LIMIT = textwrap.dedent(
     """
     import resource, signal, sys
     from pathlib import Path
-    from grpolab.errors import LayerFailure
-    from grpolab.gguf import extract_converter
+    from grpolab.common.errors import LayerFailure
+    from grpolab.model.gguf import extract_converter
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))  # gguf-py's constants.py is ~237 kB
@@ -359,7 +359,7 @@ EXTRACT_WITH_A_SIZE_LIMIT = textwrap.dedent(
 
 
 def test_a_full_cache_while_the_gguf_converter_is_written_keeps_nothing_half_written(tmp_path):
-    from grpolab import gguf
+    from grpolab.model import gguf
 
     sdist = gguf.HOME_CACHE / "sdist" / gguf.sdist_path(gguf.LLAMA_CPP_PYTHON_VERSION).name
     if not sdist.is_file():
@@ -389,7 +389,7 @@ def build_copy(tmp_path: Path) -> Path:
     """A committed copy of what a build reads plus compose/, with a .env naming grpolab:c, the image last built."""
     import shutil
 
-    from grpolab.tracks import get_track
+    from grpolab.common.tracks import get_track
 
     from hostlab.compose import compose_env, write_env_file
 
@@ -464,14 +464,14 @@ def test_two_builds_of_the_same_track_at_once_both_finish_whole(tmp_path):
     image = engine.image_or_none("grpolab-test:concurrent")
     assert image.labels["io.grpolab.track"] == "c"
     proc = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", "grpolab-test:concurrent", "-c",
-                           "import grpolab.runlog, torch; print('ok')"], capture_output=True, text=True, timeout=300)  # fmt: skip
+                           "import grpolab.common.runlog, torch; print('ok')"], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.stdout.strip() == "ok", proc.stderr
     subprocess.run(["docker", "rmi", "-f", "grpolab-test:concurrent"], capture_output=True)
 
 
 # ------------------------------------------------------------------- the GGUF converter's sdist: the lock's hash only
 def test_the_sdist_is_fetched_only_with_the_locks_hash(monkeypatch):
-    from grpolab import gguf
+    from grpolab.model import gguf
 
     monkeypatch.delenv(gguf.LOCK_FILE_ENV, raising=False)
     monkeypatch.setenv("GRPOLAB_TRACK", "c")
@@ -481,8 +481,8 @@ def test_the_sdist_is_fetched_only_with_the_locks_hash(monkeypatch):
 
 
 def test_a_version_the_lock_does_not_pin_is_refused_with_the_command_that_adds_it(monkeypatch, tmp_path):
-    from grpolab import gguf
-    from grpolab.errors import LayerFailure
+    from grpolab.model import gguf
+    from grpolab.common.errors import LayerFailure
 
     monkeypatch.setenv("GRPOLAB_TRACK", "c")
     monkeypatch.setenv("GRPOLAB_CACHE_DIR", str(tmp_path))

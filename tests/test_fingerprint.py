@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpolab.fingerprint import PACKAGES, driver_version, environment_fingerprint, fingerprint_drift
-from grpolab.machine import HostFacts
-from grpolab.torchbuild import gpu_nodes_present, torch_build
+from grpolab.environment.fingerprint import PACKAGES, driver_version, environment_fingerprint, fingerprint_drift
+from grpolab.environment.machine import HostFacts
+from grpolab.environment.torch_build import gpu_nodes_present, torch_build
 
 ENTRYPOINT = str(Path(__file__).resolve().parents[1] / "entrypoint")
 
@@ -52,7 +52,7 @@ def public(version: str) -> str:
 
 def test_torch_build_read_without_importing_torch():
     """On a CPU-only torch the fingerprint never imports torch (that alone takes seconds)."""
-    code = "import sys, json; from grpolab.fingerprint import environment_fingerprint as f; fp = f(); print(json.dumps([fp['torch_build'], 'torch' in sys.modules]))"
+    code = "import sys, json; from grpolab.environment.fingerprint import environment_fingerprint as f; fp = f(); print(json.dumps([fp['torch_build'], 'torch' in sys.modules]))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ENTRYPOINT})
     build, imported = json.loads(out.stdout)
     # torch is imported only where it could find a GPU (the vendor's device nodes are there), never for a CPU build.

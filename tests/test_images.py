@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
 
-from grpolab.tracks import get_track  # noqa: E402
+from grpolab.common.tracks import get_track  # noqa: E402
 
 from hostlab import REPO, HostError, engine  # noqa: E402
 from hostlab.base import host_arch, standin_name  # noqa: E402
@@ -278,7 +278,7 @@ def test_llama_cpp_compiled_into_the_image_without_a_compiler_left():
 def test_the_image_converts_to_gguf_offline(tmp_path):
     # llama.cpp's converter comes from the sdist the image kept (hash-checked), not from the network.
     tmp_path.chmod(0o777)
-    script = "from grpolab.gguf import converter_dir; print(converter_dir(download=False, progress=lambda *a: None))"
+    script = "from grpolab.model.gguf import converter_dir; print(converter_dir(download=False, progress=lambda *a: None))"
     proc = subprocess.run(
         ["docker", "run", "--rm", "--network", "none", "-e", "GRPOLAB_CACHE_DIR=/out", "-v", f"{tmp_path}:/out",
          "grpolab:c", "shell", "-c", f'python -c "{script}"'],

@@ -1,8 +1,8 @@
 """Imports run one way, down the layers: the project's own import graph (entrypoint/grpolab, hostlab, tasks.py)
 has no circle. Every import counts, wherever it is written (a function-level import that closes a circle only
 hides it), and importing `a.b.c` counts as importing the packages `a` and `a.b` too, since Python runs their
-__init__ first. With no circle, every module has a floor (its longest chain of imports down to a module that
-imports none of ours), and every import goes from a higher floor to a lower one."""
+__init__ first. Two levels are checked: no circle between modules, and between the lab's subpackages every import
+goes down an order this file states (LAYERS)."""
 
 import ast
 from pathlib import Path
@@ -101,32 +101,66 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def floors(graph: dict[str, set[str]]) -> dict[str, int]:
-    """Each module's floor: 0 for a module that imports none of ours, else one above its highest import."""
-    floor: dict[str, int] = {}
+# The lab's subpackages, bottom to top: each may import its own modules and those of the subpackages listed before
+# it, never one listed after it. Written here, not derived from the graph, so that an import going the wrong way fails
+# (a derived order would move to fit it). The host side (hostlab, tasks) stands above all of it, and reaches only
+# grpolab.common and grpolab.report (tests/test_boundary.py).
+LAYERS = [
+    "grpolab",  # the package itself: a docstring and __version__, imports nothing
+    "grpolab.common", "grpolab.task", "grpolab.model", "grpolab.environment", "grpolab.settings", "grpolab.memory",
+    "grpolab.rollouts", "grpolab.run", "grpolab.export", "grpolab.bench", "grpolab.report",
+    "grpolab.cli", "grpolab.__main__",
+]
 
-    def of(module: str) -> int:
-        if module not in floor:
-            floor[module] = 1 + max((of(down) for down in graph[module]), default=-1)
-        return floor[module]
 
-    for module in graph:
-        of(module)
-    return floor
+def layer_of(module: str) -> str:
+    """The entry of LAYERS that holds `module`: the longest one that is the module or a package above it."""
+    held = [layer for layer in LAYERS if module == layer or module.startswith(layer + ".")]
+    return max(held, key=len)
+
+
+def wrong_way_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from a grpolab module to a module of a subpackage above its own in LAYERS."""
+    rank = {layer: n for n, layer in enumerate(LAYERS)}
+    return sorted(f"{module} ({layer_of(module)}) imports {down} ({layer_of(down)})"
+                  for module, downs in graph.items() if module.startswith("grpolab")
+                  for down in downs if down.startswith("grpolab") and rank[layer_of(down)] > rank[layer_of(module)])
 
 
 def test_the_import_graph_has_no_circle():
     graph = import_graph()
-    assert len(graph) > 60 and "grpolab.pipeline" in graph and "hostlab.locks" in graph  # the walk found the project
+    assert len(graph) > 60 and "grpolab.run.pipeline" in graph and "hostlab.locks" in graph  # the walk found the project
     assert circles(graph) == []
 
 
-def test_every_import_goes_down_a_floor():
+def test_every_lab_module_sits_in_a_layer_and_imports_only_its_own_or_lower_layers():
     graph = import_graph()
-    floor = floors(graph)
-    upward = [f"{module} (floor {floor[module]}) imports {down} (floor {floor[down]})"
-              for module, downs in graph.items() for down in downs if floor[down] >= floor[module]]
-    assert upward == []
+    lab = [module for module in graph if module.startswith("grpolab")]
+    # A new subpackage must be given its place in LAYERS: a module directly in grpolab/ belongs to no subpackage.
+    assert [module for module in lab if layer_of(module) == "grpolab" and module != "grpolab"] == []
+    assert {layer_of(module) for module in lab} == set(LAYERS)  # the list is not stale
+    assert wrong_way_imports(graph) == []
+
+
+def test_an_import_up_the_layers_is_found(tmp_path):
+    """The checker itself: a model module that imports the run layer fails, though it closes no circle."""
+    package = tmp_path / "entrypoint" / "grpolab"
+    for sub in ("model", "run"):
+        (package / sub).mkdir(parents=True)
+        (package / sub / "__init__.py").write_text("")
+    (tmp_path / "hostlab").mkdir()
+    (tmp_path / "tasks.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "run" / "pipeline.py").write_text("from ..model.shape import model_shape\n")
+    (package / "model" / "shape.py").write_text("def model_shape():\n    pass\n")
+    graph = import_graph(tmp_path)
+    assert circles(graph) == [] and wrong_way_imports(graph) == []
+    (package / "model" / "shape.py").write_text("def model_shape():\n    from ..run.training import load_model\n")
+    (package / "run" / "training.py").write_text("")
+    assert wrong_way_imports(import_graph(tmp_path)) == [
+        "grpolab.model.shape (grpolab.model) imports grpolab.run (grpolab.run)",
+        "grpolab.model.shape (grpolab.model) imports grpolab.run.training (grpolab.run)",
+    ]
 
 
 def test_a_circle_closed_inside_a_function_is_found(tmp_path):

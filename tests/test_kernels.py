@@ -13,10 +13,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "entrypoint")]
 
-from grpolab import gpucode  # noqa: E402
-from grpolab.checks import kernels_note  # noqa: E402
-from grpolab.errors import LayerFailure  # noqa: E402
-from grpolab.tracks import get_track  # noqa: E402
+from grpolab.common import gpucode  # noqa: E402
+from grpolab.run.checks import kernels_note  # noqa: E402
+from grpolab.common.errors import LayerFailure  # noqa: E402
+from grpolab.common.tracks import get_track  # noqa: E402
 
 from hostlab import kernels, kernelsreadme  # noqa: E402
 from hostlab.lockedwheels import fetch, locked_files  # noqa: E402

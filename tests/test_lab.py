@@ -5,10 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpolab.lab import smoke_needed
-from grpolab.runlog import append_run, read_runs
-from grpolab.settings import resolve_settings
-from grpolab.tracks import get_track
+from grpolab.run.lab import smoke_needed
+from grpolab.common.runlog import append_run, read_runs
+from grpolab.settings.lab_settings import resolve_settings
+from grpolab.common.tracks import get_track
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def test_short_lab_run_logs_everything_and_plots(tiny_model_env, tmp_path):
 
 
 def test_smoke_needed_follows_the_fingerprint(tmp_path):
-    from grpolab.fingerprint import environment_fingerprint
+    from grpolab.environment.fingerprint import environment_fingerprint
 
     log = tmp_path / "runlog.jsonl"
     lab = resolve_settings(get_track("c"))
@@ -67,7 +67,7 @@ def test_smoke_needed_follows_the_fingerprint(tmp_path):
 
 
 def test_only_a_smoke_test_of_this_run_counts_as_passed_before(tmp_path):
-    from grpolab.fingerprint import environment_fingerprint
+    from grpolab.environment.fingerprint import environment_fingerprint
 
     log = tmp_path / "runlog.jsonl"
     lab = resolve_settings(get_track("c"))

@@ -6,8 +6,8 @@ import time
 
 import pytest
 from fake_server import FakeServer, free_port
-from grpolab import health
-from grpolab.errors import LayerFailure
+from grpolab.common import health
+from grpolab.common.errors import LayerFailure
 from grpolab.rollouts.llamacpp_server import LlamaServerClient, parse_completion_response
 
 # --- served responses --------------------------------------------------------------------------------

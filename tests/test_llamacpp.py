@@ -13,8 +13,8 @@ import pytest
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install --no-index --find-links ~/.cache/grpolab/wheels llama-cpp-python)")
 
-from grpolab.errors import LayerFailure  # noqa: E402
-from grpolab.gguf import check_gguf, export_gguf, uses_qwen2_pretokenizer  # noqa: E402
+from grpolab.common.errors import LayerFailure  # noqa: E402
+from grpolab.model.gguf import check_gguf, export_gguf, uses_qwen2_pretokenizer  # noqa: E402
 from grpolab.rollouts.llamacpp import LlamaCppRollout, encode_prompts  # noqa: E402
 from grpolab.rollouts.llamacpp_inprocess import InProcessLlama  # noqa: E402
 
@@ -44,7 +44,7 @@ def sampler(tiny_gguf):
 
 
 def gguf_metadata(path) -> dict:
-    from grpolab.gguf import _converter_on_path, converter_dir
+    from grpolab.model.gguf import _converter_on_path, converter_dir
 
     with _converter_on_path(converter_dir()) as (_, gguf):
         reader = gguf.GGUFReader(str(path))
@@ -161,8 +161,8 @@ def test_refresh_exports_the_merged_adapter(tiny_dir, tokenizer, tmp_path):
 
 def grpo_run(tiny_dir, tokenizer, tmp_path, refresh_every, steps=4):
     from datasets import Dataset
-    from grpolab.data import arithmetic_splits
-    from grpolab.rewards import format_reward, numeric_reward
+    from grpolab.task.problems import arithmetic_splits
+    from grpolab.task.rewards import format_reward, numeric_reward
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
@@ -212,8 +212,8 @@ def test_configure_rollout_for_the_lab(tiny_dir, tokenizer, tmp_path):
     from types import SimpleNamespace
 
     from grpolab.rollouts import configure_rollout
-    from grpolab.settings import LabSettings
-    from grpolab.tracks import get_track
+    from grpolab.settings.lab_settings import LabSettings
+    from grpolab.common.tracks import get_track
 
     settings = LabSettings(track="c", model=str(tiny_dir), rollout="llamacpp", llamacpp_refresh_every=3, max_completion_length=8, dtype="float32")
     kwargs, line = configure_rollout(settings, get_track("c"), "cpu", tiny_dir, tokenizer, out_dir=tmp_path / "gguf", progress=lambda *_: None)

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
 
-from grpolab.tracks import get_track, load_tracks  # noqa: E402
+from grpolab.common.tracks import get_track, load_tracks  # noqa: E402
 from packaging.requirements import Requirement  # noqa: E402
 from packaging.version import Version  # noqa: E402
 
@@ -322,7 +322,7 @@ def test_dependents_read_from_the_lock_annotations():
 def test_the_test_tools_lock_is_hashed_current_and_agrees_with_track_cs_lock(tmp_path):
     import shutil
 
-    from grpolab.tracks import get_track
+    from grpolab.common.tracks import get_track
 
     from hostlab.locks import parse_body
     from hostlab.sidelocks import check_test_tools_lock

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from grpolab.diskspace import is_disk_full
-from grpolab.errors import EXIT_STATUS
-from grpolab.modelfiles import safetensors_problem
-from grpolab.tracks import TRACKS_FILE
+from grpolab.run.diskspace import is_disk_full
+from grpolab.common.errors import EXIT_STATUS
+from grpolab.model.files import safetensors_problem
+from grpolab.common.tracks import TRACKS_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "entrypoint" / "tiny-model"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grpolab.membench import ALL_CASES, CASES, GPU_CASES, case_settings
+from grpolab.bench.memory_cases import ALL_CASES, CASES, GPU_CASES, case_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,7 +53,7 @@ def test_gpu_checks_refuse_clearly_without_a_gpu(tmp_path, script):
 
 
 def test_versus_trl_dry_run_prices_each_observer_on_the_cpu(tmp_path):
-    """The GPU check's dry run: plain TRL (grpolab.plaintrl), with the meter, with its polling off, and with the
+    """The GPU check's dry run: plain TRL (grpolab.bench.plain_trl), with the meter, with its polling off, and with the
     lab's recorder and checks, for real on the tiny model; every variant reports seconds per step on one basis."""
     pytest.importorskip("trl")
     result = subprocess.run(["bash", "images/gpu/versus_trl_check.sh", "--dry-run"], cwd=REPO,

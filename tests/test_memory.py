@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from grpolab import memory  # noqa: E402
-from grpolab.memory import PeakMemoryMeter, peak_memory_line  # noqa: E402
+from grpolab.memory.peak import peak as memory  # noqa: E402
+from grpolab.memory.peak import PeakMemoryMeter, peak_memory_line  # noqa: E402
 
 MB = 1e6
 
@@ -97,8 +97,8 @@ def test_phases_each_keep_their_own_peak():
 ALLOCATOR_BEHAVIOUR = """
 import json, sys, threading
 import torch
-from grpolab import memory
-from grpolab.memory import PeakMemoryMeter
+from grpolab.memory.peak import peak as memory
+from grpolab.memory.peak import PeakMemoryMeter
 
 def left_resident_by_a_fragmented_heap():
     # 1500 blocks of 100 KB, each with a 4 KB neighbour that stays alive, then the blocks freed: under glibc's

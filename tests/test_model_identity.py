@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpolab.model_identity import model_identity, weights_sha256
-from grpolab.runlog import short_model_identity as short
-from grpolab.tiny_model import FIXTURE_SHA256, RECIPE_VERSION
+from grpolab.model.identity import model_identity, weights_sha256
+from grpolab.common.runlog import short_model_identity as short
+from grpolab.model.tiny import FIXTURE_SHA256, RECIPE_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 REVISION = "c1899de289a04d12100db370d81485cdf75e47ca"
@@ -53,7 +53,7 @@ def test_a_hub_model_in_the_cache_is_named_by_its_revision_and_blob(tmp_path):
     snapshot.mkdir(parents=True)
     (snapshot / "model.safetensors").symlink_to(Path("../../blobs") / blob)
     (snapshot / "config.json").symlink_to(Path("../../blobs") / "configblob")
-    code = "import json; from grpolab.model_identity import model_identity; print(json.dumps([model_identity('Qwen/Qwen3-0.6B'), model_identity('Qwen/Qwen3-1.7B')]))"
+    code = "import json; from grpolab.model.identity import model_identity; print(json.dumps([model_identity('Qwen/Qwen3-0.6B'), model_identity('Qwen/Qwen3-1.7B')]))"
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "entrypoint")}
     cached, absent = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
     assert cached == {"name": "Qwen/Qwen3-0.6B", "weights_sha256": blob, "revision": REVISION, "source": "Hugging Face Hub"}

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
 
-from grpolab.tracks import get_track  # noqa: E402
+from grpolab.common.tracks import get_track  # noqa: E402
 
 from hostlab import HostError, provenance  # noqa: E402
 

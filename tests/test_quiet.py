@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEPRECATIONS = ("FutureWarning", "DeprecationWarning", "PendingDeprecationWarning")
 # `python -m grpolab`, with our package's deprecations always shown (a regex on the module the warning points at;
 # -W cannot say it: its module field is matched literally, so -W default::DeprecationWarning:grpolab would miss
-# grpolab.training).
+# grpolab.run.training).
 ENTRY = (
     "import runpy, warnings\n"
     "for category in (DeprecationWarning, PendingDeprecationWarning):\n"

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_CACHE
-from grpolab.calibration import CALIBRATION_STEPS
-from grpolab.report import LESSON_TRACKS, load_runs, run_report
-from grpolab.runlog import SCHEMA_VERSION, read_runs
-from grpolab.tiny_model import FIXTURE_SHA256
+from grpolab.run.calibration import CALIBRATION_STEPS
+from grpolab.report.table import LESSON_TRACKS, load_runs, run_report
+from grpolab.common.runlog import SCHEMA_VERSION, read_runs
+from grpolab.model.tiny import FIXTURE_SHA256
 
 REPO = Path(__file__).resolve().parents[1]
 PLOTS = ("reward_per_step.png", "time_split.png", "peak_memory.png", "pass_at_1.png")

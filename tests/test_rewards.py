@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from grpolab.rewards import REWARD_COLUMNS, REWARD_FUNCS, extract_final_number, format_reward, numeric_reward
+from grpolab.task.rewards import REWARD_COLUMNS, REWARD_FUNCS, extract_final_number, format_reward, numeric_reward
 
 # (completion, answer, numeric_reward, format_reward)
 CASES = [

@@ -76,7 +76,7 @@ def no_export(monkeypatch, tmp_path):
         path.write_bytes(b"GGUF\x03\x00\x00\x00")
         return path
 
-    monkeypatch.setattr("grpolab.gguf.export_gguf", fake_export)
+    monkeypatch.setattr("grpolab.model.gguf.export_gguf", fake_export)
     return exports
 
 

@@ -3,12 +3,12 @@
 from dataclasses import replace
 
 import pytest
-from grpolab.errors import LayerFailure
+from grpolab.common.errors import LayerFailure
 from grpolab.rollouts.base import importance_sampling_correction
 from grpolab.rollouts.choice import choose_rollout
 from grpolab.rollouts.vllm import colocate_memory_fraction, server_is_on_this_machine
-from grpolab.settings import LabSettings
-from grpolab.tracks import get_track
+from grpolab.settings.lab_settings import LabSettings
+from grpolab.common.tracks import get_track
 
 # --- choosing the path ---------------------------------------------------------------------------------
 

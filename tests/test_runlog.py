@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 
 from conftest import lab_in_training
-from grpolab.errors import LayerFailure
-from grpolab.run import recorded_run
-from grpolab.runlog import SCHEMA_VERSION, append_run, last_passing_smoke, read_runs
-from grpolab.settings import LabSettings
+from grpolab.common.errors import LayerFailure
+from grpolab.run.record import recorded_run
+from grpolab.common.runlog import SCHEMA_VERSION, append_run, last_passing_smoke, read_runs
+from grpolab.settings.lab_settings import LabSettings
 
 REPO = Path(__file__).resolve().parents[1]
 

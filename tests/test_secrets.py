@@ -15,9 +15,9 @@ CANARY = "hf_CanaryTokenNeverPrinted0123456789"
 
 
 def test_hf_token_never_reaches_a_run_log_line(tmp_path, monkeypatch):
-    from grpolab.errors import LayerFailure
-    from grpolab.run import recorded_run
-    from grpolab.settings import LabSettings
+    from grpolab.common.errors import LayerFailure
+    from grpolab.run.record import recorded_run
+    from grpolab.settings.lab_settings import LabSettings
 
     monkeypatch.setenv("HF_TOKEN", CANARY)
     monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", CANARY)

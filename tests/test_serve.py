@@ -11,9 +11,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
 
-from grpolab.errors import LayerFailure  # noqa: E402
+from grpolab.common.errors import LayerFailure  # noqa: E402
 from grpolab.rollouts import installed_vllm_version  # noqa: E402
-from grpolab.serve import refuse_unless_servable  # noqa: E402
+from grpolab.rollouts.serve import refuse_unless_servable  # noqa: E402
 
 from hostlab import REPO, HostError, engine  # noqa: E402
 from hostlab.detect import HostFacts  # noqa: E402
@@ -171,7 +171,7 @@ def test_invoke_serve_publishes_on_loopback_unless_exposed(capsys):
 def test_compose_publishes_the_server_on_loopback_unless_told(tmp_path):
     from test_compose import needs_compose, render
 
-    from grpolab.tracks import get_track
+    from grpolab.common.tracks import get_track
     from hostlab.compose import compose_env
 
     if needs_compose.args[0]:

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from grpolab.allowed import parse_weights
-from grpolab.settings import LabSettings, resolve_settings, smoke_settings
-from grpolab.tracks import get_track
+from grpolab.settings.allowed_values import parse_weights
+from grpolab.settings.lab_settings import LabSettings, resolve_settings, smoke_settings
+from grpolab.common.tracks import get_track
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from grpolab.settings import SETTING_NAMES, SettingsRefused, check_settings, flag, resolve_settings
-from grpolab.tracks import TRACKS_FILE, get_track
+from grpolab.settings.lab_settings import SETTING_NAMES, SettingsRefused, check_settings, flag, resolve_settings
+from grpolab.common.tracks import TRACKS_FILE, get_track
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -252,7 +252,7 @@ def test_the_models_context_is_read_from_its_config_before_anything_loads(tmp_pa
 
 def test_unwise_values_warn_and_reach_the_run_log(tmp_path):
     """Legal but unwise: the run goes on, the warnings printed, and a run's line carries them in `warnings`."""
-    from grpolab.run import new_record
+    from grpolab.run.record import new_record
 
     settings = resolve_settings(get_track("c"), overrides={"learning_rate": "0.5", "beta": "-0.1", "temperature": "0.1", "lora_rank": "512",
                                                             "vllm_server_url": "http://gpu-box:8000"})
@@ -317,7 +317,7 @@ def test_each_relation_bends_the_default_side_only(tmp_path):
     shorter = resolve_settings(track, overrides={"model": str(small_context_model(tmp_path / "model"))})
     assert (shorter.max_prompt_length, shorter.max_completion_length) == (112, resolve_settings(track).max_completion_length)
     assert len(shorter.notes()) == 1 and shorter.notes()[0].startswith("--max-prompt-length 256 (from the lesson's default) became 112")
-    from grpolab.run import new_record
+    from grpolab.run.record import new_record
 
     assert shorter.notes()[0] in new_record("lab", shorter)["warnings"]  # the run log keeps what was changed
     # max_steps never gives way: a run is only as long as asked for.

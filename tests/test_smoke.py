@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from grpolab.errors import EXIT_STATUS, LayerFailure
-from grpolab.pipeline import LAG_BASIS
-from grpolab.runlog import read_runs
-from grpolab.settings import resolve_settings
-from grpolab.smoke import run_smoke
-from grpolab.tracks import get_track, load_tracks
+from grpolab.common.errors import EXIT_STATUS, LayerFailure
+from grpolab.run.pipeline import LAG_BASIS
+from grpolab.common.runlog import read_runs
+from grpolab.settings.lab_settings import resolve_settings
+from grpolab.run.smoke import run_smoke
+from grpolab.common.tracks import get_track, load_tracks
 
 REPO = Path(__file__).resolve().parents[1]
 quiet = lambda *_: None  # noqa: E731

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from grpolab import tiny_model
-from grpolab.data import arithmetic_splits
-from grpolab.tiny_model import (
+from grpolab.model import tiny as tiny_model
+from grpolab.task.problems import arithmetic_splits
+from grpolab.model.tiny import (
     BUILD_FACTS_FILE,
     FIXTURE_SHA256,
     QWEN2_SPLIT_REGEX,
@@ -66,7 +66,7 @@ def test_pre_tokenizer_is_qwen2s(tokenizer):
 def test_the_committed_model_is_checked_reloads_with_auto_classes_and_answers(tiny_model_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpolab.evaluate import pass_at_1
+    from grpolab.task.evaluate import pass_at_1
 
     assert tiny_model_path == tiny_model_dir() and resolve_model_name(TINY_MODEL) == str(tiny_model_path)
     assert fixture_hashes(tiny_model_path) == FIXTURE_SHA256  # every file the recipe writes, and only those
@@ -86,13 +86,13 @@ def test_the_committed_model_is_checked_reloads_with_auto_classes_and_answers(ti
 GREEDY_HELDOUT = """
 import hashlib, json, sys
 import torch
-from grpolab.data import load_lab_datasets
-from grpolab.evaluate import greedy_completions
-from grpolab.rewards import numeric_reward
-from grpolab.settings import resolve_settings
-from grpolab.tiny_model import resolve_model_name
-from grpolab.tracks import get_track
-from grpolab.training import load_model, load_tokenizer
+from grpolab.task.problems import load_lab_datasets
+from grpolab.task.evaluate import greedy_completions
+from grpolab.task.rewards import numeric_reward
+from grpolab.settings.lab_settings import resolve_settings
+from grpolab.model.tiny import resolve_model_name
+from grpolab.common.tracks import get_track
+from grpolab.run.training import load_model, load_tokenizer
 
 torch.set_num_threads(int(sys.argv[1]))
 settings = resolve_settings(get_track("c"))
@@ -134,8 +134,8 @@ def test_the_labs_pass_at_1_before_training_is_the_same_whatever_the_cpus_kernel
 
 def test_its_context_holds_track_c_prompt_and_completion(tiny_model_path):
     """vLLM refuses a max_model_len beyond max_position_embeddings: track c's prompt plus completion must fit."""
-    from grpolab.settings import resolve_settings
-    from grpolab.tracks import get_track
+    from grpolab.settings.lab_settings import resolve_settings
+    from grpolab.common.tracks import get_track
 
     config = json.loads((tiny_model_path / "config.json").read_text())
     settings = resolve_settings(get_track("c"))
@@ -149,7 +149,7 @@ def test_the_recipe_still_makes_a_model_of_the_committed_shape_that_adds(tmp_pat
     but the tokenizer, config and every tensor's name and shape must be, and it must add as well as the recipe asks."""
     from safetensors import safe_open
 
-    from grpolab.evaluate import pass_at_1
+    from grpolab.task.evaluate import pass_at_1
 
     built = build_tiny_model(tmp_path / "tiny", seed=0, progress=lambda line: None)
     assert sorted(p.name for p in built.iterdir()) == sorted(FIXTURE_SHA256)
@@ -198,7 +198,7 @@ def test_pass_at_1_leaves_the_tokenizer_and_model_as_it_found_them(tokenizer):
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from grpolab.evaluate import pass_at_1
+    from grpolab.task.evaluate import pass_at_1
 
     torch.manual_seed(0)
     config = Qwen3Config(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **tiny_model.MODEL_CONFIG)

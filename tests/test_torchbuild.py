@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from grpolab.errors import LayerFailure
-from grpolab.machine import HostFacts, host_facts
-from grpolab.checks import check_device
-from grpolab.torchbuild import Devices, TorchBuild, arch_covered, build_kind, coverage_reason, diagnose_device, gpu_nodes_present, installed_version, torch_build, torch_devices
-from grpolab.tracks import get_track
+from grpolab.common.errors import LayerFailure
+from grpolab.environment.machine import HostFacts, host_facts
+from grpolab.run.checks import check_device
+from grpolab.environment.torch_build import Devices, TorchBuild, arch_covered, build_kind, coverage_reason, diagnose_device, gpu_nodes_present, installed_version, torch_build, torch_devices
+from grpolab.common.tracks import get_track
 
 ENTRYPOINT = str(Path(__file__).resolve().parents[1] / "entrypoint")
 
@@ -62,7 +62,7 @@ def test_build_kind_one_rule_for_every_caller():
 
 def test_this_machine_without_importing_torch():
     """The CPU wheel here: the build is read from torch/version.py, and torch is never imported for it."""
-    code = ("import sys, json; from grpolab.torchbuild import torch_build, torch_devices; b = torch_build(); d = torch_devices(b); "
+    code = ("import sys, json; from grpolab.environment.torch_build import torch_build, torch_devices; b = torch_build(); d = torch_devices(b); "
             "print(json.dumps([b.version, b.kind, b.cuda, d.type, d.count, 'torch' in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ENTRYPOINT})
     version, kind, cuda, device, count, imported = json.loads(out.stdout)
@@ -131,7 +131,7 @@ def test_gfx1151_failures_point_at_amds_wheel():
 
 
 def test_gpu_device_nodes_decide_whether_torch_is_imported(tmp_path):
-    from grpolab.torchbuild import gpu_nodes_present
+    from grpolab.environment.torch_build import gpu_nodes_present
 
     assert not gpu_nodes_present("cuda", tmp_path) and not gpu_nodes_present("hip", tmp_path) and not gpu_nodes_present("cpu", tmp_path)
     (tmp_path / "dev").mkdir()

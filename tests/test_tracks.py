@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
 
-from grpolab.tracks import UnknownTrack, get_track, load_tracks  # noqa: E402
+from grpolab.common.tracks import UnknownTrack, get_track, load_tracks  # noqa: E402
 
 from hostlab import REPO, HostError  # noqa: E402
 from hostlab.detect import HostFacts, detect_track, host_problems  # noqa: E402

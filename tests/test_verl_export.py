@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from grpolab import export_verl, rewards
-from grpolab.export_verl import MAPPING, NOT_MAPPED, ExportRefused, check_covered, export_bundle
-from grpolab.settings import LabSettings
+from grpolab.export import verl as export_verl
+from grpolab.task import rewards
+from grpolab.export.verl import MAPPING, NOT_MAPPED, ExportRefused, check_covered, export_bundle
+from grpolab.settings.lab_settings import LabSettings
 
 REPO = Path(__file__).resolve().parents[1]
 HUB_MODEL = "Qwen/Qwen3-0.6B"  # exported by name, never downloaded: the export only writes it into the overrides
@@ -87,7 +88,7 @@ def test_every_refusal_is_listed_at_once(tmp_path):
 
 def test_dataset_without_answer_column_is_refused(tmp_path, monkeypatch):
     import datasets
-    from grpolab import data
+    from grpolab.task import problems as data
 
     def no_answers(name, train_size, heldout_size, seed=0):
         rows = {"prompt": [[{"role": "user", "content": "What is 1 plus 2?"}]], "solution": ["3"]}
@@ -122,7 +123,7 @@ def test_bundle_has_every_part(hub_bundle):
 
 
 def test_parquet_is_verl_rl_data(hub_bundle):
-    from grpolab.data import load_lab_datasets
+    from grpolab.task.problems import load_lab_datasets
 
     settings = lab()
     train, heldout = load_lab_datasets(settings.dataset, settings.train_size, settings.heldout_size, settings.seed)
@@ -160,7 +161,7 @@ def test_overrides_map_the_lab(hub_bundle):
 
 
 def test_override_values_use_hydra_grammar():
-    from grpolab.export_verl import format_override
+    from grpolab.export.verl import format_override
 
     assert format_override("k", True) == "k=true" and format_override("k", 1e-05) == "k=1e-05"
     assert format_override("k", ["q_proj", "v_proj"]) == "k=[q_proj,v_proj]"
@@ -306,7 +307,7 @@ def test_export_command_line_refuses_and_writes(tmp_path):
 def cluster_image_current() -> str:
     """Why the cluster image can't be used here ("" when it can): built by `invoke build --track cluster`."""
     sys.path.insert(0, str(REPO))
-    from grpolab.tracks import get_track
+    from grpolab.common.tracks import get_track
 
     from hostlab import engine
     from hostlab.lockfile import lock_path, lock_sha256

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from grpolab.errors import LayerFailure
-from grpolab.estimate import estimate_memory
-from grpolab.modelshape import QWEN3_MODELS
+from grpolab.common.errors import LayerFailure
+from grpolab.memory.estimate import estimate_memory
+from grpolab.model.shape import QWEN3_MODELS
 from grpolab.rollouts import choose_rollout
 from grpolab.rollouts.vllm import vllm_build, vllm_distribution
 from grpolab.rollouts.vllm_cpu import check_fits_in_ram
-from grpolab.vllm_cpu_memory import GIB, engine_context_tokens, kv_space_gib
+from grpolab.memory.vllm_cpu import GIB, engine_context_tokens, kv_space_gib
 from grpolab.rollouts.vllm_sync import LOGPROB_TOLERANCE, SyncCheck, VllmSyncLedger, verdict
-from grpolab.runlog import read_runs
-from grpolab.settings import LabSettings
-from grpolab.tracks import get_track
+from grpolab.common.runlog import read_runs
+from grpolab.settings.lab_settings import LabSettings
+from grpolab.common.tracks import get_track
 
 REPO = Path(__file__).resolve().parents[1]
 HAVE_VLLM_CPU = vllm_build(*vllm_distribution()) == "cpu"
@@ -212,7 +212,7 @@ def test_a_kv_cache_larger_than_free_ram_is_refused_before_the_engine_starts(tmp
 # The fault: TRL believes it synced (its _last_loaded_step moves on) while the engine keeps its first weights.
 SYNC_THAT_DOES_NOTHING = """
 import sys
-import grpolab.training as training
+import grpolab.run.training as training
 training.time_weight_syncs = lambda trainer: setattr(trainer.vllm_generation, "sync_weights", lambda: None)
 from grpolab.cli import main
 sys.exit(main(sys.argv[1:]))

@@ -4,7 +4,7 @@ import time
 
 import pytest
 from fake_server import FakeServer, free_port
-from grpolab.errors import LayerFailure
+from grpolab.common.errors import LayerFailure
 from grpolab.rollouts.vllm import wait_for_vllm_server
 
 # --- vLLM server checks --------------------------------------------------------------------------------

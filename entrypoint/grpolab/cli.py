@@ -10,8 +10,8 @@ import traceback
 from dataclasses import fields
 from pathlib import Path
 
-from .errors import EXIT_STATUS, LayerFailure
-from .settings import ROLLOUT_PATHS, LabSettings, setting_help
+from .common.errors import EXIT_STATUS, LayerFailure
+from .settings.lab_settings import ROLLOUT_PATHS, LabSettings, setting_help
 
 EXIT_CODES_HELP = "exit status: " + ", ".join(f"{code} {layer}" for layer, code in EXIT_STATUS.items()) + ", 0 passed"
 
@@ -22,7 +22,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, skip=("track",)) -> None
     for f in fields(LabSettings):
         if f.name in skip:
             continue
-        # Text as typed: grpolab.settings converts and checks it with every other setting, so that a bad value
+        # Text as typed: grpolab.settings.lab_settings converts and checks it with every other setting, so that a bad value
         # is one line of one [input] message, not argparse's usage error.
         group.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, metavar=f.name.upper().split("_")[-1], help=setting_help(f.name))
 
@@ -30,8 +30,8 @@ def add_settings_flags(parser: argparse.ArgumentParser, skip=("track",)) -> None
 def settings_from(args, smoke=False, kind=None):
     """The track and its checked settings, their warnings printed. Settings that cannot run fail the input layer
     with every problem at once; for a run (`kind` lab or smoke) the refusal is also its run-log line."""
-    from .settings import resolve_settings
-    from .tracks import get_track
+    from .settings.lab_settings import resolve_settings
+    from .common.tracks import get_track
 
     overrides = {f.name: getattr(args, f.name, None) for f in fields(LabSettings) if f.name != "track"}
     try:
@@ -42,7 +42,7 @@ def settings_from(args, smoke=False, kind=None):
         for warning in getattr(error, "warnings", []):
             print(f"warning: {warning}", file=sys.stderr)
         if kind:
-            from .run import log_refused
+            from .run.record import log_refused
 
             given = getattr(error, "given", None) or {k: v for k, v in overrides.items() if v is not None}
             log_refused(kind, args.track, given, failure, warnings=getattr(error, "warnings", []))
@@ -55,9 +55,9 @@ def settings_from(args, smoke=False, kind=None):
 
 
 def cmd_smoke(args) -> int:
-    from .fingerprint import environment_fingerprint, fingerprint_drift
-    from .runlog import last_passing_smoke
-    from .smoke import run_smoke
+    from .environment.fingerprint import environment_fingerprint, fingerprint_drift
+    from .common.runlog import last_passing_smoke
+    from .run.smoke import run_smoke
 
     track, settings = settings_from(args, smoke=True, kind="smoke")  # the lesson's first-run sizes; flags given are honoured
     last = last_passing_smoke()
@@ -72,7 +72,7 @@ def cmd_smoke(args) -> int:
 
 
 def cmd_lab(args) -> int:
-    from .lab import run_lab
+    from .run.lab import run_lab
 
     track, settings = settings_from(args, kind="lab")
     run_lab(settings, track, smoke=args.smoke)
@@ -80,7 +80,7 @@ def cmd_lab(args) -> int:
 
 
 def cmd_estimate(args) -> int:
-    from .estimate import estimate_memory
+    from .memory.estimate import estimate_memory
 
     track, settings = settings_from(args)
     estimate = estimate_memory(args.model_for_estimate or settings.model, settings, device_total_gb=args.device_memory_gb,
@@ -90,13 +90,13 @@ def cmd_estimate(args) -> int:
 
 
 def cmd_memory_bench(args) -> int:
-    from .membench import main as memory_bench
+    from .bench.memory_cases import main as memory_bench
 
     return memory_bench(args.case, args.device, args.out, unified_memory=args.unified_memory)
 
 
 def cmd_doctor(args) -> int:
-    from .doctor import doctor_report, render_report
+    from .environment.doctor import doctor_report, render_report
 
     report = doctor_report(args.track, rollout=args.rollout, server_url=args.vllm_server_url)
     print(json.dumps(report, indent=2, default=str) if args.json else render_report(report, verbose=args.verbose))
@@ -104,7 +104,7 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_tiny_model(args) -> int:
-    from .tiny_model import FIXTURE_SHA256, rebuild_tiny_model, verify_tiny_model
+    from .model.tiny import FIXTURE_SHA256, rebuild_tiny_model, verify_tiny_model
 
     if args.rebuild:
         rebuild_tiny_model(Path(args.out or "tiny-model-rebuilt"))
@@ -114,7 +114,7 @@ def cmd_tiny_model(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .export_verl import export_bundle
+    from .export.verl import export_bundle
 
     _, settings = settings_from(args)
     out = args.out or f"runs/export-{args.engine}"
@@ -124,8 +124,8 @@ def cmd_export(args) -> int:
 
 
 def cmd_export_gguf(args) -> int:
-    from .gguf import export_gguf
-    from .tiny_model import resolve_model_name
+    from .model.gguf import export_gguf
+    from .model.tiny import resolve_model_name
 
     path = export_gguf(resolve_model_name(args.model), Path(args.out), outtype=args.outtype)
     print(f"GGUF written: {path}")
@@ -133,8 +133,8 @@ def cmd_export_gguf(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from .serve import check_server, display, exec_server, exposure_warning, prepare_server, serve_command
-    from .tiny_model import TINY_MODEL, resolve_model_name, tiny_model_dir
+    from .rollouts.serve import check_server, display, exec_server, exposure_warning, prepare_server, serve_command
+    from .model.tiny import TINY_MODEL, resolve_model_name, tiny_model_dir
 
     _, settings = settings_from(args)
     extra = tuple(args.vllm_args[1:] if args.vllm_args[:1] == ["--"] else args.vllm_args)
@@ -157,17 +157,17 @@ def cmd_serve(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import run_report
+    from .report.table import run_report
 
     return run_report(args.logs, out=args.out, against_lesson=args.against_lesson, every_run=args.every_run)
 
 
 # Over 60 lines: one declaration per subcommand and option, flat, so that `--help` and this file read alike.
 def build_parser() -> argparse.ArgumentParser:
-    from .lab import SMOKE_MODES
-    from .report import add_arguments as add_report_arguments
-    from .serve import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_HOST, DEFAULT_PORT
-    from .tracks import TracksFileError, current_track_name, load_tracks
+    from .run.lab import SMOKE_MODES
+    from .report.table import add_arguments as add_report_arguments
+    from .rollouts.serve import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_HOST, DEFAULT_PORT
+    from .common.tracks import TracksFileError, current_track_name, load_tracks
 
     try:
         tracks = "; ".join(f"{name}: {t.description}" for name, t in load_tracks().items())
@@ -200,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     estimate.add_argument("--lesson-arithmetic", action="store_true",
                           help="the update's row as the lesson counts it (whole logits plus an allowance), which reproduces the lesson's tables")
     estimate.set_defaults(model_for_estimate=None)
-    from .membench import ALL_CASES
+    from .bench.memory_cases import ALL_CASES
 
     membench = add("memory-bench", cmd_memory_bench, "One case of the memory benchmark (`invoke bench --memory` runs them all): a few GRPO steps under the peak-memory meter, then predicted against measured, as JSON.", settings=False)
     membench.add_argument("--case", required=True, choices=sorted(ALL_CASES))

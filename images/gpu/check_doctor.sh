@@ -42,8 +42,8 @@ if [[ "$items" -gt 0 && "$items" == "$lines" ]]; then pass "3 short form: $lines
 
 if timeout 120 python3 - "$LOGS/doctor.json" <<'PY' >"$LOGS/4-device-layer.txt" 2>&1
 import json, sys
-from grpolab.checks import check_device
-from grpolab.tracks import current_track_name, get_track
+from grpolab.run.checks import check_device
+from grpolab.common.tracks import current_track_name, get_track
 device, line = check_device(get_track(current_track_name()))
 doctor = next(i for i in json.load(open(sys.argv[1]))["items"] if i["name"] == "device")
 print(line)

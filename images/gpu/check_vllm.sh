@@ -36,7 +36,7 @@ echo "GPUs: $GPUS; logs in $LOGS"
 if [[ -n "${GRPOLAB_GPU_MODEL:-}" ]]; then
   MODEL="$GRPOLAB_GPU_MODEL"
 else
-  MODEL="$(timeout 300 python3 -c 'from grpolab.tiny_model import verify_tiny_model; print(verify_tiny_model())' 2>"$LOGS/tiny-model.log")" \
+  MODEL="$(timeout 300 python3 -c 'from grpolab.model.tiny import verify_tiny_model; print(verify_tiny_model())' 2>"$LOGS/tiny-model.log")" \
     || { echo "FAIL  the committed tiny model is missing or changed (see $LOGS/tiny-model.log)"; exit 1; }
 fi
 echo "model: $MODEL"

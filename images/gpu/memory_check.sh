@@ -8,7 +8,7 @@
 #     bash images/gpu/memory_check.sh                         # there: installs .whl/ into /tmp, then the cases
 #     bash images/gpu/memory_check.sh --dry-run               # anywhere: the small-shape case on the CPU
 #
-# Cases (grpolab.membench GPU_CASES), each in a process of its own: the Qwen3-0.6B and Qwen3-1.7B shapes,
+# Cases (grpolab.bench.memory_cases GPU_CASES), each in a process of its own: the Qwen3-0.6B and Qwen3-1.7B shapes,
 # randomly initialised from their configs (no download), bf16, in-process rollouts, 8 completions of up to 128
 # tokens, 3 GRPO steps with TRL's GRPOTrainer and a rank-16 LoRA (the lab's own make_trainer), gradient
 # checkpointing on as on every GPU track. Each prints the predicted terms, max_memory_allocated and

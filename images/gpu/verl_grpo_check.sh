@@ -42,7 +42,7 @@ echo "GPUs: $GPUS; python: $PY; logs in $LOGS"
 # 1. verl and vLLM, the versions the export was checked against.
 if timeout 180 "$PY" - >"$LOGS/1-versions.txt" 2>&1 <<'EOF'
 import verl, vllm
-from grpolab.export_verl import VERL_VERSION
+from grpolab.export.verl import VERL_VERSION
 print(f"verl {verl.__version__}, vllm {vllm.__version__}")
 assert verl.__version__ == VERL_VERSION, f"verl {verl.__version__}, but the export was checked against {VERL_VERSION}"
 EOF
@@ -53,8 +53,8 @@ BUNDLE="$LOGS/bundle"
 rm -rf "$BUNDLE"
 if timeout 600 "$PY" - "$BUNDLE" "${GRPOLAB_GPU_MODEL:-tiny}" "$STEPS" >"$LOGS/2-export.txt" 2>&1 <<'EOF'
 import sys
-from grpolab.export_verl import export_bundle
-from grpolab.settings import LabSettings
+from grpolab.export.verl import export_bundle
+from grpolab.settings.lab_settings import LabSettings
 
 bundle, model, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # Track c's learning settings (they move the tiny model on CPU), in bfloat16 on vLLM colocated.

@@ -23,7 +23,7 @@ One file per part:
 The in-process path needs no file: TRL's own generate() is the default.
 """
 
-from ..health import wait_for_health
+from ..common.health import wait_for_health
 from .base import RolloutChoice, refused
 from .choice import choose_rollout, configure_rollout, gpu_count
 from .ledger import Refresh, RolloutBatch, RolloutLedger

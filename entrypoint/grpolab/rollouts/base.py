@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import LayerFailure
+from ..common.errors import LayerFailure
 
 
 def refused(what: str, action: str) -> LayerFailure:

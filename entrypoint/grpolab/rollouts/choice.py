@@ -6,7 +6,7 @@ import sys
 
 from .base import RolloutChoice, refused
 from .llamacpp import configure_llamacpp
-from ..memory import host_available_gb
+from ..memory.peak import host_available_gb
 from .vllm import VLLM_PATHS, check_vllm_version, colocate_choice, server_choice, vllm_build, vllm_distribution, wait_for_vllm_server
 from .vllm_cpu import colocate_cpu_choice
 

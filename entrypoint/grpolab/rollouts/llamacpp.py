@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from ..modelshape import model_context_tokens
+from ..model.shape import model_context_tokens
 from .ledger import Refresh, RolloutLedger
 from .llamacpp_inprocess import InProcessLlama, require_llama_cpp
 from .sampler import GRPO_SAMPLING, LlamaSampler
@@ -63,7 +63,7 @@ class LlamaCppRollout:
 
     def refresh(self, model, trainer_step: int) -> Refresh:
         """Export `model` (the trainer's current policy) to GGUF and reload the sampler with it."""
-        from ..gguf import export_gguf
+        from ..model.gguf import export_gguf
 
         started = time.perf_counter()
         path = self.export_dir / f"policy-step{trainer_step:06d}.gguf"
@@ -107,7 +107,7 @@ class LlamaCppRollout:
 
 def initial_gguf(model_path, out_dir, outtype: str = "f32", progress=print) -> tuple[Path, float]:
     """The GGUF the sampler starts from (policy version 0): the model as loaded, before any step."""
-    from ..gguf import export_gguf
+    from ..model.gguf import export_gguf
 
     started = time.perf_counter()
     path = export_gguf(model_path, Path(out_dir) / "policy-step000000.gguf", outtype=outtype, progress=progress)
@@ -132,7 +132,7 @@ def make_llamacpp_rollout(settings, model_path, tokenizer, out_dir, *, n_threads
 
 def configure_llamacpp(settings, model_path, tokenizer, out_dir=None, progress=print) -> tuple[dict, str]:
     """(GRPOTrainer keyword arguments: `rollout_func` and the `log` dict, the line to print) for the llamacpp path."""
-    from ..paths import runs_dir
+    from ..common.paths import runs_dir
 
     # One folder per run: concurrent runs must not overwrite each other's GGUF files.
     out_dir = Path(out_dir) if out_dir else runs_dir() / "gguf" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"

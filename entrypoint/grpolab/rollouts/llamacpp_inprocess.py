@@ -69,7 +69,7 @@ class InProcessLlama(LlamaSampler):
         self.load(gguf_path)
 
     def load(self, gguf_path) -> None:
-        from ..gguf import check_gguf
+        from ..model.gguf import check_gguf
 
         llama_cpp = require_llama_cpp()
         path = check_gguf(gguf_path)
@@ -81,7 +81,7 @@ class InProcessLlama(LlamaSampler):
             )
         except (ValueError, RuntimeError, OSError) as error:
             raise refused(f"llama.cpp could not load {path}: {error} (a truncated or corrupt GGUF, or one from a newer llama.cpp)",
-                          "delete the file and export the policy again (`python -m grpolab.gguf export`)") from error
+                          "delete the file and export the policy again (`python -m grpolab.model.gguf export`)") from error
         self.gguf_path = path
 
     def close(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..health import UNREACHABLE_ERRORS, http_json, wait_for_health
+from ..common.health import UNREACHABLE_ERRORS, http_json, wait_for_health
 from .base import refused
 from .sampler import GRPO_SAMPLING, LlamaSampler
 

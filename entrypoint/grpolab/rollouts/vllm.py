@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from urllib.parse import urlparse
 
-from ..health import UNREACHABLE_ERRORS, http_json, wait_for_health
-from ..vllm_installed import vllm_build, vllm_distribution  # noqa: F401 - the rollout layer's names for them
+from ..common.health import UNREACHABLE_ERRORS, http_json, wait_for_health
+from ..environment.vllm_installed import vllm_build, vllm_distribution  # noqa: F401 - the rollout layer's names for them
 from .base import RolloutChoice, importance_sampling_correction, refused
 
 VLLM_PATHS = ("vllm-colocate", "vllm-server")
@@ -30,7 +30,7 @@ def installed_vllm_version() -> str | None:
 
 def _trl_range():
     try:
-        from ..doctor import trl_vllm_range, vllm_in_trl_range
+        from ..environment.doctor import trl_vllm_range, vllm_in_trl_range
     except ImportError:
         return (lambda: None), (lambda version: None)
     return trl_vllm_range, vllm_in_trl_range
@@ -66,7 +66,7 @@ def colocate_memory_fraction(settings, model, device_total_gb: float, unified_me
     """
     from dataclasses import replace
 
-    from ..estimate import estimate_memory
+    from ..memory.estimate import estimate_memory
 
     requested = settings.vllm_gpu_memory_utilization
     if estimate is None:
@@ -99,7 +99,7 @@ def colocate_choice(settings, track, vllm_version: str | None, device_total_gb: 
     """vLLM inside the trainer's process, on its GPU, with the memory share colocate_memory_fraction allows."""
     version_line = check_vllm_version(vllm_version)
     if device_total_gb is None:
-        from ..estimate import device_total_memory_gb
+        from ..memory.estimate import device_total_memory_gb
 
         device_total_gb = device_total_memory_gb()[0]
     fraction, why = colocate_memory_fraction(settings, model or settings.model, device_total_gb, track.unified_memory, estimate)

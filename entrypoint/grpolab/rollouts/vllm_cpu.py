@@ -29,8 +29,8 @@ import contextlib
 import os
 import socket
 
-from ..machine import usable_cores
-from ..vllm_cpu_memory import GB, GIB, engine_plan
+from ..environment.machine import usable_cores
+from ..memory.vllm_cpu import GB, GIB, engine_plan
 from .base import RolloutChoice, importance_sampling_correction, refused
 
 def cpu_engine_variables(kv_gib: int) -> dict[str, str]:

@@ -1,0 +1,88 @@
+"""The smoke test's calibration: after its layers pass, a few steps at the lab's per-step shape (the lab's
+completions per step and completion length, on the lab's rollout path and settings) on the smoke model, timed as
+the lab times its steps, so that the lab's seconds per step are measured at their shape, not extrapolated to it.
+
+Why steps at the lab's shape rather than a curve fitted through two batch sizes: measured on track c (README,
+"The smoke test"), a step's cost is not linear in its batch on a CPU, nor on the way to it, so any curve
+through the smoke test's batch and one other needs the lab's batch measured anyway to be trusted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..settings.lab_settings import LabSettings
+
+# Steps run at the lab's shape, and how many of the first are run but not counted. The smoke test's process has
+# already run ten steps, so the calibration's first step is the only one that sets up anything new (its batch's
+# sizes): measured on track c (bench/projection-*.json keep each calibration's steps), dropping three first steps
+# of six made the projection no closer to the lab than dropping one (over five runs on track c, 0.81-1.25 of the lab
+# against 0.86-1.09 for the three steps after the first), and the two steps saved were 0.21-0.36 s of those runs' 1.3-1.7 s.
+CALIBRATION_STEPS = 4
+WARM_UP_STEPS = 1
+
+
+@dataclass
+class Calibration:
+    """What the calibration measured, for the run log's `calibration` and the smoke test's summary."""
+
+    completions_per_step: int
+    completion_tokens: int
+    num_generations: int
+    step_seconds: list[float] = field(default_factory=list)
+    completion_tokens_mean: list[float | None] = field(default_factory=list)  # TRL's completions/mean_length per step
+    cost_s: float = 0.0  # its whole wall clock: data, rollout set-up, trainer, every step
+    error: str | None = None
+    same_shape: bool = False  # the smoke test's own steps were at the lab's shape: nothing more to run
+    size_probe: dict | None = None  # grpolab.run.size_probe's record, when the lab's model is not the smoke test's
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        counted = self.step_seconds[self.warm_up_steps :]
+        return round(sum(counted) / len(counted), 4) if counted and not self.error else None
+
+    @property
+    def warm_up_steps(self) -> int:
+        """The first steps run but not counted (the smoke test's own too, where they are the measurement: its first
+        steps are a new process's), when steps are left after them."""
+        return WARM_UP_STEPS if len(self.step_seconds) > WARM_UP_STEPS else 0
+
+    def as_record(self) -> dict:
+        return {
+            "completions_per_step": self.completions_per_step, "completion_tokens": self.completion_tokens,
+            "num_generations": self.num_generations, "same_shape_as_smoke": self.same_shape,
+            "steps": len(self.step_seconds), "warm_up_steps": self.warm_up_steps,
+            "step_seconds": [round(s, 4) for s in self.step_seconds], "seconds_per_step": self.seconds_per_step,
+            "completion_tokens_mean": self.completion_tokens_mean,
+            "cost_s": round(self.cost_s, 3), "error": self.error, "size_probe": self.size_probe,
+        }  # fmt: skip
+
+
+def lab_shape(settings: LabSettings) -> tuple[int, int]:
+    """A run's per-step shape: (completions per step, completion tokens)."""
+    return settings.per_device_train_batch_size, settings.max_completion_length
+
+
+def calibration_settings(smoke: LabSettings, lab: LabSettings) -> LabSettings | None:
+    """The smoke test's settings at the lab's per-step shape for CALIBRATION_STEPS steps, every step logged;
+    None when the smoke test's own steps already have that shape (its seconds per step are then the measurement)."""
+    if lab_shape(smoke) == lab_shape(lab) and smoke.num_generations == lab.num_generations:
+        return None
+    prompts_per_step = lab.per_device_train_batch_size // lab.num_generations
+    return replace(
+        smoke,
+        per_device_train_batch_size=lab.per_device_train_batch_size,
+        num_generations=lab.num_generations,
+        max_completion_length=lab.max_completion_length,
+        max_steps=CALIBRATION_STEPS,
+        logging_steps=1,
+        # The lab's own training prompts, in the lab's order (its dataset, size and seed): the same prompt lengths.
+        dataset=lab.dataset,
+        train_size=max(lab.train_size, prompts_per_step * CALIBRATION_STEPS),
+        seed=lab.seed,
+    )
+
+
+def start(calibration: LabSettings | None, smoke: LabSettings) -> Calibration:
+    shaped = calibration or smoke
+    return Calibration(shaped.per_device_train_batch_size, shaped.max_completion_length, shaped.num_generations, same_shape=calibration is None)
