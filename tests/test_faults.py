@@ -8,12 +8,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import lab_in_training
+from conftest import lab_in_training, read_until
 from grpolab.common.errors import EXIT_STATUS
 from grpolab.common.runlog import append_run, read_runs, runs_with_unfinished, unfinished_runs
 
@@ -149,7 +148,7 @@ def test_a_run_killed_with_sigkill_shows_as_unfinished_and_the_next_run_names_it
     log = tmp_path / "runlog.jsonl"
     append_run({"run_id": "before", "kind": "smoke", "status": "passed"}, log)
     proc = subprocess.Popen([sys.executable, "-c", HOLD_A_RUN_OPEN, str(log)], env=PYTHON_ENV, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "running"
+    assert read_until(proc, lambda line: line == "running\n", timeout_s=60) == "running\n"
     proc.kill()
     proc.wait(timeout=30)
     lines = whole_lines(log)
@@ -424,12 +423,7 @@ def test_ctrl_c_during_invoke_build_keeps_env_naming_the_last_image(tmp_path):
     env_before = (repo / ".env").read_text()
     (repo / "entrypoint" / "grpolab" / "changed.py").write_text("# a code change: the build has a layer to make\n")
     build = build_in_a_process(repo, "grpolab-test:interrupted")
-    output, deadline = "", time.time() + 300
-    while time.time() < deadline and build.poll() is None:
-        line = build.stdout.readline()
-        output += line
-        if line.startswith("#") or "DONE" in line:  # BuildKit's progress: the build is under way
-            break
+    output = read_until(build, lambda line: line.startswith("#") or "DONE" in line, timeout_s=300)  # BuildKit's progress: under way
     build.send_signal(signal.SIGINT)
     output += build.communicate(timeout=300)[0]
     assert build.returncode != 0, output

@@ -81,11 +81,15 @@ def test_reward_table(completion, answer, numeric, fmt):
     assert format_reward([completion]) == [fmt]
 
 
-def test_batch_aligns_answers_and_is_deterministic():
+def test_batch_aligns_each_answer_with_its_own_completion():
     completions = ["<answer>3</answer>", "<answer>5</answer>", "7"]
     answers = ["3", "4", "7"]
     assert numeric_reward(completions, answer=answers, prompts=["p"] * 3, trainer_state=None) == [1.0, 0.0, 1.0]
-    assert numeric_reward(completions, answer=answers) == numeric_reward(completions, answer=answers)
+    # TRL hands over a batch in any order: the same pairs in another order score the same, pair by pair.
+    order = [2, 0, 1]
+    assert numeric_reward([completions[i] for i in order], answer=[answers[i] for i in order]) == [1.0, 1.0, 0.0]
+    # Shifted by one, no completion meets its answer: a reward that ignored the pairing could not tell.
+    assert numeric_reward(completions, answer=answers[1:] + answers[:1]) == [0.0, 0.0, 0.0]
 
 
 def test_extract_final_number_is_exact():

@@ -15,20 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ENTRY_SAYING_WHAT_LOADED
 from grpolab.settings.lab_settings import SETTING_NAMES, SettingsRefused, check_settings, flag, resolve_settings
 from grpolab.common.tracks import TRACKS_FILE, get_track
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The real entry point (grpolab.cli.main, as `python -m grpolab` runs it), which also says at exit which heavy
-# modules the process imported: a refusal must come before any of them.
-HEAVY = ("torch", "transformers", "datasets", "trl", "peft")
-ENTRY = (
-    "import atexit, sys\n"
-    f"atexit.register(lambda: print('imported:', [m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr))\n"
-    "from grpolab.cli import main\n"
-    "sys.exit(main(sys.argv[1:]))\n"
-)
 WALL_LIMIT_S = 5.0  # the whole process, Python's start-up included, on a shared 2-core machine
 
 # (setting refused, source, what is given, a phrase the message must hold). Source "flag": command-line arguments;
@@ -165,7 +157,7 @@ def run_bad_input(case, tmp_path: Path, command: str = "lab") -> dict:
     else:
         env["GRPOLAB_TRACKS_FILE"] = str(tracks_with_row(tmp_path, given))
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", ENTRY, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", ENTRY_SAYING_WHAT_LOADED, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     log = tmp_path / "runs" / "runlog.jsonl"
     return {"proc": proc, "wall_s": time.perf_counter() - started, "log_lines": log.read_text().splitlines() if log.exists() else []}
 
