@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_colocate_check_dry_run_splits_each_step_and_names_the_wrapper_at_world_size_1(tmp_path):
     pytest.importorskip("trl")
-    have_vllm = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode == 0
+    have_vllm = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True, timeout=600).returncode == 0
     result = subprocess.run(["bash", "images/gpu/colocate_check.sh", "--dry-run"], cwd=REPO,
                             env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OUT": str(tmp_path), "HOME": str(Path.home())},
                             capture_output=True, text=True, timeout=1500)  # fmt: skip

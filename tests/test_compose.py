@@ -23,7 +23,7 @@ SERVICES = {"lab": ["lab", "--smoke", "always"], "smoke": ["smoke"], "doctor": [
 def have_compose() -> bool:
     return (
         shutil.which("docker") is not None
-        and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+        and subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=600).returncode == 0
     )
 
 
@@ -42,6 +42,7 @@ def render(env: dict, tmp_path: Path, shell_env: dict | None = None, profiles: t
         capture_output=True,
         text=True,
         env={**clean, **(shell_env or {})},
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
@@ -138,6 +139,7 @@ def test_without_a_build_compose_says_what_to_do(tmp_path):
         capture_output=True,
         text=True,
         env={k: v for k, v in __import__("os").environ.items() if not k.startswith(("COMPOSE_", "LAB_"))},
+        timeout=600,
     )
     assert proc.returncode != 0 and "invoke build" in proc.stderr
 

@@ -107,10 +107,10 @@ def test_file_size_limit_while_writing_the_end_record_fails_in_the_runlog_layer_
 def mounted_tmpfs(mount_point, options: str, why_skipped: str):
     """A tmpfs mounted for one test (root only: mounting needs CAP_SYS_ADMIN), unmounted after it."""
     mount_point.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)], capture_output=True).returncode:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)], capture_output=True, timeout=600).returncode:
         pytest.skip(why_skipped)
     yield mount_point
-    subprocess.run(["umount", str(mount_point)], check=True)
+    subprocess.run(["umount", str(mount_point)], check=True, timeout=600)
 
 
 @pytest.fixture
@@ -256,9 +256,9 @@ def committed_copy(tmp_path: Path) -> Path:
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO / "pyproject.toml", tmp_path)
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(git + ["init", "-q"], check=True)
-    subprocess.run(git + ["add", "."], check=True)
-    subprocess.run(git + ["commit", "-qm", "locks as invoke lock wrote them"], check=True)
+    subprocess.run(git + ["init", "-q"], check=True, timeout=600)
+    subprocess.run(git + ["add", "."], check=True, timeout=600)
+    subprocess.run(git + ["commit", "-qm", "locks as invoke lock wrote them"], check=True, timeout=600)
     return tmp_path
 
 
@@ -460,7 +460,7 @@ def test_two_builds_of_the_same_track_at_once_both_finish_whole(tmp_path):
     proc = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", "grpolab-test:concurrent", "-c",
                            "import grpolab.common.runlog, torch; print('ok')"], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.stdout.strip() == "ok", proc.stderr
-    subprocess.run(["docker", "rmi", "-f", "grpolab-test:concurrent"], capture_output=True)
+    subprocess.run(["docker", "rmi", "-f", "grpolab-test:concurrent"], capture_output=True, timeout=600)
 
 
 # ------------------------------------------------------------------- the GGUF converter's sdist: the lock's hash only

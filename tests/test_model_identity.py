@@ -55,7 +55,7 @@ def test_a_hub_model_in_the_cache_is_named_by_its_revision_and_blob(tmp_path):
     (snapshot / "config.json").symlink_to(Path("../../blobs") / "configblob")
     code = "import json; from grpolab.model.identity import model_identity; print(json.dumps([model_identity('Qwen/Qwen3-0.6B'), model_identity('Qwen/Qwen3-1.7B')]))"
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "entrypoint")}
-    cached, absent = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
+    cached, absent = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=600).stdout)
     assert cached == {"name": "Qwen/Qwen3-0.6B", "weights_sha256": blob, "revision": REVISION, "source": "Hugging Face Hub"}
     assert short(cached) == f"Qwen/Qwen3-0.6B@{REVISION[:8]} (weights {blob[:8]})"
     assert absent["weights_sha256"] is None and absent["source"] == "Hugging Face Hub, not in the local cache (yet)"

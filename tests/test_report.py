@@ -317,7 +317,7 @@ def test_not_json_at_all(tmp_path):
 
 def test_cli_exit_status_when_nothing_to_report(tmp_path):
     result = subprocess.run([sys.executable, "-m", "grpolab", "report", str(tmp_path / "missing")], cwd=REPO, capture_output=True, text=True,
-                            env={"PYTHONPATH": str(REPO / "entrypoint"), "PATH": "/usr/bin:/bin"})
+                            env={"PYTHONPATH": str(REPO / "entrypoint"), "PATH": "/usr/bin:/bin"}, timeout=600)
     assert result.returncode == 1 and "no such file or folder" in result.stderr and "Traceback" not in result.stderr
 
 

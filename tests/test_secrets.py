@@ -47,18 +47,18 @@ def test_hf_token_never_reaches_an_image_layer_its_config_or_docker_inspect(tmp_
     assert build.returncode == 0, output
     try:
         seen = {
-            "docker inspect": subprocess.run(["docker", "inspect", "grpolab-test:secrets"], capture_output=True, text=True).stdout,
-            "docker history": subprocess.run(["docker", "history", "--no-trunc", "grpolab-test:secrets"], capture_output=True, text=True).stdout,
+            "docker inspect": subprocess.run(["docker", "inspect", "grpolab-test:secrets"], capture_output=True, text=True, timeout=600).stdout,
+            "docker history": subprocess.run(["docker", "history", "--no-trunc", "grpolab-test:secrets"], capture_output=True, text=True, timeout=600).stdout,
             # the files of every layer the build made or could have touched (the base's and the venv's are the lock's)
             "image files": subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", "grpolab-test:secrets", "-c",
                                            "grep -rl hf_Canary /opt/grpolab /home/lab /work /etc /root 2>/dev/null; env"],
-                                          capture_output=True, text=True).stdout,  # fmt: skip
+                                          capture_output=True, text=True, timeout=600).stdout,  # fmt: skip
         }
         assert "grpolab-test:secrets" in seen["docker inspect"] and "GRPOLAB_TRACK=c" in seen["image files"]
         for where, text in seen.items():
             assert CANARY not in text, where
     finally:
-        subprocess.run(["docker", "rmi", "-f", "grpolab-test:secrets"], capture_output=True)
+        subprocess.run(["docker", "rmi", "-f", "grpolab-test:secrets"], capture_output=True, timeout=600)
 
 
 @pytest.mark.docker
@@ -75,11 +75,11 @@ def test_hf_token_reaches_the_running_lab_as_a_file_never_in_docker_inspect(tmp_
             name = names[case]
             run = subprocess.run(["docker", "compose", "run", "-T", "--name", name, "--entrypoint", "python", "lab", "-c", read_token],
                                  cwd=repo, capture_output=True, text=True, timeout=300, env={**clean, **({"HF_TOKEN": shell} if shell else {})})  # fmt: skip
-            inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True).stdout
+            inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True, timeout=600).stdout
             seen[case] = (run.returncode, run.stdout.strip().splitlines()[-1:], CANARY in inspect, '"HF_TOKEN_PATH=/run/secrets/hf_token"' in inspect)
     finally:
         for name in names.values():
-            subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+            subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=600)
         subprocess.run(["docker", "compose", "down", "--volumes"], cwd=repo, capture_output=True, timeout=300)
     # huggingface_hub (so transformers, TRL and vLLM) gets the token, from the shell or .env; inspect never shows it
     assert seen == {

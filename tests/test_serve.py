@@ -23,7 +23,7 @@ from hostlab.serve import serve, server_tracks, wait_until_healthy  # noqa: E402
 def python(*args):
     """This interpreter with the lab's code on its path and a bare PATH (no `vllm` command)."""
     env = {"PYTHONPATH": str(REPO / "entrypoint"), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=REPO)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
 
 
 def grpolab(*args):

@@ -70,6 +70,6 @@ def test_reward_weights_from_the_command_line():
 
 def test_help_answers_questions():
     env = {"PYTHONPATH": str(REPO / "entrypoint")}
-    out = subprocess.run([sys.executable, "-m", "grpolab", "lab", "--help"], cwd=REPO, env=env, capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-m", "grpolab", "lab", "--help"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600).stdout
     for words in ("--max-steps", "--rollout", "--smoke", "--config", "exit status", "10 device", "13 first_step"):
         assert words in out

@@ -64,7 +64,7 @@ def test_this_machine_without_importing_torch():
     """The CPU wheel here: the build is read from torch/version.py, and torch is never imported for it."""
     code = ("import sys, json; from grpolab.environment.torch_build import torch_build, torch_devices; b = torch_build(); d = torch_devices(b); "
             "print(json.dumps([b.version, b.kind, b.cuda, d.type, d.count, 'torch' in sys.modules]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ENTRYPOINT})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ENTRYPOINT}, timeout=600)
     version, kind, cuda, device, count, imported = json.loads(out.stdout)
     assert version.split("+")[0] == installed_version("torch").split("+")[0]  # torch says 2.15.0+cu132, its metadata 2.15.0
     if kind == "cpu":
