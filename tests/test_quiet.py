@@ -6,7 +6,7 @@ defaults show those two only for __main__, so without it a deprecated call in ou
 its caller) would pass unseen; library-internal deprecations stay hidden as they are for users, while
 FutureWarning, shown by default from anywhere, counts from any library. stderr is read whole: a library that
 warns at import counts too. What our code passed under a deprecated name is fixed where it is passed; the one
-library warning about another library is filtered exactly, with why and when to remove it (grpolab/training.py)."""
+library warning about another library is filtered exactly, with why and when to remove it (grpolab/run/training.py)."""
 
 import subprocess
 import sys

@@ -4,7 +4,7 @@ Each item is ok, warn or fail, with one line of what to do; `-v` adds the detail
 report in the versioned format of doctor.schema.json. Nothing trains, nothing downloads, nothing prints a
 secret's value. On a machine without a GPU the whole report takes a few seconds (torch is imported only
 when its build has device nodes to reach). The torch and device items are the smoke test's own
-judgement (torchbuild.py); the machine's facts come from machine.py.
+judgement (torch_build.py); the machine's facts come from machine.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The smoke test stores `environment_fingerprint()` with each run; the doctor comp
 with now (`fingerprint_drift`), so "it worked last week" comes with a list of what is different.
 
 Nothing here needs a GPU, CUDA or nvidia-smi. What torch was built for and what it sees come from
-torchbuild.py (the same answer the smoke test's device layer and the doctor use), the driver from machine.py.
+torch_build.py (the same answer the smoke test's device layer and the doctor use), the driver from machine.py.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
     ray.sh            start a Ray head, join workers, submit the job
     reward.py         our reward code, inlined, behind verl's `compute_score`
     check.py          checks the bundle offline against the installed verl (no GPU needed;
-                      a copy of grpolab/verl_bundle_check.py)
+                      a copy of grpolab/export/verl_check.py)
     data/train.parquet, data/heldout.parquet   the lab's problems in verl's format
     model/            the built-in tiny model, when the lab uses it
     settings.json     the lab settings the bundle was made from

@@ -174,7 +174,7 @@ def model_shape(model: str | dict) -> ModelShape:
 
 def weights_dtype(dtype: str, track_name: str) -> str:
     """The dtype the weights load in: `dtype` itself, or for "auto" bf16 on CUDA/ROCm and float32 on MPS and CPU
-    (see settings.py), decided by the track `track_name`."""
+    (see settings/lab_settings.py), decided by the track `track_name`."""
     if dtype != "auto":
         return dtype
     try:

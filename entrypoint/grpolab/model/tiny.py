@@ -305,7 +305,7 @@ def verify_tiny_model(folder: Path | None = None) -> Path:
     folder = Path(folder or tiny_model_dir())
     restore = (f"restore the committed files (`git checkout -- {FIXTURE_RELATIVE}` in the repository, or rebuild the "
                "image); if you regenerated the model on purpose (`grpolab tiny-model --rebuild`), commit its files and "
-               "put the hashes it printed into FIXTURE_SHA256 in grpolab/tiny_model.py")  # fmt: skip
+               "put the hashes it printed into FIXTURE_SHA256 in grpolab/model/tiny.py")  # fmt: skip
     missing = [str(folder / name) for name in FIXTURE_SHA256 if not (folder / name).is_file()]
     if missing:
         raise LayerFailure("input", f"the built-in tiny model is incomplete: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing", restore)
@@ -332,7 +332,7 @@ def rebuild_tiny_model(out_dir, progress=print, *, max_steps: int = WARMUP_MAX_S
     hashes = fixture_hashes(out_dir)
     progress(f"tiny model rebuilt into {out_dir}; model.safetensors sha256 {hashes['model.safetensors']}")
     progress(f"to make it the committed model: copy {out_dir}/* over {FIXTURE_RELATIVE}/ and set FIXTURE_SHA256 in "
-             "entrypoint/grpolab/tiny_model.py to:")  # fmt: skip
+             "entrypoint/grpolab/model/tiny.py to:")  # fmt: skip
     progress("FIXTURE_SHA256 = {\n" + "".join(f'    "{name}": "{digest}",\n' for name, digest in hashes.items()) + "}")
     return hashes
 

@@ -4,7 +4,7 @@
 
 Reads run-log lines of every schema the project has written (runlog.SCHEMA_VERSION; lines without "schema"
 are schema 1), merges logs from different machines, counts a run id once, and writes report.md, report.csv,
-the plots (report_plots.py) and one self-contained index.html. Pure Python and matplotlib: it runs on the
+the plots (plots.py) and one self-contained index.html. Pure Python and matplotlib: it runs on the
 host (`invoke report`) as well as in the images, and never imports torch or TRL.
 """
 

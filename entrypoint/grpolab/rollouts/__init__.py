@@ -12,7 +12,7 @@ One file per part:
 - vllm.py: which vLLM is installed (upstream's or its CPU build), TRL's declared version range, colocate mode's
   memory share, the server's checks;
 - vllm_cpu.py: vLLM colocate on a CPU (the engine's environment in the trainer's process, its weight reload);
-  what the engine will hold is worked out below the rollouts, in grpolab/vllm_cpu_memory.py, which the
+  what the engine will hold is worked out below the rollouts, in grpolab/memory/vllm_cpu.py, which the
   memory estimate also counts;
 - vllm_sync.py: is the engine's copy the trainer's policy (one probe after each sync, figures in the run log);
 - llamacpp.py: the llama.cpp rollout_func (LlamaCppRollout) and its refresh every K steps;

@@ -1,6 +1,6 @@
 """What one setting allows, declared beside its default (`setting(default, Allowed(...))`): its type, its range or
 choices or rule, the range a careful user stays inside, and the nearest value that works when a relation with a
-setting the user chose makes the default impossible. One loop in settings.py reads these for --help, refusals,
+setting the user chose makes the default impossible. One loop in lab_settings.py reads these for --help, refusals,
 warnings and adjustments alike."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The nearest value that works, per setting, for a default that a value the user chose makes impossible: each
-setting's `Allowed(nearest=...)` in settings.py names one of these (logging_steps within max_steps, whole groups per
+setting's `Allowed(nearest=...)` in lab_settings.py names one of these (logging_steps within max_steps, whole groups per
 batch, a training set of at least one batch, lengths within the model's context)."""
 
 from __future__ import annotations
