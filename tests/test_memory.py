@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from grpolab.memory.peak import peak as memory  # noqa: E402
+from grpolab.memory import peak as memory  # noqa: E402
 from grpolab.memory.peak import PeakMemoryMeter, peak_memory_line  # noqa: E402
 
 MB = 1e6
@@ -97,7 +97,7 @@ def test_phases_each_keep_their_own_peak():
 ALLOCATOR_BEHAVIOUR = """
 import json, sys, threading
 import torch
-from grpolab.memory.peak import peak as memory
+from grpolab.memory import peak as memory
 from grpolab.memory.peak import PeakMemoryMeter
 
 def left_resident_by_a_fragmented_heap():
