@@ -136,7 +136,7 @@ def test_the_meter_leaves_the_allocator_and_threads_as_they_were():
     import sys
     from pathlib import Path
 
-    entrypoint = str(Path(memory.__file__).resolve().parents[1])
+    entrypoint = str(Path(memory.__file__).resolve().parents[2])
     seen = {}
     for mode in ("plain", "meter"):
         proc = subprocess.run([sys.executable, "-c", ALLOCATOR_BEHAVIOUR, mode], capture_output=True, text=True, timeout=300,
