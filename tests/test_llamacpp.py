@@ -4,7 +4,7 @@ staleness ledger (the lag grows without refresh and stays below K with refresh_e
 
 Needs llama-cpp-python (a CPU build from its sdist takes ~6 min on 2 cores; CI installs the cached wheel:
 `pip install --no-index --find-links ~/.cache/grpolab/wheels llama-cpp-python`). The GGUF converter comes
-from the llama-cpp-python sdist (see grpolab/gguf.py).
+from the llama-cpp-python sdist (see grpolab/model/gguf.py).
 """
 
 import math

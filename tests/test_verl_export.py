@@ -182,7 +182,7 @@ def test_beta_and_cluster_shape(tmp_path):
 
 def test_reward_module_is_our_code_and_runs_without_grpolab(hub_bundle, tmp_path):
     text = (hub_bundle / "reward.py").read_text()
-    assert inspect.getsource(rewards) in text, "reward.py must carry grpolab/rewards.py unchanged"
+    assert inspect.getsource(rewards) in text, "reward.py must carry grpolab/task/rewards.py unchanged"
     weights = lab().reward_weights
     # -I: isolated (no PYTHONPATH, no user site, no cwd on sys.path), so grpolab cannot be imported there.
     script = textwrap.dedent(f"""

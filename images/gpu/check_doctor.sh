@@ -5,7 +5,7 @@
 # jsonschema-specifications, referencing, rpds-py; see the device notes). Run from the repository root.
 #
 # Checks (each prints PASS or FAIL; the exit status is the number of failures):
-#   1. `grpolab doctor --json` validates against entrypoint/grpolab/doctor.schema.json.
+#   1. `grpolab doctor --json` validates against entrypoint/grpolab/environment/doctor.schema.json.
 #   2. the CUDA items (gpu driver, gpus, torch, device, arch) and the fingerprint agree with what torch and
 #      nvidia-smi report on this machine (check_doctor.py); e.g. an H200 is sm_90, native in a cu130 wheel.
 #   3. the short form has one line per item.
@@ -28,7 +28,7 @@ cat "$LOGS/doctor.txt"
 
 if python3 - "$LOGS/doctor.json" <<'PY' >"$LOGS/1-schema.txt" 2>&1
 import json, sys, jsonschema
-jsonschema.validate(json.load(open(sys.argv[1])), json.load(open("entrypoint/grpolab/doctor.schema.json")))
+jsonschema.validate(json.load(open(sys.argv[1])), json.load(open("entrypoint/grpolab/environment/doctor.schema.json")))
 print("valid")
 PY
 then pass "1 doctor --json validates against doctor.schema.json"; else fail "1 schema: $(tail -3 "$LOGS/1-schema.txt")"; fi
