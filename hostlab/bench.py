@@ -80,7 +80,7 @@ def lab_bench() -> Path:
 
 
 LEARNING_SEEDS = (0, 1, 2)
-RANDOM_REWARD = "grpolab.task.rewards:random_reward=1"  # the control: a coin toss instead of the answer's check
+RANDOM_REWARD = "random_reward=1"  # the control: a coin toss instead of the answer's check
 
 
 def learning_bench() -> Path:
@@ -190,18 +190,17 @@ VERSUS_COSTS = {
 
 
 def _versus_run(kind: str, extra: list[str], seed: int, runs_dir: Path) -> dict:
-    """One variant's run; what it measured (from its PLAIN-TRL line or its run-log line) and its wall clock."""
+    """One variant's run; what it measured (plain TRL's JSON, or the lab's run-log line) and its wall clock."""
     options = {"max_steps": VERSUS_STEPS, "seed": seed}
-    argv = lab_command("lab", "c", options, extra)
-    if kind == "plain":
-        argv = [argv[0], "-m", "grpolab.bench.plain_trl", *argv[4:]]  # python -m grpolab lab ARGS -> python -m grpolab.bench.plain_trl ARGS
+    result = runs_dir / "plain-trl.json"
+    argv = lab_command("bench plain-trl", "c", {**options, "out": result}, extra) if kind == "plain" else lab_command("lab", "c", options, extra)
+    runs_dir.mkdir(parents=True, exist_ok=True)
     env = {**lab_env(get_track("c")), "GRPOLAB_RUNS_DIR": str(runs_dir)}
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = {"command": " ".join(argv[1:]), "exit_status": proc.returncode, "wall_clock_s": round(time.monotonic() - started, 1)}
     if kind == "plain":
-        line = next((line for line in proc.stdout.splitlines() if line.startswith("PLAIN-TRL ")), None)
-        return {**out, **(json.loads(line.removeprefix("PLAIN-TRL ")) if line else {"error": proc.stdout[-2000:]})}
+        return {**out, **(json.loads(result.read_text()) if result.exists() and not proc.returncode else {"error": proc.stdout[-2000:]})}
     lines = read_runs(runs_dir / "runlog.jsonl")  # ended runs only: a run's start record has no figures
     lab = next((line for line in reversed(lines) if line.get("kind") == "lab"), None)
     if lab is None or proc.returncode:
@@ -247,13 +246,15 @@ MEMORY_TARGET = "predicted within 15% of measured: the modelled part, runtime ba
 
 
 def _memory_case(case: str, in_container: bool) -> dict:
-    """One case in a process of its own (its own baseline); its result is the MEMORY-BENCH line it prints."""
-    cmd, env = _track_c_command("memory-bench", {"case": case}, [], in_container)
+    """One case in a process of its own (its own baseline); its result is the JSON it writes into the runs folder."""
+    name = f"memory-bench-{case}.json"
+    out, host_file = (f"/work/runs/{name}", REPO / "runs" / name) if in_container else (str(REPO / "runs" / name),) * 2
+    Path(host_file).unlink(missing_ok=True)
+    cmd, env = _track_c_command("memory-bench", {"case": case, "out": out}, [], in_container)
     say("$ " + " ".join(cmd))
     started = time.monotonic()
     proc = subprocess.run(resolved(cmd), cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
-    line = next((line for line in proc.stdout.splitlines() if line.startswith("MEMORY-BENCH ")), None)
-    result = json.loads(line.removeprefix("MEMORY-BENCH ")) if line else {"case": case, "error": proc.stdout[-2000:]}
+    result = json.loads(Path(host_file).read_text()) if Path(host_file).exists() else {"case": case, "error": proc.stdout[-2000:]}
     return {**result, "exit_status": proc.returncode, "seconds": round(time.monotonic() - started, 1)}
 
 
@@ -333,23 +334,9 @@ PROJECTION_CASES = {
 # is a short one on the folder, at a step size that 2 cores run in minutes.
 SHAPE_CASE = "c, in-process, Qwen3-0.6B-shaped folder projected from the tiny model (host)"
 SHAPE_LAB = {"num_generations": 4, "per_device_train_batch_size": 8, "max_steps": 4, "logging_steps": 1, "train_size": 16, "heldout_size": 1}
-SHAPE_SMOKE = """import sys
-from dataclasses import replace
-from grpolab.settings.lab_settings import resolve_settings, smoke_settings
-from grpolab.run.smoke import run_smoke
-from grpolab.common.tracks import get_track
-track = get_track("c")
-lab = replace(resolve_settings(track), model=sys.argv[1], **{key: int(value) for key, value in (a.split("=") for a in sys.argv[2:])})
-run_smoke(replace(smoke_settings(lab, track), model="tiny"), track, lab=lab)
-"""
-
-
 def _cpu_seconds(before) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"user_cpu_s": round(after.ru_utime - before.ru_utime, 1), "kernel_cpu_s": round(after.ru_stime - before.ru_stime, 1)}
-
-
-SMOKE_PASSED_IN_LAB = "smoke test passed; starting the lab"  # grpolab.run.lab's line once the smoke test before it passed
 
 
 def _image_command(track: str, argv: list[str], runs_dir: Path) -> list[str]:
@@ -369,33 +356,28 @@ def _projection_pair(name: str, track: str, options: dict, runs_dir: Path, where
     if name == SHAPE_CASE:
         folder = runs_dir / "qwen3-0.6b-shape"
         python = commands[0][0]
-        subprocess.run([python, "-c", f"from grpolab.bench.memory_cases import write_shape_folder; write_shape_folder('qwen3-0.6b-shape', {str(folder)!r})"],
-                       cwd=REPO, env=env, check=True)
-        sizes = [f"{key}={value}" for key, value in SHAPE_LAB.items()]
-        commands = [[python, "-c", SHAPE_SMOKE, str(folder), *sizes],
-                    lab_command("lab", track, {**{k: v for k, v in SHAPE_LAB.items()}, "model": folder, "smoke": "never"}, [])]
+        subprocess.run([python, "-m", "grpolab", "bench", "shape-folder", "--case", "qwen3-0.6b-shape", "--out", str(folder)],
+                       cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
+        sizes = [word for key, value in SHAPE_LAB.items() for word in ("--lab-setting", f"{key}={value}")]
+        commands = [lab_command("bench smoke-for-lab", track, {"lab_model": folder}, sizes),
+                    lab_command("lab", track, {**SHAPE_LAB, "model": folder, "smoke": "never"}, [])]
     out = {"case": name, "commands": [], "exit_status": 0}
     for argv in commands:
         say(f"{name}: $ " + " ".join(str(a) for a in argv))
-        started, used_before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        proc = subprocess.Popen(resolved([str(a) for a in argv]), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        printed = []
-        for line in proc.stdout:
-            printed.append(line.rstrip("\n"))
-            if line.startswith(SMOKE_PASSED_IN_LAB):  # the smoke test's part of the learner's command, start-up and imports included
-                out["smoke_part_of_command_s"] = round(time.monotonic() - started, 1)
-        status = proc.wait()
-        out["commands"].append({"command": " ".join(str(a) for a in argv[1:]) if name != SHAPE_CASE or argv is not commands[0] else "python -c SHAPE_SMOKE FOLDER " + " ".join(sizes),
+        started_unix_s, started, used_before = time.time(), time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.run(resolved([str(a) for a in argv]), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        status = proc.returncode
+        if argv is commands[0]:  # the smoke test's part of the learner's command, start-up and imports included: to its run's end
+            smoke_end = next((line.get("finished_at_unix_s") for line in reversed(read_runs(runs_dir / "runlog.jsonl")) if line.get("kind") == "smoke"), None)
+            out["smoke_part_of_command_s"] = round(smoke_end - started_unix_s, 1) if smoke_end else None
+        out["commands"].append({"command": " ".join(str(a) for a in argv[1:]),
                                 "wall_clock_s": round(time.monotonic() - started, 1), "exit_status": status,
                                 # CPU seconds in the command's own processes (not a container's: those are the engine's), user and
                                 # kernel: a kernel share far above the user's says memory work (page faults), not the model, took the time.
                                 **_cpu_seconds(used_before)})
         if status:
-            out.update(exit_status=status, error="\n".join(printed)[-2000:])
+            out.update(exit_status=status, error=proc.stdout[-2000:])
             return out
-        if "what to write down before you scale up:" in printed:  # the smoke test's summary, as the learner saw it
-            start = printed.index("what to write down before you scale up:")
-            out["smoke_summary"] = printed[start : start + 7]
     lines = read_runs(runs_dir / "runlog.jsonl")
     smoke = next((line for line in reversed(lines) if line.get("kind") == "smoke"), {})
     lab = next((line for line in reversed(lines) if line.get("kind") == "lab"), {})
@@ -408,6 +390,7 @@ def _projection_pair(name: str, track: str, options: dict, runs_dir: Path, where
         "projected_lab_seconds_per_step": projected, "lab_seconds_per_step": measured,
         "projection_over_lab": round(projected / measured, 3) if projected and measured else None,
         "within_25_percent": bool(projected and measured and 0.8 <= projected / measured <= 1.25),
+        "smoke_before_scaling_up": noted,  # what the smoke test's summary printed, as its run-log line keeps it
         "projection": noted.get("projection"), "model_size_s_per_step": noted.get("model_size_s_per_step"), "size_probe": calibration.get("size_probe"),
         "calibration": calibration, "calibration_cost_s": cost, "smoke_run_wall_clock_s": smoke_run,
         # What the calibration adds to the smoke test: its cost over the rest of the smoke run (imports not counted),

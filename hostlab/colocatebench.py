@@ -69,9 +69,9 @@ def _cv_python() -> tuple[Path, dict]:
 
 def write_shape_folder(python: Path, env: dict, case: str, out: Path) -> Path:
     """The shape case's randomly initialised model saved as a folder, by track cv's Python (torch lives there)."""
-    code = f"from grpolab.bench.memory_cases import write_shape_folder as w; w({case!r}, {str(out)!r})"
     say(f"writing a random {case} folder to {out}")
-    subprocess.run([str(python), "-c", code], cwd=REPO, env=env, check=True)
+    subprocess.run([str(python), "-m", "grpolab", "bench", "shape-folder", "--case", case, "--out", str(out)], cwd=REPO, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
     return out
 
 

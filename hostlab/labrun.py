@@ -100,10 +100,11 @@ def lab_env(track: Track) -> dict[str, str]:
 
 
 def lab_command(command: str, track_name: str | None, options: dict[str, object], extra: list[str]) -> list[str]:
-    """`python -m grpolab COMMAND ...` with the track's venv python when there is one."""
+    """`python -m grpolab COMMAND ...` with the track's venv python when there is one; COMMAND may be two words
+    (`bench plain-trl`)."""
     track = get_track(track_name or current_track_name())
     python = venv_python(track) if venv_python(track).exists() else Path(sys.executable)
-    argv = [str(python), "-m", "grpolab", command, "--track", track.name]
+    argv = [str(python), "-m", "grpolab", *command.split(), "--track", track.name]
     for key, value in options.items():
         if value is not None and value is not False:
             argv += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])

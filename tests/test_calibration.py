@@ -3,6 +3,10 @@ smoke test's layers pass, the projection made from it (grpolab.run.before_scalin
 and the projection's arithmetic are pure; the smoke test that calibrates runs for real on the CPU. No timings are
 asserted (`invoke bench --projection` measures them)."""
 
+import json
+import subprocess
+import sys
+import time
 from dataclasses import replace
 
 import pytest
@@ -176,17 +180,24 @@ def test_a_calibration_that_fails_leaves_the_smoke_test_passing_with_no_projecti
     assert "lab wall clock     none: the calibration at the lab's shape (64 x 16) did not run through (LayerFailure: [input] TRL refused these settings" in text
 
 
-def test_a_smoke_test_before_a_lab_on_another_model_times_both_models_sizes(tiny_model_path, tmp_path):
-    """The size probe for real: the tiny model's smoke test before a lab on a 4-layer Qwen3-shaped folder (random
-    weights): both models' layers and output layers are timed here, and the projection adds the difference."""
-    from grpolab.bench.memory_cases import write_shape_folder
-
-    track = get_track("c")
-    folder = write_shape_folder("small-shape", str(tmp_path / "small-shape"))
-    lab = replace(resolve_settings(track), model=folder, per_device_train_batch_size=8, num_generations=4, max_steps=40)
-    log, lines = tmp_path / "runlog.jsonl", []
-    run_smoke(replace(smoke_settings(lab, track), model="tiny"), track, log_path=log, say=lines.append, lab=lab)
-    smoke = read_runs(log)[-1]
+def test_a_smoke_test_before_a_lab_on_another_model_times_both_models_sizes(tiny_model_env, tmp_path):
+    """The size probe for real, through the commands the projection benchmark runs: `grpolab bench shape-folder` writes
+    a 4-layer Qwen3-shaped folder (random weights), and `grpolab bench smoke-for-lab` runs the tiny model's smoke test
+    before a lab on it: both models' layers and output layers are timed, and the projection adds the difference."""
+    lab_python = [sys.executable, "-m", "grpolab", "bench"]
+    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")}
+    made = subprocess.run([*lab_python, "shape-folder", "--case", "small-shape", "--out", str(tmp_path / "small-shape")], env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    folder = json.loads(made.stdout.splitlines()[-1])["folder"]
+    assert folder == str(tmp_path / "small-shape") and (tmp_path / "small-shape" / "config.json").is_file()
+    settings = [word for setting in ("per_device_train_batch_size=8", "num_generations=4", "max_steps=40") for word in ("--lab-setting", setting)]
+    started_unix_s = time.time()
+    smoked = subprocess.run([*lab_python, "smoke-for-lab", "--track", "c", "--lab-model", folder, *settings], env=env,
+                            capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert smoked.returncode == 0, smoked.stdout[-3000:] + smoked.stderr[-3000:]
+    smoke = read_runs(tmp_path / "runs" / "runlog.jsonl")[-1]
+    assert started_unix_s < smoke["finished_at_unix_s"] < time.time()  # what the bench times the smoke test's command by
     calibration, noted = smoke["calibration"], smoke["before_scaling_up"]
     probe = calibration["size_probe"]
     assert calibration["same_shape_as_smoke"] and "error" not in probe
@@ -194,4 +205,4 @@ def test_a_smoke_test_before_a_lab_on_another_model_times_both_models_sizes(tiny
     assert probe["lab_model"]["grown_s"] > probe["smoke_model"]["grown_s"] > 0  # 4 layers of 256 against 2 of 128
     assert noted["projected_lab_seconds_per_step"] == pytest.approx(calibration["seconds_per_step"] + probe["lab_minus_smoke_s"], abs=1e-3)
     assert calibration["cost_s"] == pytest.approx(probe["cost_s"], abs=1e-3)  # the calibration's cost is the probe's here
-    assert "the size probe took" in "\n".join(lines)
+    assert "the size probe took" in smoked.stdout

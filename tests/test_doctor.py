@@ -17,7 +17,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from grpolab.environment.doctor import SCHEMA_FILE, Context, doctor_report, gather, render_report, trl_vllm_range, vllm_in_trl_range
+from grpolab.environment.doctor import SCHEMA_FILE, Context, doctor_report, gather, render_report
+from grpolab.environment.trl_range import trl_vllm_range, vllm_in_trl_range
 from grpolab.environment.fingerprint import environment_fingerprint
 from grpolab.environment.machine import HostFacts, host_facts
 from grpolab.common.runlog import append_run

@@ -1,4 +1,4 @@
-"""Command line: grpolab {smoke,lab,estimate,memory-bench,doctor,report,serve,export,export-gguf,tiny-model}. Every setting of the lab is a flag."""
+"""Command line: grpolab {smoke,lab,estimate,memory-bench,bench,doctor,report,serve,export,export-gguf,tiny-model}. Every setting of the lab is a flag."""
 
 from __future__ import annotations
 
@@ -93,6 +93,25 @@ def cmd_memory_bench(args) -> int:
     from .bench.memory_cases import main as memory_bench
 
     return memory_bench(args.case, args.device, args.out, unified_memory=args.unified_memory)
+
+
+def cmd_bench_plain_trl(args) -> int:
+    from .bench.plain_trl import main as plain_trl
+
+    return plain_trl(args)
+
+
+def cmd_bench_shape_folder(args) -> int:
+    from .bench.memory_cases import write_shape_folder
+
+    print(json.dumps({"case": args.case, "folder": write_shape_folder(args.case, args.out)}))
+    return 0
+
+
+def cmd_bench_smoke_for_lab(args) -> int:
+    from .bench.smoke_for_lab import smoke_before_lab
+
+    return smoke_before_lab(args.track, args.lab_model, dict(setting.split("=", 1) for setting in args.lab_setting))
 
 
 def cmd_doctor(args) -> int:
@@ -201,12 +220,28 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the update's row as the lesson counts it (whole logits plus an allowance), which reproduces the lesson's tables")
     estimate.set_defaults(model_for_estimate=None)
     from .bench.memory_cases import ALL_CASES
+    from .bench.plain_trl import add_arguments as add_plain_trl_arguments
 
     membench = add("memory-bench", cmd_memory_bench, "One case of the memory benchmark (`invoke bench --memory` runs them all): a few GRPO steps under the peak-memory meter, then predicted against measured, as JSON.", settings=False)
     membench.add_argument("--case", required=True, choices=sorted(ALL_CASES))
     membench.add_argument("--device", choices=["cpu", "cuda", "mps"], default="cpu", help="where to train (default cpu)")
     membench.add_argument("--unified-memory", action="store_true", help="also log the host's MemAvailable low-water mark")
     membench.add_argument("--out", help="also write the case's JSON to this file")
+    bench_help = ("What the benchmarks (`invoke bench ...`) ask of the lab, each writing JSON or a run-log line the host reads: "
+                  "plain TRL on the lab's settings, a random model of a case's shape saved as a folder, the smoke test before a lab on another model.")
+    bench = sub.add_parser("bench", help=bench_help, description=bench_help).add_subparsers(dest="bench_command", required=True)
+    plain = bench.add_parser("plain-trl", help="plain TRL on the lab's settings, as TRL's documentation builds it; writes its seconds per step as JSON")
+    add_plain_trl_arguments(plain)
+    plain.set_defaults(func=cmd_bench_plain_trl)
+    shape = bench.add_parser("shape-folder", help="a case's randomly initialised model and tokenizer saved as a model folder; prints {case, folder} as JSON")
+    shape.add_argument("--case", required=True, choices=sorted(ALL_CASES))
+    shape.add_argument("--out", required=True, help="the new folder")
+    shape.set_defaults(func=cmd_bench_shape_folder)
+    before = bench.add_parser("smoke-for-lab", help="the smoke test on the track's tiny model, projecting a lab on --lab-model (its run-log line says what it measured)")
+    before.add_argument("--track", default=current_track_name(), help=track_help)
+    before.add_argument("--lab-model", required=True, help="the lab's model folder")
+    before.add_argument("--lab-setting", action="append", default=[], metavar="KEY=VALUE", help="a setting of the lab (integers), repeatable")
+    before.set_defaults(func=cmd_bench_smoke_for_lab)
     doctor = add("doctor", cmd_doctor, "A read-only report of every layer, without training.", settings=False)
     doctor.add_argument("--json", action="store_true", help="the whole report as JSON (format: grpolab/doctor.schema.json)")
     doctor.add_argument("-v", "--verbose", action="store_true", help="the details of every item")

@@ -22,7 +22,7 @@
 #                              GPU tracks' setting; True without, the CPU's)
 #   vllm-colocate[-ranks[-auto]]   the same three with vLLM colocate, only where vLLM is installed: the device machine
 #                              lent to this project has none, and the script says so and runs the in-process ones
-# Model: a random Qwen3-0.6B-shaped folder (grpolab.bench.memory_cases.write_shape_folder), bf16 on the GPU, with the CPU
+# Model: a random Qwen3-0.6B-shaped folder (`grpolab bench shape-folder`), bf16 on the GPU, with the CPU
 # bench's settings (2 prompts x 4 completions of up to 32 tokens, 6 steps; steps 2-6 compared).
 # PASS/FAIL lines; exit status: the number of failures. Logs and one JSON line per run in $OUT (or runs/colocate-check).
 set -uo pipefail
@@ -50,7 +50,7 @@ else
   TRACK=n; [[ "$DEVICE" == cpu ]] && TRACK=c
 fi
 if [[ "$MODEL" != tiny && ! -f "$MODEL/config.json" ]]; then
-  python3 -c "from grpolab.bench.memory_cases import write_shape_folder as w; w('qwen3-0.6b-shape', '$MODEL')" >"$LOGS/shape-folder.txt" 2>&1 \
+  python3 -m grpolab bench shape-folder --case qwen3-0.6b-shape --out "$MODEL" >"$LOGS/shape-folder.txt" 2>&1 \
     || { echo "FAIL  writing the Qwen3-0.6B-shaped folder: $(tail -3 "$LOGS/shape-folder.txt")"; exit 1; }
 fi
 

@@ -8,7 +8,7 @@
 #     bash images/gpu/versus_trl_check.sh              # on the GPU
 #     bash images/gpu/versus_trl_check.sh --dry-run    # anywhere: one round of each variant on the CPU, 10 steps
 #
-# Variants (python -m grpolab.bench.plain_trl: TRL's GRPOTrainer built as its documentation shows it, on track c's lab
+# Variants (grpolab bench plain-trl: TRL's GRPOTrainer built as its documentation shows it, on track c's lab
 # settings and the committed tiny model, float32), each in a process of its own, interleaved over 3 rounds:
 #   plain       plain TRL
 #   meter       plus the peak-memory meter as the lab runs it on CUDA: torch.cuda.mem_get_info() polled every 20 ms
@@ -34,9 +34,10 @@ for round in $(seq "$ROUNDS"); do
   for variant in plain meter unsampled checks; do
     observers=""; [[ "$variant" != plain ]] && observers="--observers $variant"
     # shellcheck disable=SC2086 # observers is two words or none
-    if timeout 300 python3 -m grpolab.bench.plain_trl --device "$DEVICE" --max-steps "$STEPS" $observers >"$LOGS/$variant-$round.txt" 2>&1; then
-      grep '^PLAIN-TRL ' "$LOGS/$variant-$round.txt" | sed "s/^PLAIN-TRL /{\"variant\": \"$variant\", \"round\": $round, \"result\": /; s/\$/}/" >>"$LOGS/runs.jsonl"
-      echo "round $round  $variant  $(grep -o '"seconds_per_step": [0-9.]*' "$LOGS/$variant-$round.txt" | head -1)"
+    result="$LOGS/$variant-$round.json"
+    if timeout 300 python3 -m grpolab bench plain-trl --device "$DEVICE" --max-steps "$STEPS" $observers --out "$result" >"$LOGS/$variant-$round.txt" 2>&1; then
+      echo "{\"variant\": \"$variant\", \"round\": $round, \"result\": $(cat "$result")}" >>"$LOGS/runs.jsonl"
+      echo "round $round  $variant  $(grep -o '"seconds_per_step": [0-9.]*' "$result" | head -1)"
     else
       fail "$variant, round $round: $(tail -5 "$LOGS/$variant-$round.txt")"
     fi

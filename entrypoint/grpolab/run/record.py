@@ -143,8 +143,10 @@ def recorded_run(kind: str, settings: LabSettings, log_path=None, say=print):
     except BaseException as error:  # noqa: BLE001 - logged, then raised
         outcome = outcome_of(error, record)
     finally:
-        record["wall_clock_s"] = round(time.time() - started, 3)
+        ended = time.time()
+        record["wall_clock_s"] = round(ended - started, 3)
         record["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        record["finished_at_unix_s"] = round(ended, 3)  # to the millisecond: a caller timing a command around the run (the projection bench)
         if "fingerprint" not in record:
             from ..environment.fingerprint import environment_fingerprint
 

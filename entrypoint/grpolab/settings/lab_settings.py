@@ -40,7 +40,7 @@ from .nearest_working import (
     nearest_train_size,
     training_problems,
 )
-from ..task.rewards import REWARD_FUNCS
+from ..task.rewards import CONTROL_REWARDS, REWARD_FUNCS
 from ..common.tracks import Track
 
 ROLLOUT_PATHS = ("inprocess", "vllm-colocate", "vllm-server", "llamacpp")
@@ -86,9 +86,9 @@ def _target_modules_rule(text: str) -> str | None:
 def _weights_rule(weights: dict) -> str | None:
     if not weights:
         return "empty: a run needs at least one reward function"
-    unknown = [name for name in weights if name not in REWARD_FUNCS and not re.match(r"^[\w.]+:\w+$", name)]
+    unknown = [name for name in weights if name not in REWARD_FUNCS and name not in CONTROL_REWARDS and not re.match(r"^[\w.]+:\w+$", name)]
     if unknown:
-        return f"{', '.join(unknown)}: neither a built-in reward ({', '.join(REWARD_FUNCS)}) nor module:function"
+        return f"{', '.join(unknown)}: neither a built-in reward ({', '.join(REWARD_FUNCS)}), a control ({', '.join(CONTROL_REWARDS)}), nor module:function"
     infinite = [name for name, weight in weights.items() if not math.isfinite(weight)]
     if infinite:
         return f"the weight of {', '.join(infinite)} is not a finite number"

@@ -10,11 +10,12 @@ TRL_REWARD_ARGUMENTS = {"completions", "prompts", "completion_ids", "trainer_sta
 
 
 def resolve_reward(name: str):
-    """`numeric_reward` or `format_reward` (grpolab.task.rewards), or `package.module:function` on sys.path."""
-    from .rewards import REWARD_FUNCS
+    """`numeric_reward` or `format_reward` (grpolab.task.rewards), the control `random_reward`, or
+    `package.module:function` on sys.path."""
+    from .rewards import CONTROL_REWARDS, REWARD_FUNCS
 
-    if name in REWARD_FUNCS:
-        return REWARD_FUNCS[name]
+    if name in REWARD_FUNCS or name in CONTROL_REWARDS:
+        return REWARD_FUNCS.get(name) or CONTROL_REWARDS[name]
     if ":" not in name:
         raise ValueError(f"unknown reward {name!r}: the built-in rewards are {', '.join(REWARD_FUNCS)}; your own is module:function")
     module_name, _, attribute = name.partition(":")
