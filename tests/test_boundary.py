@@ -43,6 +43,6 @@ def test_the_shared_modules_import_nothing_heavy():
     )
     out = subprocess.run(
         [sys.executable, "-c", code, json.dumps(sorted(HEAVY))], env={"PYTHONPATH": str(REPO / "entrypoint")},
-        capture_output=True, text=True, check=True,
+        capture_output=True, text=True, check=True, timeout=300,
     ).stdout
     assert set(json.loads(out)) <= SHARED | {"grpolab", "grpolab.common", "grpolab.report", "grpolab.common.errors", "grpolab.common.paths", "grpolab.common.durations", "grpolab.common.tolerance"}

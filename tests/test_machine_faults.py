@@ -48,10 +48,10 @@ def assert_one_verdict(proc: subprocess.CompletedProcess, layer: str, *phrases: 
 
 def mounted_tmpfs(mount_point: Path, size: str):
     mount_point.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], capture_output=True).returncode:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], capture_output=True, timeout=60).returncode:
         pytest.skip("this user can't mount a small tmpfs (root only); the full-disk verdict is shown where tests run as root (CI)")
     yield mount_point
-    subprocess.run(["umount", str(mount_point)], check=True)
+    subprocess.run(["umount", str(mount_point)], check=True, timeout=60)
 
 
 @pytest.fixture

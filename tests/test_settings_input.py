@@ -263,7 +263,7 @@ def test_unwise_values_warn_and_reach_the_run_log(tmp_path):
 def test_help_shows_each_settings_range_from_the_declaration():
     env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint")}
     for command in ("lab", "smoke"):
-        out = subprocess.run([sys.executable, "-m", "grpolab", command, "--help"], cwd=REPO, env=env, capture_output=True, text=True).stdout
+        out = subprocess.run([sys.executable, "-m", "grpolab", command, "--help"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300).stdout
         flat = re.sub(r"\s+", " ", out)
         assert "--max-steps STEPS allowed: an integer, at least 1; lesson default: 200" in flat
         assert "allowed: a number, above 0 (finite); usual: 1e-06 to 0.01 (outside, a warning); lesson default: 1e-05" in flat
