@@ -54,7 +54,7 @@ def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False,
     help={
         "track": "a track that serves GPUs: s, n, cluster (default: every one whose lock is here)",
         "json": "print the results as JSON (the tables themselves are lockfiles/<track>.kernels.json)",
-        "readme": "print the README's section \"Which GPUs each image runs on\" from the committed tables",
+        "readme": "print docs/kernels.md's section \"Which GPUs each image runs on\" from the committed tables",
     }
 )
 def kernels(c, track=None, json=False, readme=False):

@@ -99,7 +99,7 @@ def compose(*args: str, check: bool = False, env: dict | None = None, shown_char
     return proc
 
 
-ROLLOUT_EXIT_STATUS = 14  # the lab's exit status for its rollout layer (the README's table of exit statuses)
+ROLLOUT_EXIT_STATUS = 14  # the lab's exit status for its rollout layer (the table of exit statuses in docs/troubleshooting.md)
 
 
 def check_refused_run(before: int, status: int, output: str, words: str, layer: str = "rollout", exit_status: int = ROLLOUT_EXIT_STATUS) -> dict:

@@ -174,7 +174,7 @@ def probe(release: Release) -> Found:
 
 
 def macos_python(candidates=("python3.13", "python3.12", "python3.11", "python3")) -> str:
-    """macOS: the first Python new enough for the host venv (the README names 3.13, track m's own)."""
+    """macOS: the first Python new enough for the host venv (docs/setup.md names 3.13, track m's own)."""
     for name in candidates:
         path = python_with_venv(name)
         if path:

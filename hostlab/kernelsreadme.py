@@ -1,6 +1,6 @@
-"""The README's words on which GPUs each image runs on, made from the committed kernels tables
-(lockfiles/<track>.kernels.json): `invoke kernels --readme` prints the section, and tests/test_kernels.py checks
-that README.md holds exactly it and the track table's cells."""
+"""The words of docs/kernels.md on which GPUs each image runs on, made from the committed kernels tables
+(lockfiles/<track>.kernels.json): `invoke kernels --readme` prints the section to paste there, and
+tests/test_kernels.py checks that docs/kernels.md holds exactly it and README.md's track table the cells."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def short_name(path: str) -> str:
 
 
 def gpu_cell(table: dict) -> str:
-    """One cell of the README's track table: the cards whose GPU the default rollout path runs on."""
+    """One cell of README.md's track table: the cards whose GPU the default rollout path runs on."""
     needed = [lib for lib in table["libraries"] if lib["needed_by_default_rollout"]]
     runs, jit, none, jit_libraries = [], [], [], set()
     for gpu in table["gpus"]:

@@ -101,7 +101,7 @@ def test_schema_is_a_valid_schema_and_catches_a_bad_report():
 
 def test_cli_short_form_verbose_and_json(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint"), "GRPOLAB_RUNS_DIR": str(tmp_path)}
-    run = lambda *args: subprocess.run([sys.executable, "-m", "grpolab", "doctor", "--track", "c", *args], capture_output=True, text=True, env=env, check=True).stdout  # noqa: E731
+    run = lambda *args: subprocess.run([sys.executable, "-m", "grpolab", "doctor", "--track", "c", *args], capture_output=True, text=True, env=env, check=True, timeout=300).stdout  # noqa: E731
     short, verbose, as_json = run(), run("-v"), json.loads(run("--json"))
     valid(as_json)
     assert short.splitlines()[0].startswith("grpolab doctor: track c") and "grpolab doctor -v" in short
@@ -482,7 +482,7 @@ def test_gpu_driver_on_an_amd_machine():
 def image_exists(tag: str) -> bool:
     import shutil
 
-    return shutil.which("docker") is not None and subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
+    return shutil.which("docker") is not None and subprocess.run(["docker", "image", "inspect", tag], capture_output=True, timeout=60).returncode == 0
 
 
 @pytest.mark.docker

@@ -1,4 +1,4 @@
-"""Faults, each with what the user sees and what was kept (README.md, "Faults"). Nothing here is mocked: real
+"""Faults, each with what the user sees and what was kept (docs/faults.md). Nothing here is mocked: real
 processes, real signals, real file-size limits and a real full filesystem where this user may mount one."""
 
 import json

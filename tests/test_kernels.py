@@ -113,7 +113,7 @@ def test_an_optional_plugin_is_listed_with_its_reason_not_refused():
     assert table["optional_unresolved"]["torchcodec/libtorchcodec_core7.so"]["needed"] == ["libavcodec.so.61"]
 
 
-# --- the committed tables: current, obeyed, and what the README says --------------------------------------
+# --- the committed tables: current, obeyed, and what the README and docs/kernels.md say --------------------------------------
 @pytest.mark.parametrize("track", ["s", "n"])
 def test_committed_table_is_current_and_passes(track):
     assert kernels.check_table(get_track(track))[0] == []
@@ -142,9 +142,9 @@ def test_check_refuses_a_recorded_table_whose_torch_lost_the_tracks_gpu(tmp_path
     assert any("torch/lib/libtorch_cuda.so: no code for sm_121" in p for p in problems)
 
 
-def test_readme_holds_the_section_made_from_the_tables():
+def test_docs_hold_the_section_made_from_the_tables():
+    assert kernelsreadme.readme_section() in (REPO / "docs" / "kernels.md").read_text()
     readme = (REPO / "README.md").read_text()
-    assert kernelsreadme.readme_section() in readme
     rows = {line.split("|")[1].strip(" `"): line for line in readme.splitlines() if line.startswith("| `")}
     for track in ("s", "n"):  # the course's tracks in the README's track table (cluster has a section of its own)
         assert rows[track].rstrip(" |").endswith(kernelsreadme.gpu_cell(kernelsreadme.tables()[track])), f"README's track table lacks track {track}'s GPU cell"

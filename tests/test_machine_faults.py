@@ -1,4 +1,4 @@
-"""Faults of files and machines, not of settings (README.md, "Faults of files and machines"): a full disk, a broken
+"""Faults of files and machines, not of settings (docs/faults.md, "Faults of files and machines"): a full disk, a broken
 download, a missing tool, a broken tracks table. Each through the real command line (`python -m grpolab`, the venv's
 `invoke`), each a named verdict: its layer and exit status, no traceback, and what was kept. A full disk is a real
 small tmpfs (root only: mounting needs CAP_SYS_ADMIN; skipped with the reason elsewhere)."""
@@ -48,10 +48,10 @@ def assert_one_verdict(proc: subprocess.CompletedProcess, layer: str, *phrases: 
 
 def mounted_tmpfs(mount_point: Path, size: str):
     mount_point.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], capture_output=True).returncode:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], capture_output=True, timeout=60).returncode:
         pytest.skip("this user can't mount a small tmpfs (root only); the full-disk verdict is shown where tests run as root (CI)")
     yield mount_point
-    subprocess.run(["umount", str(mount_point)], check=True)
+    subprocess.run(["umount", str(mount_point)], check=True, timeout=60)
 
 
 @pytest.fixture
@@ -349,12 +349,12 @@ def test_a_broken_tracks_table_is_one_error_line_from_invoke(tmp_path):
 
 
 
-def test_the_readme_table_names_only_tests_that_exist():
-    """README.md's "Faults of files and machines" names, for each fault, the test that shows it: each is here."""
+def test_the_faults_page_names_only_tests_that_exist():
+    """docs/faults.md's "Faults of files and machines" names, for each fault, the test that shows it: each is here."""
     import re
 
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### Faults of files and machines") : readme.index("## Tests")]
+    page = (REPO / "docs" / "faults.md").read_text()
+    section = page[page.index("### Faults of files and machines") :]
     named = {name for name in re.findall(r"`(test_[a-z0-9_]+)(?:\[[^\]]*\])?`", section)}
     defined = set(re.findall(r"^def (test_[a-z0-9_]+)", Path(__file__).read_text(), re.M))
     assert named and named <= defined, named - defined

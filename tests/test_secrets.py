@@ -1,4 +1,4 @@
-"""Secrets stay out of everything (README.md, "Faults"): HF_TOKEN never reaches a run-log line, the doctor's
+"""Secrets stay out of everything (docs/faults.md): HF_TOKEN never reaches a run-log line, the doctor's
 output, an image layer, the image's config or `docker inspect`; the running lab gets it as a file. Real
 processes and a real Docker engine, as in tests/test_faults.py, whose helpers these tests share."""
 

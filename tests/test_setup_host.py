@@ -128,7 +128,7 @@ def test_compose_v2_is_told_from_v1(text, v2):
 
 @pytest.mark.skipif(not Path("/etc/os-release").exists(), reason="not a Linux machine (no /etc/os-release)")
 def test_plan_on_this_machine_answers_in_its_format():
-    proc = subprocess.run([sys.executable, "hostlab/hostpackages.py", "plan"], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "hostlab/hostpackages.py", "plan"], cwd=REPO, capture_output=True, text=True, timeout=120)
     if "is not Debian or Ubuntu" in proc.stderr:
         pytest.skip(f"not a Debian or Ubuntu machine: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
@@ -148,7 +148,7 @@ def test_macos_without_xcode_command_line_tools_says_how_to_get_them(tmp_path):
         (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
         (tmp_path / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
-    proc = subprocess.run(["bash", str(SETUP)], env=env, capture_output=True, text=True)
+    proc = subprocess.run(["bash", str(SETUP)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert "Xcode's command line tools are missing" in proc.stderr and "xcode-select --install" in proc.stderr
     assert "apt-get" not in proc.stdout + proc.stderr  # the Linux branch never ran
@@ -156,7 +156,7 @@ def test_macos_without_xcode_command_line_tools_says_how_to_get_them(tmp_path):
 
 # ------------------------------------------------------------------------- stock Debian, for real
 def _engine_answers() -> bool:
-    return SOCKET.exists() and subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+    return SOCKET.exists() and subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
 
 
 needs_engine = pytest.mark.skipif(not _engine_answers(), reason="no Docker engine reachable (CI starts one)")
@@ -200,7 +200,7 @@ def _as_student(image: str, setup_user: str, run_as: str, socket: bool) -> subpr
     setup = f"{run_as} env HOME=/home/student bash images/setup-host.sh"
     script = f"useradd -m student {setup_user} && cd /repo && {setup}"
     command = ["docker", "run", "--rm", *mounts, image, "bash", "-c", script]
-    return subprocess.run(command, capture_output=True, text=True)
+    return subprocess.run(command, capture_output=True, text=True, timeout=1800)  # the setup script in a container: apt and pip
 
 
 @needs_engine

@@ -17,7 +17,7 @@ TASKS = ["base", "bench", "build", "doctor", "estimate", "export", "kernels", "l
 
 
 def invoke(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
 
 
 def test_every_task_is_listed():

@@ -192,7 +192,7 @@ def test_reward_module_is_our_code_and_runs_without_grpolab(hub_bundle, tmp_path
         assert "grpolab" not in sys.modules
         print(json.dumps([module.compute_score("arithmetic", c, "7", extra_info={{"index": 0}}) for c in {COMPLETIONS!r}]))
     """)
-    done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd=tmp_path, check=True)
+    done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd=tmp_path, check=True, timeout=300)
     results = json.loads(done.stdout)
     for completion, result in zip(COMPLETIONS, results):
         assert result["score"] == pytest.approx(expected_score(completion, "7", weights)), completion
@@ -203,13 +203,13 @@ def test_reward_module_is_our_code_and_runs_without_grpolab(hub_bundle, tmp_path
 def test_run_sh_passes_every_override(hub_bundle, tmp_path):
     """run.sh with a stand-in python3 that prints its arguments: every override arrives, @BUNDLE@ filled in."""
     for script in ("run.sh", "ray.sh"):
-        subprocess.run(["bash", "-n", str(hub_bundle / script)], check=True)
+        subprocess.run(["bash", "-n", str(hub_bundle / script)], check=True, timeout=60)
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "python3").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     (fake / "python3").chmod(0o755)
     env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", str(hub_bundle / "run.sh"), "trainer.logger=[console,file]"], env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(["bash", str(hub_bundle / "run.sh"), "trainer.logger=[console,file]"], env=env, capture_output=True, text=True, check=True, timeout=120)
     args = done.stdout.splitlines()
     assert args[:2] == ["-m", "verl.trainer.main_ppo"]
     expected = [f"{k}={v}".replace("@BUNDLE@", str(hub_bundle)) for k, v in overrides(hub_bundle).items()]
@@ -241,7 +241,7 @@ def test_tiny_model_travels_in_the_bundle(tiny_model_path, tmp_path):
 def verl_python() -> Path:
     """.venvs/verl-check's Python, made (or found up to date) by images/verl-check.sh."""
     venv = Path(os.environ.get("GRPOLAB_VERL_VENV", REPO / ".venvs" / "verl-check"))
-    done = subprocess.run(["bash", str(REPO / "images" / "verl-check.sh")], capture_output=True, text=True, check=False)
+    done = subprocess.run(["bash", str(REPO / "images" / "verl-check.sh")], capture_output=True, text=True, check=False, timeout=3600)
     if done.returncode != 0:
         pytest.skip(f"the verl check environment could not be created (images/verl-check.sh): {(done.stderr or done.stdout)[-800:]}")
     return venv / "bin" / "python"
@@ -295,10 +295,10 @@ def test_export_command_line_refuses_and_writes(tmp_path):
     import sys
 
     env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "entrypoint")}
-    refused = subprocess.run([sys.executable, "-m", "grpolab", "export", "--engine", "openrlhf", "--out", str(tmp_path / "x")], env=env, capture_output=True, text=True)
+    refused = subprocess.run([sys.executable, "-m", "grpolab", "export", "--engine", "openrlhf", "--out", str(tmp_path / "x")], env=env, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "the supported engines are verl" in refused.stderr
     assert not (tmp_path / "x").exists()
-    made = subprocess.run([sys.executable, "-m", "grpolab", "export", "--nodes", "2", "--gpus-per-node", "4", "--out", str(tmp_path / "b")], env=env, capture_output=True, text=True)
+    made = subprocess.run([sys.executable, "-m", "grpolab", "export", "--nodes", "2", "--gpus-per-node", "4", "--out", str(tmp_path / "b")], env=env, capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr
     overrides = (tmp_path / "b" / "overrides.txt").read_text()
     assert "trainer.nnodes=2" in overrides and "trainer.n_gpus_per_node=4" in overrides

@@ -1,6 +1,6 @@
 """Failures the user acts on: each names the layer that broke, what happened, and what to do.
 
-The exit status of `grpolab smoke` and `grpolab lab` says which layer failed (documented in README.md).
+The exit status of `grpolab smoke` and `grpolab lab` says which layer failed (documented in docs/troubleshooting.md).
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ def kernels_item(ctx: Context) -> dict | None:
         return item("kernels", WARN, f"no kernels table for track {ctx.track.name} ({image_table_path(ctx.track.name)})",
                     "rebuild the image: it copies lockfiles/<track>.kernels.json (made by `invoke kernels`)")
     status, summary, lines = found
-    action = {FAIL: "use a GPU the track serves (README: Which GPUs each image runs on), or another rollout path",
+    action = {FAIL: "use a GPU the track serves (docs/kernels.md: Which GPUs each image runs on), or another rollout path",
               WARN: "expect the first run to pause while the driver compiles; later runs reuse its cache (~/.nv/ComputeCache)"}.get(status, "")
     return item("kernels", status, summary, action, gpu=ctx.devices.arch, rollout=ctx.rollout, libraries=lines)
 

@@ -303,7 +303,7 @@ def _update_term(shape: ModelShape, settings: LabSettings, dbytes: int, seq_toke
 # steps and 0.20 after 40 on the host's glibc 2.36, 0.17 after its 120 steps in the c image's glibc 2.41 and 0.37
 # after the 120-step lab with its evaluations on the host; a random Qwen3-0.6B shape 0.99 after 2 steps and 1.08
 # after 5, the lab on a 0.6B-shaped local folder 1.16 after 5). A quarter of a copy is the one fraction that keeps
-# all of these 120-step tiny runs and 0.6B runs within 15% (README, "Memory estimate and doctor"); a short run such as
+# all of these 120-step tiny runs and 0.6B runs within 15% (docs/memory.md); a short run such as
 # a smoke test is over-predicted. GPUs have no such term: max_memory_allocated is the live peak.
 ALLOCATOR_RETAINED_FRACTION = 0.25
 
@@ -324,7 +324,7 @@ def allocator_term(update_gb: float) -> tuple[str, float, str]:
 # in-process labs in track cv's venv, the measured peak above the other terms: the tiny model's default lab (0.216
 # GB at 0.097 GB of activations, bench/lab-colocate-20261202T004008Z.json) and the 0.6B-shaped folder's lab above
 # (1.197 GB, the mean of bench/lab-colocate-size-20261202T071027Z.json's two in-process rounds). The runs it was
-# not fitted on are in the README ("Memory on the GPU tracks' stack"). Counted only where that transformers is
+# not fitted on are in docs/rollout-paths.md ("Memory on the GPU tracks' stack"). Counted only where that transformers is
 # installed and the run is on a CPU: a GPU's peak (max_memory_allocated) is another basis, not yet measured with it
 # (images/gpu/memory_check.sh).
 STACK_EXTRA_ON_CPU = {"5.17.0": (0.144, 0.744)}  # transformers version: (GB, x the update's activations)

@@ -3,7 +3,7 @@ a loader's error: each safetensors file's size against what its header promises,
 files as JSON, the shards a safetensors index lists, and, in the Hugging Face cache, each blob against the sha256
 that is its name. A broken file is one [input] line: the file, what is wrong, and the command that gets it again.
 
-What is checked costs little but the blobs' sha256: reading every byte of the weights (README.md, "Faults of
+What is checked costs little but the blobs' sha256: reading every byte of the weights (docs/faults.md, "Faults of
 files and machines", gives the cost per GB measured here). It is the same hash the run records as the weights'
 identity (grpolab.model.identity), taken once per process, so a Hub model costs it once per run.
 """

@@ -17,7 +17,7 @@ Qwen3-0.6B shape on a 2-core CPU (bench/lab-colocate-size-*.json), where a step 
 on every sync: TRL's own importance-sampling pass (vllm_importance_sampling_correction, its default) already scores
 every token vLLM sampled with the trainer's policy, and logs the largest difference
 (`sampling/sampling_logp_difference/max`). Where both sides run float32, that difference is as tight as the
-probe's (measured: README, "vLLM colocate"), so it checks every sync of a lab for nothing, and the probe runs on
+probe's (measured: docs/rollout-paths.md, "vLLM colocate on a CPU"), so it checks every sync of a lab for nothing, and the probe runs on
 the first sync only. The smoke test still probes every sync (its model is small, and it is the diagnosis).
 """
 

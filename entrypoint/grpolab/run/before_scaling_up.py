@@ -15,7 +15,7 @@ def model_size_step(calibration: dict, smoke_model: str, lab_model: str) -> tupl
     """What the lab's model adds to a step over the smoke model's at the lab's shape (seconds), and in words: 0 for
     the same model; else the size probe's measured difference (grpolab.run.size_probe: a step of a random model of each
     model's shape, timed here at that shape), the one part of the projection not measured on the lab's own model
-    (its measured error is in README.md). None when the probe did not run through."""
+    (its measured error is in docs/smoke-test.md). None when the probe did not run through."""
     if smoke_model == lab_model:
         return 0.0, "for the same model"
     probe = calibration.get("size_probe") or {}

@@ -2,8 +2,8 @@
 completions per step and completion length, on the lab's rollout path and settings) on the smoke model, timed as
 the lab times its steps, so that the lab's seconds per step are measured at their shape, not extrapolated to it.
 
-Why steps at the lab's shape rather than a curve fitted through two batch sizes: measured on track c (README,
-"The smoke test"), a step's cost is not linear in its batch on a CPU, nor on the way to it, so any curve
+Why steps at the lab's shape rather than a curve fitted through two batch sizes: measured on track c (docs/smoke-test.md),
+a step's cost is not linear in its batch on a CPU, nor on the way to it, so any curve
 through the smoke test's batch and one other needs the lab's batch measured anyway to be trusted.
 """
 

@@ -9,7 +9,7 @@
     runlog      15    check_runlog      the run log: one JSON line per run, written whole
 
 Each returns what the run goes on with and the line to print, or raises LayerFailure naming the layer and what
-to do. grpolab.run.pipeline calls them at the right moment of every run; README.md's "Troubleshooting by layer"
+to do. grpolab.run.pipeline calls them at the right moment of every run; docs/troubleshooting.md
 is this table.
 """
 
@@ -66,7 +66,7 @@ def kernels_note(track: Track, gpu: str | None, rollout: str, driver: str | None
     status, summary, lines = found
     if status == "fail":
         raise LayerFailure("device", f"{summary}: " + "; ".join(lines),
-                           "use a GPU the track serves (README: Which GPUs each image runs on) or another rollout path; `grpolab doctor` lists every library")
+                           "use a GPU the track serves (docs/kernels.md: Which GPUs each image runs on) or another rollout path; `grpolab doctor` lists every library")
     return f"; kernels: {summary}" + (": " + "; ".join(lines) if lines else "")
 
 

@@ -6,7 +6,7 @@ rather than lost.
 What a lab writes: the adapter (its weights in float32, PEFT's default, plus its config and model card), the reward
 plot, the run-log lines, and, on the llamacpp path, the GGUF copies of the model while it trains. The adapter is
 counted from the model; the other allowances below sit above what a default track c lab run was measured to write
-(README.md, "Faults of files and machines", gives the measurement and how it was taken), except TensorBoard's, a
+(docs/faults.md, "Faults of files and machines", gives the measurement and how it was taken), except TensorBoard's, a
 prediction (TensorBoard is in no lock this machine runs).
 """
 
@@ -28,7 +28,7 @@ DISK_FULL_WORDS = tuple(DISK_FULL_ERRNOS.values()) + tuple(f"os error {number}" 
 
 ADAPTER_BYTES_PER_PARAMETER = 4  # PEFT keeps and saves LoRA weights in float32 unless told otherwise
 ADAPTER_HEADER_BYTES_PER_TENSOR = 160  # safetensors' JSON entry of one LoRA matrix (its name, dtype, shape, offsets)
-ADAPTER_FILES_BYTES = 8 << 10  # adapter_config.json and PEFT's model card (README.md)
+ADAPTER_FILES_BYTES = 8 << 10  # adapter_config.json and PEFT's model card (docs/faults.md)
 PLOT_BYTES = 128 << 10  # reward.png
 LINE_BASE_BYTES = 16 << 10  # a run-log line without its steps: settings, fingerprint, model identity, memory
 LINE_BYTES_PER_LOGGED_STEP = 400  # one entry of the line's "steps"
