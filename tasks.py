@@ -5,7 +5,8 @@ from contextlib import contextmanager
 
 from invoke import Exit, task
 
-from hostlab import HostError, TracksFileError, UnknownTrack
+from hostlab import REPO, HostError, TracksFileError, UnknownTrack
+from hostlab.console import say
 
 
 @contextmanager
@@ -235,18 +236,23 @@ def report(c, logs="", all=False, against_lesson=False, out=None):
     "rounds": "with --versus-trl: rounds of every variant (default 3); with --colocate --case: rounds (default 2)",
     "causes": "with --colocate --case: also the lab as it ran before each fix (DDP at world size 1, then with find_unused_parameters), "
               "so that each cause's share of colocate's slower update is measured (twice the time)",
+    "docs": "run nothing: write docs/benchmarks.md again from the results in bench/ (every benchmark does this after it writes)",
 })
 def bench(c, build=False, learning=False, stale=False, memory=False, case=None, colocate=False, versus_trl=False, rounds=None, projection=False,
-          causes=False):
+          causes=False, docs=False):
     """JSON under bench/: the lab's timings on track c, (--build) the image build, (--learning) pass@1 on 3
     seeds and a control, (--stale) llama.cpp rollouts never refreshed against refreshed every 10 steps,
     (--memory) peak memory predicted against measured, (--colocate) vLLM colocate beside in-process, or
     (--versus-trl) the lab against plain TRL with each observer's cost, or (--projection) the smoke test's projection
-    of the lab against the lab's measurement."""
+    of the lab against the lab's measurement. Each result is bench/KIND[-CASE].json, with its commit, locks, model
+    and machine; docs/benchmarks.md is made from them."""
     from hostlab import bench as benchmarks
+    from hostlab.benchdocs import write_page
 
     with user_errors():
-        if memory:
+        if docs:
+            say(f"wrote {write_page().relative_to(REPO)}")
+        elif memory:
             benchmarks.memory_bench((case,) if case else benchmarks.MEMORY_CASES)
         elif learning:
             benchmarks.learning_bench()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import resource
 import shutil
@@ -13,7 +12,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from grpolab.common.runlog import read_runs
@@ -21,23 +19,22 @@ from grpolab.common.tracks import get_track
 
 from . import REPO, engine
 from .base import build_standin, host_arch
+from .benchdocs import write_page
+from .benchrecord import write_result
 from .build import build
 from .compose import recorded_track
 from .console import say
 from .labrun import lab_command, lab_env
 from .tools import compose_command, resolved
 
-BENCH_DIR = REPO / "bench"
+TINY = {"tiny": str(REPO / "entrypoint" / "tiny-model")}  # the committed tiny model: what most benchmarks run
 
 
-def _write(kind: str, record: dict) -> Path:
-    BENCH_DIR.mkdir(exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    record = {"kind": kind, "when": stamp, "host": {"machine": platform.machine(), "cpus": _cpus()}, **record}
-    path = BENCH_DIR / f"{kind}-{stamp}.json"
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    say(json.dumps(record, indent=2))
-    say(f"wrote {path.relative_to(REPO)}")
+def _write(kind: str, record: dict, tracks: tuple[str, ...] = ("c",), models: dict[str, str | None] = TINY, case: str | None = None) -> Path:
+    """One result, bench/<kind>[-<case>].json, with where it came from (hostlab.benchrecord); said in full."""
+    path = write_result(kind, record, tracks, models, case)
+    say(path.read_text())
+    say(f"wrote {path.relative_to(REPO)} and {write_page().relative_to(REPO)}")
     return path
 
 
@@ -159,7 +156,7 @@ def colocate_bench() -> Path:
     runs = _lab_runs(cases, at_once=1, track="cv")
     by_path = {run["case"]: run.get("seconds_per_step") for run in runs}
     ratio = by_path["vllm-colocate"] / by_path["inprocess"] if all(by_path.values()) else None
-    return _write("lab-colocate", {"track": "cv", "where": "host python, track cv's venv (.venvs/cv, else this interpreter), one run at a time",
+    return _write("lab-colocate", tracks=("cv",), record={"track": "cv", "where": "host python, track cv's venv (.venvs/cv, else this interpreter), one run at a time",
                                    "seconds_per_step": by_path, "colocate_over_inprocess": ratio and round(ratio, 3), "runs": runs})
 
 
@@ -258,18 +255,18 @@ def _memory_case(case: str, in_container: bool) -> dict:
     return {**result, "exit_status": proc.returncode, "seconds": round(time.monotonic() - started, 1)}
 
 
-def memory_bench(cases: tuple[str, ...] = MEMORY_CASES) -> Path:
-    """Predicted against measured peak memory on the CPU, per case (JSON under bench/)."""
+def memory_bench(cases: tuple[str, ...] = MEMORY_CASES) -> list[Path]:
+    """Predicted against measured peak memory on the CPU, one result per case (bench/memory-c-CASE.json)."""
     in_container = _in_container()
-    results = [_memory_case(case, in_container) for case in cases]
-    for r in results:
+    written = []
+    for case in cases:
+        r = _memory_case(case, in_container)
         verdict = r.get("skipped") or (f"ratio {r['ratio_predicted_over_measured']}" if "ratio_predicted_over_measured" in r else "failed")
         say(f"{r['case']}: {verdict}")
-    return _write("memory", {
-        "where": "container (docker compose run)" if in_container else "host python",
-        "target": MEMORY_TARGET,
-        "cases": results,
-    })
+        model = {"tiny": TINY["tiny"]} if r.get("model") == "tiny" else {case: None}  # the shape cases: random weights
+        written.append(_write("memory", {"track": "c", "where": "container (docker compose run)" if in_container else "host python",
+                                         "target": MEMORY_TARGET, **r}, models=model, case=f"c-{case}"))
+    return written
 
 
 def _subset(into: Path) -> Path:
@@ -315,7 +312,7 @@ def build_bench() -> Path:
     }
     client.images.remove(tag, force=True)
     client.images.remove(base, force=True)
-    return _write("build", record)
+    return _write("build", record, models={})
 
 
 # The smoke test's projection of the lab against the lab's measurement (issue 30): each case is the lab with its
@@ -411,7 +408,7 @@ def _projection_pair(name: str, track: str, options: dict, runs_dir: Path, where
     return out
 
 
-def projection_bench(cases: tuple[str, ...] | None = None) -> Path:
+def projection_bench(cases: tuple[str, ...] | None = None) -> list[Path]:
     """Each smoke-then-lab pair of PROJECTION_CASES (and SHAPE_CASE), one at a time: the smoke test's projection of
     the lab's seconds per step over the lab's measurement, the goal 0.8-1.25; what the calibration cost; the smoke
     test's peak at the calibration's shape against its estimate (JSON under bench/)."""
@@ -428,9 +425,14 @@ def projection_bench(cases: tuple[str, ...] | None = None) -> Path:
                 results.append({"case": name, "skipped": f"no grpolab:{track} image here: `invoke build --track {track}` makes it"})
                 continue
             results.append(_projection_pair(name, track, options, Path(tmp) / str(index), where))
-    return _write("projection", {
+    common = {
         "where": "host python (PYTHONPATH=entrypoint) with each track's venv, or the track's image with this checkout's entrypoint/ mounted; one pair at a time",
         "goal": "projection / the lab's measured seconds per step within 0.8-1.25; the calibration adds at most 20 % to the smoke test on track c",
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
-        "cases": results,
-    })
+    }
+    written = []
+    for result in results:
+        track = PROJECTION_CASES.get(result["case"], ("c",))[0]
+        models = {**TINY, "qwen3-0.6b-shape": None} if result["case"] == SHAPE_CASE else TINY
+        written.append(_write("projection", {**common, **result}, tracks=(track,), models=models, case=result["case"]))
+    return written

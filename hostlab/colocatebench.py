@@ -153,8 +153,9 @@ def colocate_size_bench(case: str = SHAPE_CASE, rounds: int = ROUNDS, variants: 
                     + (f"\n{result['error'][-1500:]}" if "error" in result else ""))
                 runs[name].append(result)
     summary = summarise(runs)
-    return _write("lab-colocate-size", {
-        "track": "cv", "case": case, "rounds": rounds, "settings": SETTINGS,
+    causes = [name for name in variants if name not in FIXED]  # the runs that price what makes the update slower
+    return _write("lab-colocate-size", tracks=("cv",), models={case: None}, case=case + ("-causes" if causes else ""), record={
+        "track": "cv", "rounds": rounds, "settings": SETTINGS,
         "where": "host python, track cv's venv (.venvs/cv), this checkout's code; variants interleaved round by round, one run at a time",
         "basis": f"the median over steps {STEADY_FROM_STEP}-{SETTINGS['max_steps']} of each run (the lab's step recorder), then the median over the rounds",
         "goal": "colocate's update within 10% of in-process's, and colocate no slower per step",
