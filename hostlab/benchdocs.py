@@ -5,9 +5,10 @@ writes it; tests/test_benchdocs.py fails when the page and the results disagree.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from .benchrecord import BENCH_DIR
+from .benchrecord import BENCH_DIR, write_result
 
 DOCS_PAGE = BENCH_DIR.parent / "docs" / "benchmarks.md"
 
@@ -35,6 +36,8 @@ HEADLINES = {
     "projection": ("`invoke bench --projection`: the smoke test's projection of the lab's seconds per step against the lab",
                    [("projected (s/step)", "projected_lab_seconds_per_step"), ("lab (s/step)", "lab_seconds_per_step"),
                     ("projection / lab", "projection_over_lab"), ("calibration's share of the smoke run", "calibration_share_of_smoke_run")]),
+    "stock-host": ("`bash images/stock-host-check.sh`: the README's first command in a stock Debian root filesystem",
+                   [("first run (s)", "first_run_s"), ("re-run (s)", "rerun_s"), ("Compose", "compose")]),
     "versus-trl": ("`invoke bench --versus-trl`: the lab against plain TRL on the same settings", [("lab / plain TRL", "lab_over_plain_trl")]),
 }
 
@@ -94,3 +97,26 @@ def render(bench_dir: Path = BENCH_DIR) -> str:
 def write_page(bench_dir: Path = BENCH_DIR, page: Path = DOCS_PAGE) -> Path:
     page.write_text(render(bench_dir))
     return page
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m hostlab.benchdocs KIND --case CASE [--bench-dir DIR] < result.json`: one result from a writer that is
+    not Python, kept like every other (provenance, its name, and this page again when it lands in bench/)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m hostlab.benchdocs", description=main.__doc__)
+    parser.add_argument("kind")
+    parser.add_argument("--case")
+    parser.add_argument("--bench-dir", type=Path, default=BENCH_DIR, help="where the result goes (default bench/)")
+    args = parser.parse_args(argv)
+    try:
+        record = json.load(sys.stdin)
+    except json.JSONDecodeError as error:
+        parser.error(f"the result on stdin is not JSON: {error}")
+    path = write_result(args.kind, record, tracks=(), models={}, case=args.case, bench_dir=args.bench_dir)
+    print(f"wrote {path}" + (f" and {write_page()}" if args.bench_dir.resolve() == BENCH_DIR.resolve() else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

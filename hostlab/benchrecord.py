@@ -25,6 +25,7 @@ from grpolab.common.filehash import sha256_of_file
 
 from . import REPO
 from .lockfile import body_sha256, parse_lock
+from .tools import resolved
 
 BENCH_DIR = REPO / "bench"
 TINY_WEIGHTS = Path("entrypoint") / "tiny-model" / "model.safetensors"
@@ -41,7 +42,7 @@ def result_path(kind: str, case: str | None = None, bench_dir: Path = BENCH_DIR)
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True, timeout=60).stdout
+    return subprocess.run(resolved(["git", *args]), cwd=repo, capture_output=True, text=True, check=True, timeout=60).stdout
 
 
 def machine() -> dict:
@@ -75,7 +76,8 @@ def provenance(tracks: tuple[str, ...], models: dict[str, str | None], repo: Pat
     locks = {track: lock_body_hash((repo / "lockfiles" / f"{track}.txt").read_text()) for track in tracks}
     return {
         "commit": _git(repo, "rev-parse", "HEAD").strip(),
-        "tree_dirty": bool(_git(repo, "status", "--porcelain", "--untracked-files=no").strip()),
+        # Results and their page are what benchmarks write: a change there is not a change to what is measured.
+        "tree_dirty": bool(_git(repo, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench", ":!docs/benchmarks.md").strip()),
         "locks": locks,
         "models": {name: _weights_hash(folder) for name, folder in models.items()},
         "machine": machine(),
@@ -100,7 +102,7 @@ def stamped_from_git(path: Path, tracks: tuple[str, ...], models: tuple[str, ...
     weights = {}
     for name in models:
         if name == "tiny":
-            blob = subprocess.run(["git", "show", f"{commit}:{TINY_WEIGHTS}"], cwd=repo, capture_output=True, check=True, timeout=60).stdout
+            blob = subprocess.run(resolved(["git", "show", f"{commit}:{TINY_WEIGHTS}"]), cwd=repo, capture_output=True, check=True, timeout=60).stdout
             weights[name] = hashlib.sha256(blob).hexdigest()
         else:
             weights[name] = _weights_hash(None)

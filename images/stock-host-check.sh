@@ -92,8 +92,8 @@ record() {
     first=$(sed -n 's/.*first_run_s=\([0-9.]*\).*/\1/p' "$out")
     rerun=$(sed -n 's/.*rerun_s=\([0-9.]*\).*/\1/p' "$out")
     compose=$(sed -n 's/^Docker Compose version //p' "$out" | tail -1)
-    printf '{"suite": "%s", "first_run_s": %.1f, "rerun_s": %.2f, "compose": "%s", "when": "%s"}\n' \
-        "$suite" "$first" "$rerun" "$compose" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$repo/bench/stock-host-$suite.json"
+    printf '{"suite": "%s", "first_run_s": %.1f, "rerun_s": %.2f, "compose": "%s"}\n' "$suite" "$first" "$rerun" "$compose" \
+        | (cd "$repo" && python3 -m hostlab.benchdocs stock-host --case "$suite" --bench-dir "${GRPOLAB_BENCH_DIR:-$repo/bench}")
     log "PASS: $suite: first run ${first} s, re-run ${rerun} s, invoke --list ok, Compose $compose"
 }
 

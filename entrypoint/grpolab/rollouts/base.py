@@ -24,7 +24,7 @@ def importance_sampling_correction(setting: str, engine_cpu_float32: bool) -> tu
     vLLM's CPU build samples in float32, as the trainer scores: there the trainer's and vLLM's log-probabilities of
     the sampled tokens agreed within 2.4e-5 (tiny model, 12 steps; docs/rollout-paths.md, "vLLM colocate on a CPU"), so the ratio TRL
     multiplies each token's loss by is 1 within 2.4e-5, while its extra forward of every sequence cost 3.3 s of a
-    17.7 s step at the Qwen3-0.6B shape (bench/lab-colocate-size-20261202T100017Z.json)."""
+    17.7 s step at the Qwen3-0.6B shape (`git show f1761f7:bench/lab-colocate-size-20261202T100017Z.json`)."""
     if setting == "on":
         return True, "on (set): TRL's extra forward scores every sampled token and corrects vLLM's sampling against the trainer's"
     if setting == "off":

@@ -13,7 +13,7 @@ Why not the parameter ratio: measured here, the tiny model's step is almost all 
 1129x (the Qwen3-0.6B shape's parameters over the tiny model's) projected 5.1x the lab's step (docs/smoke-test.md).
 Why the whole model and not a few of its layers scaled to its depth: measured on the Qwen3-0.6B
 shape here, a 4-layer probe timed 0.27-0.32 s a layer and the output layer apart, and the projection came to 0.72
-of the lab (bench/projection-20261202T104041Z.json); the whole model's generation and update, timed alone, came to
+of the lab (`git show 03a54ee:bench/projection-20261202T104041Z.json`); the whole model's generation and update, timed alone, came to
 0.91 of the lab's step. Why timed and not FLOPs over a peak rate: a product's speed on a CPU depends on its rows
 (a decoded token is 8 rows, the update a thousand), which only a timing at those rows gives.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 from ..model.shape import ModelShape, local_model_config, model_shape
 
 # What a projection across models came to against the lab it projected, measured here (docs/smoke-test.md:
-# the tiny model's smoke test before a Qwen3-0.6B-shaped lab, bench/projection-20261202T104851Z.json). Printed with
+# the tiny model's smoke test before a Qwen3-0.6B-shaped lab, bench/projection-c-in-process-qwen3-0.6b-shaped-folder-projected-from-the-tiny-model-host.json). Printed with
 # every projection across models; measure it again when the probe changes.
 MEASURED_PROJECTION_OVER_LAB = 0.96
 
