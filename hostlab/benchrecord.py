@@ -30,7 +30,9 @@ from .tools import resolved
 BENCH_DIR = REPO / "bench"
 TINY_WEIGHTS = Path("entrypoint") / "tiny-model" / "model.safetensors"
 # CPU flags that change how fast a CPU run goes (torch's kernels pick their path by them); the rest are not recorded.
-SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+# x86 names them in /proc/cpuinfo's `flags`, arm64 (track s's GB10) in its `Features`.
+SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",
+               "asimd", "asimddp", "sve", "sve2", "bf16", "i8mm")
 PROVENANCE_KEYS = ("commit", "tree_dirty", "locks", "models", "machine")
 
 
@@ -49,7 +51,7 @@ def machine() -> dict:
     """This machine's facts that a timing depends on, read from /proc and the platform module."""
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
-    flags = set((re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.M) or [None, ""])[1].split())
+    flags = set((re.search(r"^(?:flags|Features)\s*:\s*(.+)$", cpuinfo, re.M) or [None, ""])[1].split())
     meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else ""
     total_kib = re.search(r"^MemTotal:\s+(\d+) kB", meminfo, re.M)
     os_release = Path("/etc/os-release").read_text() if Path("/etc/os-release").exists() else ""
