@@ -38,10 +38,6 @@ def _write(kind: str, record: dict, tracks: tuple[str, ...] = ("c",), models: di
     return path
 
 
-def _cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
-
-
 def _timed(cmd: list[str], **kw) -> dict:
     say("$ " + " ".join(cmd))
     t = time.monotonic()
