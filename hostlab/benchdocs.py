@@ -4,6 +4,7 @@ writes it; tests/test_benchdocs.py fails when the page and the results disagree.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -102,8 +103,6 @@ def write_page(bench_dir: Path = BENCH_DIR, page: Path = DOCS_PAGE) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """`python -m hostlab.benchdocs KIND --case CASE [--bench-dir DIR] < result.json`: one result from a writer that is
     not Python, kept like every other (provenance, its name, and this page again when it lands in bench/)."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m hostlab.benchdocs", description=main.__doc__)
     parser.add_argument("kind")
     parser.add_argument("--case")

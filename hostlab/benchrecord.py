@@ -21,7 +21,7 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
-from grpolab.common.filehash import sha256_of_file
+from grpolab.common.filehash import weights_sha256
 
 from . import REPO
 from .lockfile import body_sha256, parse_lock
@@ -90,7 +90,7 @@ def provenance(tracks: tuple[str, ...], models: dict[str, str | None], repo: Pat
 def _weights_hash(folder: str | None) -> str:
     if folder is None:
         return "random weights of that shape: no file to hash"
-    return sha256_of_file(Path(folder) / "model.safetensors")
+    return weights_sha256(Path(folder))
 
 
 def stamped_from_git(path: Path, tracks: tuple[str, ...], models: tuple[str, ...], repo: Path = REPO) -> dict:

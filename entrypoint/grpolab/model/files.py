@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 
 from ..common.errors import LayerFailure
-from .identity import HUB_CACHE_FOLDER, SHA256_NAME, file_sha256, hub_snapshot
+from ..common.filehash import file_sha256
+from .identity import HUB_CACHE_FOLDER, SHA256_NAME, hub_snapshot
 
 # The JSON files a loader reads (transformers: the config and generation config; tokenizers: tokenizer.json and its
 # config; the index of a sharded checkpoint). Each one present must parse.

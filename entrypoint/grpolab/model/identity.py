@@ -10,42 +10,15 @@ blob's name says what it should hold, not what it holds (grpolab.model.files ref
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
 
-from ..common.filehash import sha256_of_file
+from ..common.filehash import weights_sha256
 from .tiny import RECIPE_VERSION, tiny_model_dir
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
 SHA256_NAME = re.compile(r"^[0-9a-f]{64}$")
 HUB_CACHE_FOLDER = re.compile(r"^models--(?P<org>[^/]+?)--(?P<name>.+)$")
-
-_hashed: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: a run hashes a file once
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's content, computed once per process (a Hub cache's blob too: its name is not trusted)."""
-    target = Path(path).resolve()
-    stat = target.stat()
-    key = (str(target), stat.st_size, stat.st_mtime_ns)
-    if key not in _hashed:
-        _hashed[key] = sha256_of_file(target)
-    return _hashed[key]
-
-
-def weights_sha256(folder: Path) -> str | None:
-    """The weights' sha256 of a model folder (see the module's docstring), or None when it holds no weights."""
-    files = sorted(p for p in Path(folder).iterdir() if p.suffix in WEIGHT_SUFFIXES and p.name != "training_args.bin")
-    safetensors = [p for p in files if p.suffix == ".safetensors"]
-    files = safetensors or files  # from_pretrained prefers safetensors when both are there
-    if not files:
-        return None
-    if len(files) == 1:
-        return file_sha256(files[0])
-    listing = "".join(f"{file_sha256(p)}  {p.name}\n" for p in files)
-    return hashlib.sha256(listing.encode()).hexdigest()
 
 
 def hub_snapshot(name: str) -> Path | None:
