@@ -87,14 +87,27 @@ def base(c, arch=None, force=False):
         "ca_bundle": "extra CA bundle for TLS-intercepting proxies (default: $SSL_CERT_FILE etc.)",
         "skip_host_check": "build even though this host can't run the track (e.g. for another machine)",
         "no_record": "don't record the image in .env (keep `docker compose` on the image it runs now)",
+        "builder": "buildah (default where installed: same commit, same image id) or docker (the engine's own builder)",
+        "check_reproducible": "build twice from nothing (buildah's cache emptied, the stand-in base made again) and "
+        "compare the image ids and every layer; names the files that differ",
+        "record": "with --check-reproducible: write the dependency image's id and layers to lockfiles/<track>.image.json",
     }
 )
-def build(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False):
-    """Build the track's image and record it in .env for `docker compose run lab`."""
+def build(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False, builder=None,
+          check_reproducible=False, record=False):  # fmt: skip
+    """Build the track's image and record it in .env for `docker compose run lab`; compare it with the commit's record."""
     from hostlab.build import build as build_image
+    from hostlab.builder import choose_builder
+    from hostlab.reprocheck import check_reproducible as check
 
     with user_errors():
-        build_image(track, base=base, ca_bundle=ca_bundle, skip_host_check=skip_host_check, write_env=not no_record)
+        if record and not check_reproducible:
+            raise HostError("--record needs --check-reproducible: only two same builds from nothing are recorded")
+        if check_reproducible:
+            check(track, base=base, ca_bundle=ca_bundle, record=record)
+            return
+        build_image(track, base=base, ca_bundle=ca_bundle, skip_host_check=skip_host_check, write_env=not no_record,
+                    builder=choose_builder(builder))  # fmt: skip
 
 
 @task(help={"track": "m (macOS) or c (Linux, CPU)"})

@@ -15,9 +15,22 @@ from grpolab.common.tracks import Track, get_track
 
 from . import REPO, HostError, engine
 from .base import standin_name
+from .builder import (
+    BUILDAH_HINT,
+    Builder,
+    base_into_buildah,
+    buildah_build,
+    buildah_layers,
+    buildah_to_engine,
+    choose_builder,
+    commit_time,
+    deps_inputs,
+    lab_inputs,
+)
 from .compose import compose_env, write_env_file
 from .console import say, stream, warn
 from .detect import HostFacts, detect_track, host_problems
+from .imagerecord import enforce
 from .lockfile import lock_path, lock_sha256
 from .locks import check_lock
 from .tools import resolved
@@ -98,12 +111,19 @@ class BuildResult:
     base_digest: str
     labels: dict = field(default_factory=dict)
     log_tail: list[str] = field(default_factory=list, repr=False)  # the build's last lines, for the bench
+    image_id: str = ""  # the config's digest: same commit, same id (with a reproducible builder)
+    builder: str = ""  # e.g. "buildah 1.28.2"
+    epochs: dict = field(default_factory=dict)  # {"deps": s, "lab": s}: the times stamped into each part, from git
+    base_id: str = ""  # the base image's id (its config digest) as the engine holds it
+    deps_image_id: str = ""  # the dependency stage's image (buildah only): what lockfiles/<track>.image.json records
+    deps_layers: list[str] = field(default_factory=list)  # its layers' diff ids, bottom first
 
     def summary(self) -> str:
         return (
             f"built {self.image} (track {self.track}) in {self.seconds:.0f} s: {self.size_bytes / 1e9:.2f} GB, "
-            f"lock sha256 {self.lock_sha256[:16]}..., base {self.base}"
+            f"image id {self.image_id[:19]}, lock sha256 {self.lock_sha256[:16]}..., base {self.base}"
             + (f" @ {self.base_digest}" if self.base_digest else "")
+            + (f", with {self.builder}" if self.builder else "")
         )
 
 
@@ -196,7 +216,10 @@ def track_env_file(track: Track) -> str:
 
 
 def stage_context(track: Track, repo: Path, into: Path) -> Path:
-    """The build context: only what images/Dockerfile uses, with this track's lock as lock.txt."""
+    """The build context: only what images/Dockerfile uses, with this track's lock as lock.txt. Made the same on any
+    machine: the code is the files git tracks or would track (nothing it ignores: bytecode, the egg-info an editable
+    install writes), and every file is mode 0644, or 0755 where it is executable (all git records of a mode), whatever
+    the checkout's umask made them."""
     shutil.copy2(lock_path(track, repo / "lockfiles"), into / "lock.txt")
     # The kernels table beside the lock (`invoke kernels`), which the doctor and the smoke test read; "{}" for a
     # track without one (no GPU), so the Dockerfile copies one file either way.
@@ -205,8 +228,24 @@ def stage_context(track: Track, repo: Path, into: Path) -> Path:
     shutil.copy2(repo / "lockfiles" / "uv.txt", into / "uv.txt")
     shutil.copy2(repo / "images" / "verify-locked.py", into / "verify-locked.py")
     shutil.copy2(repo / "images" / "tracks.toml", into / "tracks.toml")
-    shutil.copytree(repo / "entrypoint", into / "entrypoint", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in code_files(repo, "entrypoint"):
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / name, into / name)
+    for path in [into, *into.rglob("*")]:
+        executable = path.is_dir() or os.access(path, os.X_OK)
+        path.chmod(0o755 if executable else 0o644)
     return into
+
+
+def code_files(repo: Path, folder: str) -> list[str]:
+    """The files under `folder` that git tracks or would track (not ignored), deleted ones left out."""
+    out = subprocess.run(
+        resolved(["git", "-C", str(repo), "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", folder]),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise HostError(f"cannot list the code to build from git in {repo}: {out.stderr.strip()} (build from a git clone)")
+    return sorted({name for name in out.stdout.split("\0") if name and (repo / name).is_file()})
 
 
 def git_revision(repo: Path) -> str:
@@ -271,6 +310,40 @@ def run_build(cli: engine.BuildCli, track: Track, repo: Path, cmd: list[str]) ->
     return tail
 
 
+@dataclass(frozen=True)
+class BuildahBuild:
+    image_id: str
+    deps_image_id: str
+    deps_layers: list[str]
+    tail: list[str]
+
+
+def run_buildah_build(
+    track: Track, repo: Path, image: str, args: dict[str, str], base_id: str, epochs: dict[str, int], ca: Path | None
+) -> BuildahBuild:
+    """Two buildah builds from one staged context: the dependency stages with their own time, then the lab stage on
+    that image with the code's time; the result handed to the Docker engine as `image`."""
+    base_ref = base_into_buildah(base_id)
+    if ca:
+        say(f"CA bundle {ca} goes to the build as a secret (in no layer)")
+    dockerfile = repo / "images" / "Dockerfile"
+    with tempfile.TemporaryDirectory(prefix="grpolab-context-") as tmp:
+        (Path(tmp) / "context").mkdir()
+        context = stage_context(track, repo, Path(tmp) / "context")
+        stage_args = {**args, "BASE_IMAGE": base_ref, "BASE_NAME": args["BASE_IMAGE"]}
+        deps_id, tail = buildah_build(dockerfile, context, "deps", epochs["deps"], stage_args, track.platform, ca)
+        if not deps_id:
+            raise HostError(explain_failure(tail, track))
+        lab_id, lab_tail = buildah_build(
+            dockerfile, context, "lab", epochs["lab"], {**stage_args, "DEPS": deps_id.removeprefix("sha256:")},
+            track.platform, ca, tag=image,
+        )  # fmt: skip
+        if not lab_id:
+            raise HostError(explain_failure(lab_tail, track))
+    buildah_to_engine(lab_id, image)
+    return BuildahBuild(lab_id, deps_id, buildah_layers(deps_id), tail + lab_tail)
+
+
 def build(
     track_name: str | None = None,
     base: str | None = None,
@@ -280,6 +353,8 @@ def build(
     tag: str | None = None,
     write_env: bool = True,
     build_args: dict[str, str] | None = None,
+    builder: Builder | None = None,
+    compare_record: bool = True,
 ) -> BuildResult:
     started = time.monotonic()
     track = resolve_track(track_name)
@@ -291,7 +366,9 @@ def build(
     lock = lock_path(track, lock_dir)
     sha = lock_sha256(lock)
     image = tag or image_name(track)
-    cli = engine.build_cli()
+    builder = builder or choose_builder()
+    epochs = {"deps": commit_time(repo, deps_inputs(track)), "lab": commit_time(repo, lab_inputs(track))}
+    base_id = engine.image_or_none(base_image).id
     args = {
         "TRACK": track.name,
         "PYTHON_VERSION": track.python,
@@ -304,7 +381,17 @@ def build(
         **runtime_build_args(lock.read_text()),
         **(build_args or {}),
     }
-    tail = run_build(cli, track, repo, build_command(cli, track, repo, image, args, ca))
+    if builder.reproducible:
+        made = run_buildah_build(track, repo, image, args, base_id, epochs, ca)
+        tail, deps_id, deps_layers = made.tail, made.deps_image_id, made.deps_layers
+    else:
+        warn(
+            f"building with the Docker engine's own builder ({builder.describe()}): the image works the same, but its id "
+            f"will differ build to build (the engine stamps the clock into it). For same commit, same image: {BUILDAH_HINT}"
+        )
+        cli = engine.build_cli()
+        tail = run_build(cli, track, repo, build_command(cli, track, repo, image, {**args, "SOURCE_DATE_EPOCH": str(epochs["lab"])}, ca))
+        deps_id, deps_layers = "", []
     built = engine.image_or_none(image)
     result = BuildResult(
         image=image,
@@ -316,10 +403,19 @@ def build(
         base_digest=base_digest,
         labels=dict(built.labels),
         log_tail=tail,
+        image_id=built.id,
+        builder=builder.describe(),
+        epochs=epochs,
+        base_id=base_id,
+        deps_image_id=deps_id,
+        deps_layers=deps_layers,
     )
+    say(result.summary())
+    if compare_record and builder.reproducible:
+        enforce(track, result, repo)
     if write_env:
-        env_path = write_env_file(compose_env(track, image, ca, repo), repo / ".env")
+        digests = built.attrs.get("RepoDigests") or []
+        env_path = write_env_file(compose_env(track, image, ca, repo, image_id=built.id, repo_digest=digests[0] if digests else ""), repo / ".env")
         (repo / "runs").mkdir(exist_ok=True)  # made by us, so owned by the host user, before Docker would
         say(f"recorded track {track.name} in {env_path.name}: `docker compose run lab` now runs this image")
-    say(result.summary())
     return result

@@ -13,7 +13,7 @@ from grpolab.report.table import run_report
 from grpolab.common.runlog import read_runs
 from grpolab.common.tracks import get_track
 
-from . import REPO, HostError
+from . import REPO, HostError, engine
 from .build import build
 from .compose import compose_env, write_env_file
 from .console import say
@@ -145,8 +145,11 @@ TOO_LARGE_KV_GIB = "100000"
 
 
 def compose_run_cv(*args: str) -> subprocess.CompletedProcess:
-    """`docker compose run --rm -T ARGS` with track cv's image, whatever .env records."""
-    return compose("run", "--rm", "-T", *args, env={"LAB_IMAGE": CV_IMAGE}, shown_chars=6000)
+    """`docker compose run --rm -T ARGS` with track cv's image (by its id, as `invoke build` records one), whatever .env
+    records."""
+    image = engine.image_or_none(CV_IMAGE)
+    env = {"LAB_IMAGE": image.id if image else CV_IMAGE, "LAB_IMAGE_NAME": CV_IMAGE}
+    return compose("run", "--rm", "-T", *args, env=env, shown_chars=6000)
 
 
 def check_colocate_line(line: dict) -> str:

@@ -19,7 +19,7 @@ from .locks import uses_vllm
 
 ENV_FILE = REPO / ".env"
 # The keys `invoke build` owns in .env; other lines (say a user's HF_TOKEN) are kept as they are.
-OWNED = ("COMPOSE_FILE", "LAB_IMAGE", "LAB_TRACK", "LAB_UID", "LAB_GID", "VIDEO_GID", "RENDER_GID", "LAB_CA_BUNDLE")
+OWNED = ("COMPOSE_FILE", "LAB_IMAGE", "LAB_IMAGE_NAME", "LAB_IMAGE_REPO_DIGEST", "LAB_TRACK", "LAB_UID", "LAB_GID", "VIDEO_GID", "RENDER_GID", "LAB_CA_BUNDLE")
 
 
 def serves_vllm(track: Track) -> bool:
@@ -47,12 +47,17 @@ def compose_files(track: Track, ca_bundle: Path | None = None, repo: Path = REPO
 
 
 def compose_env(
-    track: Track, image: str, ca_bundle: Path | None = None, repo: Path = REPO, uid_gid: tuple[int, int] | None = None
+    track: Track, image: str, ca_bundle: Path | None = None, repo: Path = REPO, uid_gid: tuple[int, int] | None = None,
+    image_id: str = "", repo_digest: str = "",
 ) -> dict[str, str]:
+    """.env's keys for `image`. With `image_id`, Compose runs the image by its id (LAB_IMAGE), so the id the lab records
+    is the id of what runs, even after the tag moves on to a newer build; LAB_IMAGE_NAME keeps the tag for people."""
     uid, gid = uid_gid or host_user_ids()
     env = {
         "COMPOSE_FILE": ":".join(compose_files(track, ca_bundle, repo)),
-        "LAB_IMAGE": image,
+        "LAB_IMAGE": image_id or image,
+        "LAB_IMAGE_NAME": image,
+        **({"LAB_IMAGE_REPO_DIGEST": repo_digest} if repo_digest else {}),
         "LAB_TRACK": track.name,
         "LAB_UID": str(uid),
         "LAB_GID": str(gid),

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 
 HOST_PYTHON_MIN = (3, 11)  # pyproject.toml's requires-python (tests/test_setup_host.py keeps them equal)
 DEBOOTSTRAP_PACKAGE = "debootstrap"
+# Builds the images with every time taken from git (same commit, same image id): hostlab/builder.py says why not the
+# engine's own builder. Every release in the table has it (bookworm 1.28, trixie 1.39, jammy 1.23, noble 1.33).
+BUILDAH_PACKAGE = "buildah"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # pip's downloads need it; minimal systems may lack it
 SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")  # dockerd and debootstrap live there, off a user's PATH
 
@@ -97,7 +100,8 @@ class Found:
     compose_v2: bool  # `docker compose version` answers
     buildx: bool  # `docker buildx version` answers
     debootstrap: bool
-    python_with_venv: bool  # the release's interpreter, new enough, with ensurepip
+    python_with_venv: bool
+    buildah: bool = True  # the release's interpreter, new enough, with ensurepip
     ca_bundle: bool = True
 
 
@@ -125,6 +129,8 @@ def plan_for(release: Release, found: Found) -> Plan:
         plan.apt.append(release.buildx_package)
     if not found.debootstrap:
         plan.apt.append(DEBOOTSTRAP_PACKAGE)
+    if not found.buildah:
+        plan.apt.append(BUILDAH_PACKAGE)
     if not found.python_with_venv:
         plan.apt.extend(release.python_packages)
     return plan
@@ -168,6 +174,7 @@ def probe(release: Release) -> Found:
         compose_v2=is_compose_v2(docker_plugin_version("compose")),
         buildx=docker_plugin_version("buildx") is not None,
         debootstrap=which("debootstrap") is not None,
+        buildah=which("buildah") is not None,
         python_with_venv=python_with_venv(release.python) is not None,
         ca_bundle=os.path.exists(CA_BUNDLE),
     )

@@ -44,8 +44,10 @@ def test_hadolint_passes():
 def test_dockerfile_layout():
     text = DOCKERFILE.read_text()
     assert not text.startswith("# syntax=")  # would make BuildKit pull a frontend image
-    # two stages: source-only packages compile in the first while the image's stage installs the rest of the lock
-    assert text.count("\nFROM ") == 2 and "\nFROM ${BASE_IMAGE} AS source-builds\n" in text and "\nFROM ${BASE_IMAGE}\n" in text
+    # three stages: source-only packages compile in the first while the dependency stage installs the rest of the lock;
+    # the lab stage (the code) builds on the dependency image (tests/test_reproducible.py: each with its own time)
+    assert text.count("\nFROM ") == 3 and "\nFROM ${BASE_IMAGE} AS source-builds\n" in text
+    assert "\nFROM ${BASE_IMAGE} AS deps\n" in text and "\nFROM ${DEPS} AS lab\n" in text
     deps = text.index("uv pip sync")
     assert deps < text.index("COPY entrypoint/"), "the dependency layer comes before the code"
     assert text.index("ARG GIT_REVISION") > text.index("COPY entrypoint/"), "the revision must not bust the layers"
@@ -73,7 +75,7 @@ def test_source_only_packages_compile_in_a_stage_of_their_own_beside_the_install
     assert with_llama["KEEP_SDISTS"] == "llama-cpp-python"  # its sdist carries llama.cpp's GGUF converter
     assert set(source_build_args(lock_path(get_track("n")).read_text()).values()) == {""}
     text = DOCKERFILE.read_text()
-    stage, image = text.split("\nFROM ${BASE_IMAGE}\n", 1)
+    stage, image = text.split("\nFROM ${BASE_IMAGE} AS deps\n", 1)
     assert "AS source-builds" in stage and "apt-get install" in stage and "pip wheel" in stage
     installs = [line for line in image.splitlines() if "apt-get install" in line]
     assert all("${RUNTIME_PACKAGES}" in line for line in installs), (
@@ -112,6 +114,25 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
     weights = tmp_path / "entrypoint" / "tiny-model" / "model.safetensors"
     assert weights.read_bytes() == (REPO / "entrypoint" / "tiny-model" / "model.safetensors").read_bytes()
     assert weights.stat().st_mode & 0o004
+
+
+def test_build_context_is_the_same_whatever_the_checkout_holds_beside_the_code(tmp_path):
+    """What git ignores (an editable install's egg-info, bytecode) stays out, and modes are git's two, so the image's
+    code layer does not depend on who cloned it with which umask."""
+    ignored = REPO / "entrypoint" / "grpolab.egg-info" / "PKG-INFO"  # .gitignore: *.egg-info
+    made = not ignored.exists()
+    if made:
+        ignored.parent.mkdir(exist_ok=True)
+        ignored.write_text("Name: grpolab\n")
+    try:
+        stage_context(get_track("c"), REPO, tmp_path)
+    finally:
+        if made:
+            shutil.rmtree(ignored.parent)
+    assert not list(tmp_path.rglob("*.egg-info")) and not list(tmp_path.rglob("*.pyc"))
+    modes = {oct(p.stat().st_mode & 0o777) for p in tmp_path.rglob("*")}
+    assert modes <= {"0o644", "0o755"}, modes
+    assert oct((tmp_path / "entrypoint" / "container-entrypoint.sh").stat().st_mode & 0o777) == ("0o755" if os.access(ENTRYPOINT, os.X_OK) else "0o644")
 
 
 def test_entrypoint_script(tmp_path):

@@ -45,7 +45,7 @@ OS_RELEASE = {
     "UBUNTU_CODENAME=resolute\n",
     "fedora": 'PRETTY_NAME="Fedora Linux 43"\nID=fedora\nVERSION_ID=43\n',
 }
-NOTHING = Found(engine=False, compose_v2=False, buildx=False, debootstrap=False, python_with_venv=False)
+NOTHING = Found(engine=False, compose_v2=False, buildx=False, debootstrap=False, python_with_venv=False, buildah=False)
 EVERYTHING = Found(engine=True, compose_v2=True, buildx=True, debootstrap=True, python_with_venv=True)
 
 
@@ -82,18 +82,18 @@ def test_a_system_without_apt_is_told_what_to_install_itself():
 @pytest.mark.parametrize(
     "release, apt, fallback",
     [
-        ("bookworm", ["docker.io", "debootstrap", "python3-venv"], True),  # Compose v1 only: the pinned sdist
+        ("bookworm", ["docker.io", "debootstrap", "buildah", "python3-venv"], True),  # Compose v1 only: the pinned sdist
         (
             "trixie",
-            ["docker.io", "docker-cli", "docker-compose", "docker-buildx", "debootstrap", "python3-venv"],
+            ["docker.io", "docker-cli", "docker-compose", "docker-buildx", "debootstrap", "buildah", "python3-venv"],
             False,
         ),
         (
             "jammy",
-            ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "python3.11", "python3.11-venv"],
+            ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "buildah", "python3.11", "python3.11-venv"],
             False,
         ),
-        ("noble", ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "python3-venv"], False),
+        ("noble", ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "buildah", "python3-venv"], False),
     ],
 )
 def test_a_stock_system_gets_every_package_under_its_releases_names(release, apt, fallback):
@@ -218,7 +218,7 @@ def test_no_root_and_no_sudo_gets_one_sentence_for_the_administrator(stock_check
     lines = proc.stderr.strip().splitlines()
     assert lines == [
         "[setup-host] You are not root and may not use sudo, so ask your administrator to run "
-        "`apt-get install -y docker.io debootstrap python3-venv` and add you (student) to the docker group, "
+        "`apt-get install -y docker.io debootstrap buildah python3-venv` and add you (student) to the docker group, "
         "then run `bash images/setup-host.sh` again."
     ]
     assert "apt-get install" not in proc.stdout  # it stopped before trying
@@ -289,7 +289,7 @@ groupadd -g "$(stat -c %g {SOCKET})" engine && usermod -aG engine student
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
-    assert "apt-get install docker.io debootstrap python3-venv" in out
+    assert "apt-get install docker.io debootstrap buildah python3-venv" in out
     assert "refuses you (student): you are not in the docker group" in out and "first run exited 1" in out
     assert "into /home/student/.docker/cli-plugins" in out  # not root: Compose for this user alone
     assert "Docker Compose version v2." in out

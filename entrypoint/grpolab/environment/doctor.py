@@ -267,6 +267,22 @@ def lock_drift_item(ctx: Context) -> dict:
                 "a later pip install replaced locked packages: re-sync the lock (uv pip sync --require-hashes LOCK) or rebuild the image", **details)
 
 
+def image_item(ctx: Context) -> dict | None:
+    """Which image this container runs: its id (the digest of its config), which two learners compare to know they
+    run the same bytes. Absent outside an image (the image sets GRPOLAB_LOCK_SHA256; a venv does not)."""
+    fp = ctx.fingerprint
+    if not os.environ.get("GRPOLAB_LOCK_SHA256"):
+        return None
+    details = {k: fp.get(k) for k in ("image_id", "image_name", "image_repo_digest")}
+    if not fp.get("image_id"):
+        return item("image", WARN, f"this container's image id was not handed in ({fp.get('image_name') or 'no name either'})",
+                    "start it with `docker compose run` after `invoke build` (which passes the id), or `docker run -e "
+                    "GRPOLAB_IMAGE=$(docker image inspect --format '{{.Id}}' IMAGE) IMAGE`", **details)
+    named = f" ({fp['image_name']})" if fp.get("image_name") else ""
+    digest = f", repo digest {fp['image_repo_digest']}" if fp.get("image_repo_digest") else ", no repo digest (built here, not pulled)"
+    return item("image", OK, f"{fp['image_id']}{named}{digest}", **details)
+
+
 def packages_item(ctx: Context) -> dict:
     pkgs = ctx.fingerprint.get("packages") or {}
     missing = [n for n in ("trl", "transformers", "peft", "accelerate", "datasets") if not pkgs.get(n)]
@@ -439,7 +455,7 @@ def unfinished_item(ctx: Context) -> dict:
 # --- the report -------------------------------------------------------------------------------------------
 
 ITEMS = (system_item, memory_item, driver_item, gpus_item, torch_item, device_item, arch_item, kernels_item, unified_memory_item, rocm_item,
-         packages_item, lock_drift_item, vllm_item, llamacpp_item, server_item, environment_item, disk_item, token_item, smoke_item,
+         packages_item, lock_drift_item, image_item, vllm_item, llamacpp_item, server_item, environment_item, disk_item, token_item, smoke_item,
          unfinished_item)
 
 

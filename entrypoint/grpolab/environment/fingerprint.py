@@ -35,6 +35,7 @@ DRIFT_FIELDS = (
     ("device_arch", "device arch"),
     ("vllm_build", "vLLM build"),
     ("lock_sha256", "lock sha256"),
+    ("image_id", "image"),
 )
 
 
@@ -46,6 +47,20 @@ def driver_version(host: HostFacts | None = None) -> tuple[str | None, str | Non
     if host.amdgpu_version:
         return host.amdgpu_version, "/sys/module/amdgpu/version"
     return None, None
+
+
+def image_identity() -> dict:
+    """The image this runs in, as whoever started the container named it: an image cannot hold its own id (the id is
+    the digest of a config that would have to contain it), so `docker compose` hands it in (GRPOLAB_IMAGE: the id
+    `invoke build` wrote to .env as LAB_IMAGE, which is also what Compose runs; GRPOLAB_IMAGE_NAME its tag;
+    GRPOLAB_IMAGE_REPO_DIGEST where the image came from a registry). None outside a container, or when the container
+    was started some other way with a name and not an id."""
+    named = os.environ.get("GRPOLAB_IMAGE") or ""
+    return {
+        "image_id": named if named.startswith("sha256:") else None,
+        "image_name": os.environ.get("GRPOLAB_IMAGE_NAME") or (named if named and not named.startswith("sha256:") else None),
+        "image_repo_digest": os.environ.get("GRPOLAB_IMAGE_REPO_DIGEST") or None,
+    }
 
 
 def installed_packages() -> dict[str, str | None]:
@@ -79,6 +94,7 @@ def environment_fingerprint(host: HostFacts | None = None) -> dict:
         "vllm_distribution": vllm_distribution()[0],
         "vllm_build": vllm_platform(*vllm_distribution()),
         "lock_sha256": os.environ.get("GRPOLAB_LOCK_SHA256") or None,
+        **image_identity(),
         "track": os.environ.get("GRPOLAB_TRACK") or None,
     }
     if build.import_error:

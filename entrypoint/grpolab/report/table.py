@@ -196,6 +196,8 @@ def environment(run: dict) -> dict:
         "arch": fp.get("device_arch"),
         "vllm": packages.get("vllm"),
         "lock": str(lock)[:12] if lock else None,
+        # The image's id, as Docker shows it (12 hex digits): two rows with the same one ran the same bytes.
+        "image": str(fp["image_id"]).removeprefix("sha256:")[:12] if fp.get("image_id") else None,
     }
 
 
@@ -276,7 +278,7 @@ COLUMNS = (
     "lab_run_id", "lab_model", "lab_ran", "lab_steps", "lab_wall_clock_s", "lab_seconds_per_step", "generation_s", "reward_s", "update_s",
     "peak_memory_gb_measured", "peak_memory_gb_predicted", "peak_memory_ratio", "peak_memory_from",
     "lab_over_projection", "flags", "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "collapse_first_step", "stale", "max_lag_steps",
-    "torch", "torch_build", "driver", "device", "arch", "vllm", "lock",
+    "torch", "torch_build", "driver", "device", "arch", "vllm", "lock", "image",
 )
 
 
@@ -384,7 +386,8 @@ def cells(row: dict, with_lesson: bool = False) -> dict[str, str]:
     env = [f"torch {row['torch']} ({row['torch_build']})" if row["torch"] else None,
            f"driver {row['driver']}" if row["driver"] else None,
            f"vLLM {row['vllm']}" if row["vllm"] else None,
-           f"lock {row['lock']}" if row["lock"] else None]
+           f"lock {row['lock']}" if row["lock"] else None,
+           f"image {row['image']}" if row["image"] else None]
     shown = {
         "machine": row["machine"], "track": row["track"], "rollout": row["rollout"], "model": row["model"], "status": status,
         "smoke: steps": f"{row['smoke_steps']} in {duration(row['smoke_steps_s'])} (run {duration(row['smoke_wall_clock_s'])})" if row["smoke_steps"] else "–",

@@ -1,0 +1,195 @@
+"""Which program builds the image, and the times it stamps into it: same commit, same image id.
+
+An image id is the digest of the image's config, which holds every layer's diff id and the image's created times; a
+layer's diff id is the digest of its tar, which holds every file's mtime. So two builds of one commit give one id only
+when every time in them comes from the commit, not from the clock, and every file is made the same way.
+
+The times come from git (`commit_time`): for the dependency stages the last commit that changed what they are made of
+(the Dockerfile, the lock and its side locks: `deps_inputs`), for the lab stage the same plus the code
+(`lab_inputs`). So a code change rebuilds the small lab stage only, and a cached dependency layer carries the time a
+cold build would give it. The Dockerfile declares SOURCE_DATE_EPOCH in every stage, so each time is in the cache key.
+
+Who sets the times (docs/locks-and-images.md, "Reproducible images"):
+- buildah (Debian's and Ubuntu's archives: `apt-get install buildah`): `--timestamp` sets the created times and every
+  file's mtime in the layers it commits. Debian 12's Docker engine (20.10, BuildKit 0.8) cannot: it knows no
+  SOURCE_DATE_EPOCH and stamps each layer's history with the wall clock. buildah builds into its own store; the
+  image is then handed to the engine whole (`buildah push ... docker-daemon:`), which keeps its id.
+- docker: the engine's own builder, when buildah is not installed. The image works the same; its id differs build
+  to build, and `invoke build` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpolab.common.tracks import Track
+
+from . import HostError
+from .console import say, stream
+from .tools import resolved
+
+BUILDAH_HINT = "`apt-get install -y buildah` (Debian 12+, Ubuntu 22.04+)"
+
+
+def deps_inputs(track: Track) -> list[str]:
+    """What the dependency stages are made of (paths in the repository): their time is the last commit of these."""
+    return [
+        "images/Dockerfile",
+        "images/verify-locked.py",
+        "lockfiles/uv.txt",
+        f"lockfiles/{track.name}.txt",
+        f"lockfiles/{track.name}.build.txt",
+        f"lockfiles/{track.name}.debian.txt",
+    ]
+
+
+def lab_inputs(track: Track) -> list[str]:
+    """What the lab stage is made of: the dependency inputs, the code, the track table and the kernels table."""
+    return deps_inputs(track) + ["entrypoint", "images/tracks.toml", f"lockfiles/{track.name}.kernels.json"]
+
+
+def commit_time(repo: Path, paths: list[str]) -> int:
+    """Seconds since 1970 of the last commit that changed any of `paths` (the committed state: an uncommitted edit
+    gets the time of the commit it sits on, and the image's revision label says -dirty). HostError outside git."""
+    out = subprocess.run(
+        resolved(["git", "-C", str(repo), "log", "-1", "--format=%ct", "--", *paths]), capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        raise HostError(
+            f"cannot read the build's times from git in {repo} ({out.stderr.strip() or 'git failed'}): the image's "
+            "times come from the commits that changed it. Build from a git clone of the project."
+        )
+    if not out.stdout.strip():  # none of the paths is committed yet: the time of the commit the tree sits on
+        out = subprocess.run(resolved(["git", "-C", str(repo), "log", "-1", "--format=%ct"]), capture_output=True, text=True)
+    return int(out.stdout.strip() or 0)
+
+
+@dataclass(frozen=True)
+class Builder:
+    """The program that builds images here; `reproducible`: whether it sets every time from git."""
+
+    name: str  # "buildah" or "docker"
+    version: str
+    reproducible: bool
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version}" + ("" if self.reproducible else " (not byte-reproducible)")
+
+
+def choose_builder(wanted: str | None = None) -> Builder:
+    """buildah when installed (or asked for), else the engine's own builder. `wanted` (--builder, or GRPOLAB_BUILDER):
+    "buildah" or "docker"."""
+    wanted = wanted or os.environ.get("GRPOLAB_BUILDER") or None
+    if wanted not in (None, "buildah", "docker"):
+        raise HostError(f"--builder {wanted}: choose buildah (same commit, same image id) or docker")
+    if wanted != "docker":
+        path = shutil.which("buildah")
+        if path:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True)
+            return Builder("buildah", out.stdout.split()[2] if out.returncode == 0 else "?", True)
+        if wanted == "buildah":
+            raise HostError(f"--builder buildah: buildah is not installed: {BUILDAH_HINT}")
+    out = subprocess.run(resolved(["docker", "version", "--format", "{{.Server.Version}}"]), capture_output=True, text=True)
+    return Builder("docker", out.stdout.strip() or "?", False)
+
+
+def _buildah(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(["buildah", *args], capture_output=True, text=True)
+    if check and out.returncode != 0:
+        raise HostError(f"`buildah {' '.join(args[:3])} ...` failed: {out.stderr.strip()[-800:]}")
+    return out
+
+
+def buildah_has_image(image_id: str) -> bool:
+    return _buildah("inspect", "--type", "image", image_id.removeprefix("sha256:"), check=False).returncode == 0
+
+
+def base_into_buildah(engine_image_id: str) -> str:
+    """The base image, which the engine holds, in buildah's store too (same id: the same config's digest); its id
+    without the sha256: prefix, which is what the Dockerfile's FROM is handed."""
+    hex_id = engine_image_id.removeprefix("sha256:")
+    if not buildah_has_image(hex_id):
+        say(f"copying the base image {hex_id[:12]} from the Docker engine into buildah's store")
+        _buildah("pull", "--quiet", f"docker-daemon:sha256:{hex_id}")
+    return hex_id
+
+
+def buildah_build(
+    dockerfile: Path, context: Path, target: str, epoch: int, args: dict[str, str], platform: str,
+    ca: Path | None, tag: str | None = None,
+) -> tuple[str, list[str]]:
+    """One `buildah build` of `target` with every time set to `epoch`: the image id and the log's last lines. RUN steps
+    use the host's network, as the engine's builder's do: buildah's own container network needs a CNI set-up that a
+    plain `apt-get install buildah` does not make (name resolution failed in them here). The image format stays
+    buildah's default, OCI: with `--format docker`, buildah 1.28's layer cache never hit (every build from nothing);
+    the hand-over to the engine converts it, keeping the id."""
+    iidfile = context.parent / f"{target}.iid"
+    cmd = ["buildah", "build", "--layers", "--jobs", "2", "--network", "host", "--timestamp", str(epoch), "--target", target,
+           "--platform", platform, "--file", str(dockerfile), "--iidfile", str(iidfile),
+           "--build-arg", f"SOURCE_DATE_EPOCH={epoch}"]  # fmt: skip
+    for key, value in args.items():
+        cmd += ["--build-arg", f"{key}={value}"]
+    if ca:
+        cmd += ["--secret", f"id=ca_bundle,src={ca}"]
+    if tag:
+        cmd += ["--tag", tag]
+    status, tail = stream(cmd + [str(context)])
+    if status != 0:
+        return "", tail
+    return iidfile.read_text().strip(), tail
+
+
+def buildah_to_engine(image_id: str, name: str) -> str:
+    """Hand the image to the Docker engine under `name` (docker load underneath; the config, and so the id, stay as
+    they are). The engine's id for it, which must be buildah's."""
+    say(f"handing {image_id.removeprefix('sha256:')[:12]} to the Docker engine as {name}")
+    _buildah("push", "--quiet", image_id.removeprefix("sha256:"), f"docker-daemon:{name}")
+    out = subprocess.run(resolved(["docker", "image", "inspect", "--format", "{{.Id}}", name]), capture_output=True, text=True)
+    engine_id = out.stdout.strip()
+    if engine_id.removeprefix("sha256:") != image_id.removeprefix("sha256:"):
+        raise HostError(f"the Docker engine holds {name} as {engine_id}, not as buildah built it ({image_id}): "
+                        "the hand-over changed the image's config")
+    return engine_id
+
+
+def buildah_layers(image_id: str) -> list[str]:
+    """The image's layers' diff ids, bottom first."""
+    info = json.loads(_buildah("inspect", "--type", "image", image_id.removeprefix("sha256:")).stdout)
+    return list(info["OCIv1"]["rootfs"]["diff_ids"])
+
+
+@contextmanager
+def fresh_store(folder: Path):
+    """buildah with a store, cache and cache mounts of its own under `folder`, empty at first: builds from nothing
+    that leave the everyday store (and its cache) as it was. Removed afterwards."""
+    conf = folder / "storage.conf"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tmp").mkdir(exist_ok=True)  # buildah keeps RUN --mount=type=cache folders under TMPDIR
+    conf.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{folder}/storage"\nrunroot = "{folder}/run"\n')
+    saved = {k: os.environ.get(k) for k in ("CONTAINERS_STORAGE_CONF", "TMPDIR")}
+    os.environ.update(CONTAINERS_STORAGE_CONF=str(conf), TMPDIR=str(folder / "tmp"))
+    try:
+        yield folder
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        subprocess.run(["buildah", "--storage-driver", "overlay", "--root", f"{folder}/storage", "--runroot", f"{folder}/run",
+                        "rmi", "--all", "--force"], capture_output=True)  # fmt: skip
+        subprocess.run(["umount", "--recursive", "--lazy", f"{folder}/storage/overlay"], capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def buildah_forget(*image_ids: str) -> None:
+    """Remove images from buildah's store (its cache of them too): for a build from nothing."""
+    for image_id in image_ids:
+        _buildah("rmi", "--force", image_id.removeprefix("sha256:"), check=False)
+    _buildah("rmi", "--prune", check=False)

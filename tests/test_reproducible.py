@@ -1,0 +1,228 @@
+"""Same commit, same image: times from git, buildah setting them, the committed record, the difference explained,
+and the image's id carried into the run log, the doctor and the report.
+
+The full double build of a track's image takes minutes a build; CI's build of track c is compared with
+lockfiles/c.image.json (strict under CI=true), and `invoke build --check-reproducible` runs the double build. Here
+the same machinery runs on small images built for real by buildah and Docker."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
+
+from grpolab.common.tracks import get_track  # noqa: E402
+from grpolab.environment.doctor import image_item  # noqa: E402
+from grpolab.environment.fingerprint import fingerprint_drift, image_identity  # noqa: E402
+from grpolab.report.table import environment  # noqa: E402
+
+from hostlab import REPO, engine  # noqa: E402
+from hostlab.base import host_arch, standin_name  # noqa: E402
+from hostlab.builder import (  # noqa: E402
+    base_into_buildah,
+    buildah_build,
+    buildah_forget,
+    buildah_layers,
+    buildah_to_engine,
+    commit_time,
+    fresh_store,
+    deps_inputs,
+    lab_inputs,
+)
+from hostlab.compose import compose_env  # noqa: E402
+from hostlab.imagediff import explain  # noqa: E402
+from hostlab.imagerecord import compare_with_record, input_hashes, write_record  # noqa: E402
+
+STANDIN = standin_name(host_arch())
+HAVE_BUILDAH = shutil.which("buildah") is not None
+needs_buildah = pytest.mark.skipif(
+    not (HAVE_BUILDAH and engine.running() and engine.image_or_none(STANDIN) is not None),
+    reason="needs buildah, a Docker engine and the stand-in base (CI has all three: setup-host.sh, invoke base)",
+)
+
+
+def git(repo: Path, *args: str, when: int | None = None) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    if when is not None:
+        env |= {"GIT_AUTHOR_DATE": f"@{when} +0000", "GIT_COMMITTER_DATE": f"@{when} +0000"}
+    return subprocess.run(["git", "-C", str(repo), *args], env=env, check=True, capture_output=True, text=True, timeout=60).stdout
+
+
+# ------------------------------------------------------------------------------------------ times from git
+def test_each_part_gets_the_time_of_the_last_commit_that_changed_it(tmp_path):
+    git(tmp_path, "init", "-q")
+    (tmp_path / "images").mkdir()
+    (tmp_path / "entrypoint").mkdir()
+    (tmp_path / "images" / "Dockerfile").write_text("FROM x\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "dockerfile", when=1_700_000_000)
+    (tmp_path / "entrypoint" / "lab.py").write_text("print(1)\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "code", when=1_700_000_500)
+    (tmp_path / "README.md").write_text("words\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "docs", when=1_700_009_999)
+    track = get_track("c")
+    assert commit_time(tmp_path, deps_inputs(track)) == 1_700_000_000  # a code or docs commit leaves it
+    assert commit_time(tmp_path, lab_inputs(track)) == 1_700_000_500  # the docs commit does not count
+    (tmp_path / "entrypoint" / "lab.py").write_text("print(2)\n")  # uncommitted: still the commit's time, not the clock
+    assert commit_time(tmp_path, lab_inputs(track)) == 1_700_000_500
+
+
+def test_the_dockerfile_gives_each_stage_its_time_and_every_run_fails_on_error():
+    text = (REPO / "images" / "Dockerfile").read_text()
+    stages = text.split("\nFROM ")[1:]
+    assert [s.split("\n", 1)[0] for s in stages] == ["${BASE_IMAGE} AS source-builds", "${BASE_IMAGE} AS deps", "${DEPS} AS lab"]
+    assert all("\nARG SOURCE_DATE_EPOCH\n" in s for s in stages), "each stage's time must be in its cache key"
+    runs = text.split("\nRUN ")[1:]
+    bodies = [" ".join(line.strip() for line in r.split("\n") if not line.strip().startswith("--mount")) for r in runs]
+    assert bodies and all(b.lstrip("\\ ").startswith("set -eu;") for b in bodies), "buildah's OCI images ignore SHELL"
+    assert "ARG DEPS=deps" in text.split("\nFROM ", 1)[0], "DEPS is global: FROM ${DEPS} reads it"
+
+
+# ------------------------------------------------------------------------------------------ buildah, for real
+SMALL = """\
+ARG BASE_IMAGE
+FROM ${BASE_IMAGE} AS deps
+ARG SOURCE_DATE_EPOCH
+RUN set -eu; python3 -m venv /opt/venv; python3 -c "import time; open('/opt/made', 'w').write('x')"
+COPY code/ /opt/code/
+"""
+
+
+def small_context(tmp_path: Path, code: str) -> Path:
+    context = tmp_path / f"context-{abs(hash(code))}"
+    (context / "code").mkdir(parents=True)
+    (context / "code" / "lab.py").write_text(code)
+    (context / "Dockerfile").write_text(SMALL)
+    return context
+
+
+@pytest.fixture
+def own_store(tmp_path):
+    """The tests' buildah work in a store of their own: the everyday store's images and cache are not touched."""
+    with fresh_store(tmp_path / "buildah") as folder:
+        yield folder
+
+
+def small_build(context: Path, epoch: int) -> str:
+    base = base_into_buildah(engine.image_or_none(STANDIN).id)
+    image_id, tail = buildah_build(context / "Dockerfile", context, "deps", epoch, {"BASE_IMAGE": base}, "linux/" + host_arch(), None)
+    assert image_id, "\n".join(tail[-20:])
+    return image_id
+
+
+@needs_buildah
+def test_two_builds_from_nothing_give_one_id_and_another_time_another(tmp_path, own_store):
+    """A venv (files stamped by the clock as they are written) and a COPY: buildah's --timestamp sets them all."""
+    context = small_context(tmp_path, "print('lab')\n")
+    first = small_build(context, 1_700_000_000)
+    buildah_forget(first)
+    second = small_build(context, 1_700_000_000)
+    assert first == second
+    third = small_build(context, 1_700_000_001)  # the time is in the cache key: nothing of the first is reused
+    assert third != second and buildah_layers(third)[1:] != buildah_layers(second)[1:]
+    assert buildah_layers(third)[0] == buildah_layers(second)[0]  # the base, as it was
+    name = f"grpolab-test:repro-{os.getpid()}"
+    try:
+        assert buildah_to_engine(second, name).removeprefix("sha256:") == second.removeprefix("sha256:")
+        assert engine.image_or_none(name).attrs["RootFS"]["Layers"] == buildah_layers(second)
+    finally:
+        engine.client().images.remove(name, force=True)
+        buildah_forget(first, third)
+
+
+@needs_buildah
+def test_a_difference_is_named_down_to_the_file(tmp_path, own_store):
+    names = [f"grpolab-test:diff-{os.getpid()}-{n}" for n in (1, 2)]
+    ids = [small_build(small_context(tmp_path, code), 1_700_000_000) for code in ("print('one')\n", "print('two')\n")]
+    try:
+        for image_id, name in zip(ids, names):
+            buildah_to_engine(image_id, name)
+        layers = [engine.image_or_none(n).attrs["RootFS"]["Layers"] for n in names]
+        lines = explain(*names, *layers)
+        text = "\n".join(lines)
+        assert lines[0].startswith(f"layer #{len(layers[0]) - 1}:"), text  # the COPY, the last layer; the venv's is the same
+        assert "/opt/code/lab.py: content (13 vs 13 bytes)" in text
+        assert "diffoscope /opt/code/lab.py" in text or "first differing byte at offset 7" in text
+    finally:
+        for name in names:
+            engine.client().images.remove(name, force=True)
+        buildah_forget(*ids)
+
+
+# ------------------------------------------------------------------------------------------ the committed record
+def fake_repo(tmp_path: Path, track) -> Path:
+    for path in deps_inputs(track):
+        if (REPO / path).is_file():
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / path, tmp_path / path)
+    return tmp_path
+
+
+def built(**fields) -> SimpleNamespace:
+    made = dict(base="grpolab-base:trixie-amd64", base_id="sha256:" + "b" * 64, deps_image_id="sha256:" + "d" * 64,
+                deps_layers=["sha256:" + "1" * 64, "sha256:" + "2" * 64], epochs={"deps": 1_700_000_000, "lab": 1_700_000_500},
+                builder="buildah 1.28.2", image_id="sha256:" + "e" * 64)  # fmt: skip
+    return SimpleNamespace(**(made | fields))
+
+
+def test_a_build_is_held_to_the_record_of_its_inputs(tmp_path):
+    track = get_track("c")
+    repo = fake_repo(tmp_path, track)
+    assert compare_with_record(track, built(), repo)[0] == "none"
+    write_record(track, built(), {"builds": 2, "same": True}, repo)
+    record = json.loads((repo / "lockfiles" / "c.image.json").read_text())
+    assert record["inputs"] == input_hashes(track, repo) and "lockfiles/c.txt" in record["inputs"]
+    assert compare_with_record(track, built(), repo)[0] == "same"
+    verdict, lines = compare_with_record(track, built(deps_image_id="sha256:" + "f" * 64, deps_layers=["sha256:" + "1" * 64, "sha256:" + "3" * 64]), repo)
+    assert verdict == "differs" and "first differing layer: #1" in "\n".join(lines)
+    verdict, lines = compare_with_record(track, built(base_id="sha256:" + "a" * 64), repo)
+    assert verdict == "other base" and "invoke build --track c --base grpolab-base:trixie-amd64" in lines[0]
+    with (repo / "lockfiles" / "c.txt").open("a") as lock:
+        lock.write("# edited\n")
+    verdict, lines = compare_with_record(track, built(), repo)
+    assert verdict == "stale" and "lockfiles/c.txt changed" in lines[0] and "--check-reproducible --record" in lines[0]
+
+
+def test_the_committed_records_match_their_inputs():
+    """A Dockerfile, lock or side lock changed without recording what it gives fails here, before any build."""
+    for path in sorted((REPO / "lockfiles").glob("*.image.json")):
+        record = json.loads(path.read_text())
+        track = get_track(record["track"])
+        assert record["inputs"] == input_hashes(track), f"{path.name} is stale: `invoke build --track {track.name} --check-reproducible --record`"
+        assert record["checked"]["same"] is True and record["checked"]["builds"] == 2
+
+
+# ------------------------------------------------------------------------------------------ the id, carried
+def test_the_image_id_reaches_the_run_log_the_doctor_and_the_report(monkeypatch):
+    image_id = "sha256:" + "4c2d95832e99" + "0" * 52
+    monkeypatch.setenv("GRPOLAB_IMAGE", image_id)
+    monkeypatch.setenv("GRPOLAB_IMAGE_NAME", "grpolab:c")
+    monkeypatch.delenv("GRPOLAB_IMAGE_REPO_DIGEST", raising=False)
+    fp = image_identity()
+    assert fp == {"image_id": image_id, "image_name": "grpolab:c", "image_repo_digest": None}
+    assert fingerprint_drift({"image_id": "sha256:" + "9" * 64}, {"image_id": image_id}) == [f"image sha256:{'9' * 64} -> {image_id}"]
+    monkeypatch.setenv("GRPOLAB_LOCK_SHA256", "a" * 64)  # inside an image
+    ctx = SimpleNamespace(fingerprint=fp)
+    found = image_item(ctx)
+    assert found["status"] == "ok" and found["summary"].startswith(image_id) and "no repo digest" in found["summary"]
+    monkeypatch.setenv("GRPOLAB_IMAGE", "grpolab:c")  # started by name: no id to record
+    found = image_item(SimpleNamespace(fingerprint=image_identity()))
+    assert found["status"] == "warn" and "docker compose run" in found["action"]
+    monkeypatch.delenv("GRPOLAB_LOCK_SHA256")  # a venv: no image item at all
+    assert image_item(SimpleNamespace(fingerprint=image_identity())) is None
+    assert environment({"fingerprint": {"image_id": image_id}})["image"] == "4c2d95832e99"
+
+
+def test_compose_runs_the_built_image_by_its_id():
+    env = compose_env(get_track("c"), "grpolab:c", image_id="sha256:" + "4" * 64, uid_gid=(1000, 1000))
+    assert env["LAB_IMAGE"] == "sha256:" + "4" * 64 and env["LAB_IMAGE_NAME"] == "grpolab:c"
+    compose = (REPO / "compose" / "base.yaml").read_text()
+    assert "GRPOLAB_IMAGE: ${LAB_IMAGE}" in compose and "image: ${LAB_IMAGE:?" in compose
