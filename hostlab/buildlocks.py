@@ -151,8 +151,9 @@ def backend_requires(track: Track, source: Path, system: BuildSystem, settings: 
             raise HostError(f"could not make the venv that asks {system.backend} for its build requirements ({shlex.join(cmd)}):\n{proc.stderr.strip()}")
     # Only the venv on PATH, and none of the host's settings: what the backend finds is what the build stage has.
     hook_env = {"PATH": str(venv / "bin"), "HOME": str(workdir), "LANG": "C.UTF-8"}
-    cmd = [str(venv / "bin" / "python"), "-c", HOOK, system.backend, json.dumps(system.backend_path), json.dumps(settings)]
-    proc = subprocess.run(cmd, cwd=source, env=hook_env, capture_output=True, text=True, timeout=HOOK_TIMEOUT_S)
+    python = str(venv / "bin" / "python")
+    proc = subprocess.run([python, "-c", HOOK, system.backend, json.dumps(system.backend_path), json.dumps(settings)],
+                          cwd=source, env=hook_env, capture_output=True, text=True, timeout=HOOK_TIMEOUT_S)  # fmt: skip
     if proc.returncode != 0:
         raise HostError(f"{system.backend}'s get_requires_for_build_wheel failed in {source.name}:\n{proc.stderr.strip()[-2000:]}")
     return parse_body(pins)[0], json.loads(proc.stdout.strip().splitlines()[-1])
