@@ -37,4 +37,13 @@ if [ -n "$extra" ]; then
     echo "ERROR: Debian package ${extra} would be installed but lockfiles/${track}.debian.txt does not pin it: ${redo}" >&2
     exit 1
 fi
+# Nor move back a package the base has newer (a base made after the pins, e.g. with a security update): apt would refuse
+# to downgrade, in words that do not say what to do.
+newer=$(printf '%s\n' "$plan" | sed -n 's/^Inst \([^ ]*\) \[\([^]]*\)\] (\([^ ]*\) .*/\1 \2 \3/p' | while read -r name old new; do
+    if dpkg --compare-versions "$old" gt "$new"; then echo "${name%%:*} ${new} ${old}"; break; fi
+done)
+if [ -n "$newer" ]; then
+    echo "$newer" | { read -r name new old; echo "ERROR: Debian package ${name} ${new} is older than the ${old} this base has: ${redo} to move the pins on" >&2; }
+    exit 1
+fi
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null

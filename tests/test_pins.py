@@ -203,9 +203,12 @@ def test_committed_stand_in_pins_are_current():
     assert check_base_lock("amd64", PACKAGES + ["curl"])[0].startswith("lockfiles/base-trixie-amd64.debian.txt is stale: it was made for asked")
 
 
-def run_script(*args: str, image: str = STANDIN) -> subprocess.CompletedProcess:
-    """images/apt-install-pinned.sh ARGS in a throwaway container of `image`, apt asking Debian's archive for real."""
-    cmd = ["docker", "run", "--rm", "-v", f"{SCRIPT}:/tmp/apt-install-pinned.sh:ro", image, "sh", "-c", 'sh /tmp/apt-install-pinned.sh "$@" && dpkg-query -W libnuma1', "run", *args]
+def run_script(*args: str, before: str = "true") -> subprocess.CompletedProcess:
+    """images/apt-install-pinned.sh ARGS in a throwaway container of the stand-in base (after the shell line `before`),
+    apt asking Debian's archive for real; then which libnuma1 is installed."""
+    script = f'{before} && sh /tmp/apt-install-pinned.sh "$@" && dpkg-query -W libnuma1'
+    cmd = ["docker", "run", "--rm", "-e", "DEBIAN_FRONTEND=noninteractive", "-v", f"{SCRIPT}:/tmp/apt-install-pinned.sh:ro", STANDIN,
+           "sh", "-c", script, "run", *args]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
@@ -274,4 +277,18 @@ def test_a_stand_in_pin_the_archive_lacks_is_refused_in_one_line(tmp_path):
     assert str(err.value) == (
         f"Debian package python3-venv 3.13.5-0grpolab.made.up is no longer in trixie's archive: run `invoke lock --base {host_arch()}` "
         "to move the pins on"
+    )
+
+
+@pytest.mark.docker
+@needs_standin
+def test_a_pin_older_than_what_the_base_has_is_refused_in_one_line():
+    """A base made after the pins (a security update in it): moving its package back is refused, with what to do."""
+    runtime = read_debian_lock(debian_lock_path(CV)).groups["runtime"]
+    newer = 'apt-get update -qq && apt-get install -y -qq libnuma1 >/dev/null && sed -i "/^Package: libnuma1$/,/^$/ s/^Version: .*/Version: 9.9-9/" /var/lib/dpkg/status'
+    proc = run_script("cv", "trixie", *runtime, before=newer)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    version = dict(p.split("=", 1) for p in runtime)["libnuma1"]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"ERROR: Debian package libnuma1 {version} is older than the 9.9-9 this base has: run `invoke lock --track cv` to move the pins on"
     )
