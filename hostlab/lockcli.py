@@ -8,7 +8,7 @@ from pathlib import Path
 
 from grpolab.common.tracks import get_track, load_tracks
 
-from . import HostError
+from . import HostError, engine
 from .base import PACKAGES as BASE_PACKAGES
 from .base import PINNED_ARCHES, check_can_make, ensure_standin, make_base_lock
 from .buildlocks import check_build_lock, make_build_lock
@@ -59,7 +59,10 @@ def make_side_locks(track) -> None:
     base, which is made first when it is not here)."""
     lock = parse_lock(lock_path(track).read_text())
     make_build_lock(track)
-    make_debian_lock(track, lock, ensure_standin() if any(debian_needs(lock).values()) else "")
+    asks_debian = any(debian_needs(lock).values())
+    if asks_debian:
+        engine.client()  # first: an engine that is stopped is said before a stand-in is made for nothing
+    make_debian_lock(track, lock, ensure_standin() if asks_debian else "")
 
 
 def base_arches(lock_dir=LOCK_DIR) -> list[str]:
