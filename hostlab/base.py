@@ -53,7 +53,8 @@ PACKAGES = ["python3", "python3-venv", "ca-certificates"]
 PINNED_ARCHES = ("amd64",)
 RESOLVING_VARIANT = "minbase"  # what `invoke lock` makes to read the package set from (debootstrap's minbase, plus PACKAGES)
 FIXED_FILE_HOOKS = ('printf "" > "$1/etc/resolv.conf"', 'echo localhost > "$1/etc/hostname"')
-LOST_VERSION = re.compile(r"E: Version '([^']+)' for '([^']+)' was not found")
+LOST_VERSION = re.compile(r"E: Version '([^']+)' for '([^']+)' was not found")  # apt's words, inside mmdebstrap
+GONE_PACKAGE = re.compile(r"E: Unable to locate package (\S+)")
 
 
 def standin_name(arch: str) -> str:
@@ -99,9 +100,11 @@ def mmdebstrap(arch: str, variant: str, include: list[str], target: Path, epoch:
     status, tail = stream(cmd, env=env, shown=(f"SOURCE_DATE_EPOCH={epoch} " if epoch is not None else "") + shlex.join(shown))
     if status != 0:
         text = "\n".join(tail)
-        lost = LOST_VERSION.search(text)
+        lost, gone = LOST_VERSION.search(text), GONE_PACKAGE.search(text)
         if lost:
             raise HostError(refusal(lost[2], lost[1], redo))
+        if gone and any(pin.startswith(gone[1] + "=") for pin in include):
+            raise HostError(refusal(gone[1], next(pin for pin in include if pin.startswith(gone[1] + "=")).split("=", 1)[1], redo))
         raise HostError(f"mmdebstrap could not make the {arch} stand-in base:\n" + "\n".join(tail[-15:]))
 
 
