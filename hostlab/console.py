@@ -28,10 +28,11 @@ def run(
 
 
 def stream(
-    cmd: list[str], *, env: dict | None = None, cwd: Path | None = None, keep_lines: int = 400
+    cmd: list[str], *, env: dict | None = None, cwd: Path | None = None, keep_lines: int = 400, shown: str | None = None
 ) -> tuple[int, list[str]]:
-    """Run a command showing its output live; return its exit status and its last `keep_lines` lines."""
-    say("$ " + shlex.join(str(c) for c in cmd))
+    """Run a command showing its output live; return its exit status and its last `keep_lines` lines. `shown`: the
+    command as echoed, when its own words would be too many to read."""
+    say("$ " + (shown or shlex.join(str(c) for c in cmd)))
     tail: deque[str] = deque(maxlen=keep_lines)
     proc = subprocess.Popen(
         resolved(cmd),

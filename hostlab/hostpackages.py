@@ -20,7 +20,8 @@ import sys
 from dataclasses import dataclass, field
 
 HOST_PYTHON_MIN = (3, 11)  # pyproject.toml's requires-python (tests/test_setup_host.py keeps them equal)
-DEBOOTSTRAP_PACKAGE = "debootstrap"
+DEBOOTSTRAP_PACKAGE = "debootstrap"  # images/stock-host-check.sh's stock root filesystems
+MMDEBSTRAP_PACKAGE = "mmdebstrap"  # the stand-in base (`invoke base`): pinned packages, the same bytes every time
 # Builds the images with every time taken from git (same commit, same image id): hostlab/builder.py says why not the
 # engine's own builder. Every release in the table has it (bookworm 1.28, trixie 1.39, jammy 1.23, noble 1.33).
 BUILDAH_PACKAGE = "buildah"
@@ -87,7 +88,7 @@ def release_for(os_release: dict[str, str]) -> tuple[Release, str | None]:
     shown = os_release.get("PRETTY_NAME", "this system")
     raise NotSupported(
         f"{shown} is not Debian or Ubuntu, and setup-host.sh installs with apt: install the Docker engine, "
-        f"Compose v2, debootstrap and a Python >= {'.'.join(map(str, HOST_PYTHON_MIN))} with venv yourself, then "
+        f"Compose v2, debootstrap, mmdebstrap and a Python >= {'.'.join(map(str, HOST_PYTHON_MIN))} with venv yourself, then "
         "`python3 -m venv .venvs/host && .venvs/host/bin/pip install -e '.[host]'`"
     )
 
@@ -100,8 +101,9 @@ class Found:
     compose_v2: bool  # `docker compose version` answers
     buildx: bool  # `docker buildx version` answers
     debootstrap: bool
-    python_with_venv: bool
-    buildah: bool = True  # the release's interpreter, new enough, with ensurepip
+    mmdebstrap: bool
+    buildah: bool
+    python_with_venv: bool  # the release's interpreter, new enough, with ensurepip
     ca_bundle: bool = True
 
 
@@ -129,6 +131,8 @@ def plan_for(release: Release, found: Found) -> Plan:
         plan.apt.append(release.buildx_package)
     if not found.debootstrap:
         plan.apt.append(DEBOOTSTRAP_PACKAGE)
+    if not found.mmdebstrap:
+        plan.apt.append(MMDEBSTRAP_PACKAGE)
     if not found.buildah:
         plan.apt.append(BUILDAH_PACKAGE)
     if not found.python_with_venv:
@@ -174,6 +178,7 @@ def probe(release: Release) -> Found:
         compose_v2=is_compose_v2(docker_plugin_version("compose")),
         buildx=docker_plugin_version("buildx") is not None,
         debootstrap=which("debootstrap") is not None,
+        mmdebstrap=which("mmdebstrap") is not None,
         buildah=which("buildah") is not None,
         python_with_venv=python_with_venv(release.python) is not None,
         ca_bundle=os.path.exists(CA_BUNDLE),

@@ -1,4 +1,5 @@
-"""`invoke lock` over one track or all of them."""
+"""`invoke lock` over one track or all of them: each track's lock, with the locks beside it (the hashed tools that compile
+its source-only packages, its Debian pins), and the stand-in base's Debian pins."""
 
 from __future__ import annotations
 
@@ -7,10 +8,16 @@ from pathlib import Path
 
 from grpolab.common.tracks import get_track, load_tracks
 
-from . import HostError
+from . import HostError, engine
+from .base import PACKAGES as BASE_PACKAGES
+from .base import PINNED_ARCHES, check_can_make, ensure_standin, make_base_lock
+from .buildlocks import check_build_lock, make_build_lock
 from .console import say
+from .debianpins import SUITE, base_lock_path, check_base_lock, check_debian_lock, make_debian_lock
 from .kernels import check_table, table_for_new_lock
+from .lockfile import parse_lock
 from .locks import LOCK_DIR, check_lock, instructions_path, lock_path, make_lock
+from .sourcebuilds import debian_needs
 from .sidelocks import (
     TEST_TOOLS_TRACK,
     check_test_tools_lock,
@@ -33,16 +40,42 @@ def make_checked_lock(track, vllm: str | None = None) -> None:
     path = lock_path(track)
     before = path.read_text() if path.exists() else None
     make_lock(track, vllm)
-    if not track.gpus:
-        return
-    try:
-        table_for_new_lock(track, path.read_text())
-    except HostError:
-        if before is None:
-            path.unlink()
-        else:
-            path.write_text(before)
-        raise
+    if track.gpus:
+        try:
+            table_for_new_lock(track, path.read_text())
+        except HostError:
+            if before is None:
+                path.unlink()
+            else:
+                path.write_text(before)
+            raise
+    if track.is_container:
+        make_side_locks(track)
+
+
+def make_side_locks(track) -> None:
+    """The locks an image builds with beside the track's own: the hashed tools that compile its source-only packages
+    (lockfiles/<track>.build.txt) and its Debian pins (lockfiles/<track>.debian.txt, resolved by apt inside the stand-in
+    base, which is made first when it is not here)."""
+    lock = parse_lock(lock_path(track).read_text())
+    make_build_lock(track)
+    asks_debian = any(debian_needs(lock).values())
+    if asks_debian:
+        engine.client()  # first: an engine that is stopped is said before a stand-in is made for nothing
+    make_debian_lock(track, lock, ensure_standin() if asks_debian else "")
+
+
+def base_arches(lock_dir=LOCK_DIR) -> list[str]:
+    """The arches whose stand-in pins `invoke lock` keeps: PINNED_ARCHES and any other whose pins are here."""
+    present = {p.name.removeprefix(f"base-{SUITE}-").removesuffix(".debian.txt") for p in lock_dir.glob(f"base-{SUITE}-*.debian.txt")}
+    return sorted(set(PINNED_ARCHES) | present)
+
+
+def make_base(arch: str) -> None:
+    """`invoke lock --base ARCH`: the stand-in base's Debian pins for ARCH, resolved again."""
+    started = time.monotonic()
+    make_base_lock(arch)
+    say(f"done in {time.monotonic() - started:.0f} s; `invoke base{'' if arch == 'amd64' else ' --arch ' + arch} --force` makes the stand-in from them")
 
 
 def make(track_name: str | None, vllm: str | None = None) -> None:
@@ -55,6 +88,13 @@ def make(track_name: str | None, vllm: str | None = None) -> None:
         if vllm:
             raise HostError("--vllm needs --track: it pins one track's vLLM")
         failed = []
+        for arch in base_arches():  # first: the tracks' Debian pins are resolved inside the stand-in base
+            try:
+                check_can_make(arch)
+            except HostError as err:
+                say(f"skipping the {arch} stand-in's pins (lockfiles/{base_lock_path(arch).name} kept as it is): {err}")
+                continue
+            make_base_lock(arch)
         for track in load_tracks().values():
             if _made_elsewhere(track):
                 say(f"skipping track {track.name}: its lock is made elsewhere (lockfiles/{track.name}.README)")
@@ -87,9 +127,12 @@ def check(track_name: str | None = None, lock_dir=LOCK_DIR) -> bool:
             continue
         report = check_lock(track, lock_dir)
         warnings = []
-        if not report.problems:  # the kernels table is judged against a lock that is itself current
+        if not report.problems:  # the kernels table and the side locks are judged against a lock that is itself current
             kernel_problems, warnings = check_table(track, lock_dir)
             report.problems += kernel_problems
+            if track.is_container:
+                lock = parse_lock(lock_path(track, lock_dir).read_text())
+                report.problems += check_build_lock(track, lock, lock_dir) + check_debian_lock(track, lock, lock_dir)
         say(f"{track.name}: {'ok' if report.ok else 'FAILED'}" + (f" ({report.note})" if report.note else ""))
         for problem in report.problems:
             say(f"  - {problem}")
@@ -102,6 +145,12 @@ def check(track_name: str | None = None, lock_dir=LOCK_DIR) -> bool:
             for problem in report.problems:
                 say(f"  - {problem}")
             ok &= report.ok
+        for arch in base_arches(lock_dir):
+            problems = check_base_lock(arch, BASE_PACKAGES, lock_dir)
+            say(f"stand-in base {arch}: {'ok' if not problems else 'FAILED'} (lockfiles/{base_lock_path(arch, lock_dir).name})")
+            for problem in problems:
+                say(f"  - {problem}")
+            ok &= not problems
     return ok
 
 

@@ -114,3 +114,31 @@ def render_lock(track: Track, header: dict, body: str) -> str:
     ]
     out += [f"# {k}: {json.dumps(header[k])}\n" for k in HEADER_KEYS if k in header or k not in OPTIONAL_HEADER_KEYS]
     return "".join(out) + body
+
+
+# ------------------------------------------------------------ the locks beside a track's (build tools, Debian)
+def render_side_lock(title: str, header: dict, body: str) -> str:
+    """A lock beside a track's: its first line `title` (which names its format), `# key: json` lines saying what it
+    was made from, the body's sha256 last (a hand edit changes it), then the body."""
+    header = {**header, "body-sha256": body_sha256(body)}
+    return title.rstrip("\n") + "\n" + "".join(f"# {k}: {json.dumps(v)}\n" for k, v in header.items()) + body
+
+
+def parse_side_lock(text: str, format_name: str) -> tuple[dict, str]:
+    """(header, body) of a lock written by render_side_lock; ValueError when it is not one of `format_name`."""
+    lines = text.splitlines(keepends=True)
+    if not lines or format_name not in lines[0]:
+        raise ValueError(f"its first line does not name {format_name} (was it written by hand or by another tool?)")
+    header, i = {}, 1
+    while i < len(lines) and lines[i].startswith("# ") and ": " in lines[i]:
+        key, _, value = lines[i][2:].rstrip("\n").partition(": ")
+        try:
+            header[key] = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"its header line {i + 1} ({key}) is not JSON: {err}") from None
+        i += 1
+        if key == "body-sha256":
+            break
+    if "body-sha256" not in header:
+        raise ValueError("its header has no body-sha256")
+    return header, "".join(lines[i:])

@@ -162,7 +162,9 @@ def instructions(track: Track, pyproject: Path = REPO / "pyproject.toml") -> str
         + f"\nOn a machine that reaches them (any OS: uv resolves for {track.uv_platform}, Python "
         f"{track.python}), from a clone of this repository:\n\n"
         f"    bash images/setup-host.sh && . .venvs/host/bin/activate    # the README's first command\n    invoke lock --track {track.name}\n    invoke lock --check --track "
-        f"{track.name}\n\nthen commit lockfiles/{track.name}.txt. Until it exists, `invoke build --track "
+        f"{track.name}\n\nthen commit lockfiles/{track.name}.txt and the locks `invoke lock` writes beside it for an image that compiles (lockfiles/"
+        f"{track.name}.build.txt, lockfiles/{track.name}.debian.txt: apt is asked inside the stand-in base, so Docker and, when "
+        f"the stand-in is not there yet, mmdebstrap). Until it exists, `invoke build --track "
         f"{track.name}` refuses.\n\n`invoke lock` resolves these inputs (images/tracks.toml's lock_inputs, then "
         f"pyproject.toml's lab extra and the extras the track's row names):\n\n"
         + "".join(f"    {i}\n" for i in inputs)

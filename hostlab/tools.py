@@ -1,5 +1,5 @@
-"""Where the host tasks find the programs they start (uv, docker, debootstrap, git, tar): beside the running Python
-first, then on PATH. A missing one is one line naming it and how to get it, never a traceback.
+"""Where the host tasks find the programs they start (uv, docker, debootstrap, mmdebstrap, git, tar): beside the running
+Python first, then on PATH. A missing one is one line naming it and how to get it, never a traceback.
 
 Beside the running Python first because `invoke` is often run from a venv that is not activated
 (`.venvs/host/bin/invoke lock`): uv is installed in that same venv, but its bin/ is not on PATH.
@@ -23,6 +23,8 @@ HOW_TO_GET = {
     "packages elsewhere)",
     "debootstrap": "`apt-get install -y debootstrap` (Debian and Ubuntu hosts only; it makes the stand-in base "
     "image when no registry answers)",
+    "mmdebstrap": "`apt-get install -y mmdebstrap` (Debian and Ubuntu hosts only; it makes the stand-in base image, "
+    "byte for byte the same from the same pins, when no registry answers)",
     "git": "`apt-get install -y git` (the project is a git clone; git tells builds and locks what changed)",
     "tar": "`apt-get install -y tar`",
 }

@@ -2,8 +2,8 @@
 # The README's first command: prepare this machine to build and run the images, then `. .venvs/host/bin/activate`.
 #
 # Debian 12/13, Ubuntu 22.04/24.04 as they ship (python3 without pip, "externally managed"), as root or as a
-# user with sudo: installs with apt what is missing (the Docker engine, Compose v2, debootstrap for stand-in
-# bases, a Python that can make venvs; names per release in hostlab/hostpackages.py), starts the engine,
+# user with sudo: installs with apt what is missing (the Docker engine, Compose v2, mmdebstrap for the stand-in
+# base, debootstrap for stock-system checks, a Python that can make venvs; names per release in hostlab/hostpackages.py), starts the engine,
 # checks that you may use it, and makes the host tasks' own venv, .venvs/host, with `pip install -e
 # '.[host]'` (the system Python is never touched). macOS (track m, no containers): the host venv, then
 # `invoke venv --track m`. Re-running it is safe and takes a second or two when nothing changed.

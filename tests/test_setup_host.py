@@ -45,8 +45,8 @@ OS_RELEASE = {
     "UBUNTU_CODENAME=resolute\n",
     "fedora": 'PRETTY_NAME="Fedora Linux 43"\nID=fedora\nVERSION_ID=43\n',
 }
-NOTHING = Found(engine=False, compose_v2=False, buildx=False, debootstrap=False, python_with_venv=False, buildah=False)
-EVERYTHING = Found(engine=True, compose_v2=True, buildx=True, debootstrap=True, python_with_venv=True)
+NOTHING = Found(engine=False, compose_v2=False, buildx=False, debootstrap=False, mmdebstrap=False, buildah=False, python_with_venv=False)
+EVERYTHING = Found(engine=True, compose_v2=True, buildx=True, debootstrap=True, mmdebstrap=True, buildah=True, python_with_venv=True)
 
 
 # ------------------------------------------------------------------------- the per-release table
@@ -75,25 +75,25 @@ def test_each_system_gets_its_releases_row(system, release, guessed):
 
 
 def test_a_system_without_apt_is_told_what_to_install_itself():
-    with pytest.raises(NotSupported, match="Fedora Linux 43 is not Debian or Ubuntu.*Compose v2, debootstrap"):
+    with pytest.raises(NotSupported, match="Fedora Linux 43 is not Debian or Ubuntu.*Compose v2, debootstrap, mmdebstrap"):
         release_for(parse_os_release(OS_RELEASE["fedora"]))
 
 
 @pytest.mark.parametrize(
     "release, apt, fallback",
     [
-        ("bookworm", ["docker.io", "debootstrap", "buildah", "python3-venv"], True),  # Compose v1 only: the pinned sdist
+        ("bookworm", ["docker.io", "debootstrap", "mmdebstrap", "buildah", "python3-venv"], True),  # Compose v1 only: the pinned sdist
         (
             "trixie",
-            ["docker.io", "docker-cli", "docker-compose", "docker-buildx", "debootstrap", "buildah", "python3-venv"],
+            ["docker.io", "docker-cli", "docker-compose", "docker-buildx", "debootstrap", "mmdebstrap", "buildah", "python3-venv"],
             False,
         ),
         (
             "jammy",
-            ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "buildah", "python3.11", "python3.11-venv"],
+            ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "mmdebstrap", "buildah", "python3.11", "python3.11-venv"],
             False,
         ),
-        ("noble", ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "buildah", "python3-venv"], False),
+        ("noble", ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "mmdebstrap", "buildah", "python3-venv"], False),
     ],
 )
 def test_a_stock_system_gets_every_package_under_its_releases_names(release, apt, fallback):
@@ -108,7 +108,7 @@ def test_a_set_up_system_needs_nothing():
 
 
 def test_dockers_own_engine_without_compose_gets_only_compose():
-    found = Found(engine=True, compose_v2=False, buildx=True, debootstrap=True, python_with_venv=True)
+    found = Found(engine=True, compose_v2=False, buildx=True, debootstrap=True, mmdebstrap=True, buildah=True, python_with_venv=True)
     assert plan_for(RELEASES["noble"], found).apt == ["docker-compose-v2"]
 
 
@@ -218,7 +218,7 @@ def test_no_root_and_no_sudo_gets_one_sentence_for_the_administrator(stock_check
     lines = proc.stderr.strip().splitlines()
     assert lines == [
         "[setup-host] You are not root and may not use sudo, so ask your administrator to run "
-        "`apt-get install -y docker.io debootstrap buildah python3-venv` and add you (student) to the docker group, "
+        "`apt-get install -y docker.io debootstrap mmdebstrap buildah python3-venv` and add you (student) to the docker group, "
         "then run `bash images/setup-host.sh` again."
     ]
     assert "apt-get install" not in proc.stdout  # it stopped before trying
@@ -289,7 +289,7 @@ groupadd -g "$(stat -c %g {SOCKET})" engine && usermod -aG engine student
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
-    assert "apt-get install docker.io debootstrap buildah python3-venv" in out
+    assert "apt-get install docker.io debootstrap mmdebstrap buildah python3-venv" in out
     assert "refuses you (student): you are not in the docker group" in out and "first run exited 1" in out
     assert "into /home/student/.docker/cli-plugins" in out  # not root: Compose for this user alone
     assert "Docker Compose version v2." in out
