@@ -33,6 +33,7 @@ from pathlib import Path
 from grpolab.common.filehash import sha256_of_file
 
 from . import REPO, HostError
+from .builder import commit_time
 from .console import say, stream
 from .debianpins import (
     MIRROR,
@@ -123,10 +124,7 @@ def installed_packages(rootfs_tar: Path) -> dict[str, str]:
 def base_epoch(arch: str, lock_dir: Path = LOCK_DIR) -> int:
     """The time of the last commit that changed the stand-in's pins or this module: its SOURCE_DATE_EPOCH."""
     paths = [str(p.relative_to(REPO)) for p in (base_lock_path(arch, lock_dir), Path(__file__)) if p.resolve().is_relative_to(REPO)]
-    out = subprocess.run(resolved(["git", "-C", str(REPO), "log", "-1", "--format=%ct", "--", *paths]), capture_output=True, text=True)
-    if out.returncode != 0 or not out.stdout.strip():
-        raise HostError(f"the stand-in base takes its time from git, and no commit has {' or '.join(paths)} ({out.stderr.strip() or 'not committed'}): commit them first")
-    return int(out.stdout.strip())
+    return commit_time(REPO, paths)
 
 
 def make_base_lock(arch: str | None = None, lock_dir: Path = LOCK_DIR) -> Path:

@@ -42,6 +42,8 @@ def deps_inputs(track: Track) -> list[str]:
     return [
         "images/Dockerfile",
         "images/verify-locked.py",
+        "images/apt-install-pinned.sh",
+        "hostlab/sourcebuilds.py",  # the compile's options (BUILD_CONFIG_SETTINGS) and which Debian libraries join
         "lockfiles/uv.txt",
         f"lockfiles/{track.name}.txt",
         f"lockfiles/{track.name}.build.txt",

@@ -69,6 +69,12 @@ def compare_with_record(track: Track, result, repo: Path = REPO) -> tuple[str, l
         return "none", [f"no {name} yet: `invoke build --track {track.name} --check-reproducible --record` makes it"]
     if not result.deps_image_id:
         return "none", [f"this build's builder ({result.builder}) does not set its times from git: nothing to compare with {name}"]
+    if record["base"]["id"] != result.base_id and record["base"]["name"] == result.base:
+        return "stale", [
+            f"{name} was recorded on {result.base} as it was then ({record['base']['id'][:19]}); it is now "
+            f"{result.base_id[:19]} (its pins or its recipe changed): record what the inputs give on it with "
+            f"`invoke build --track {track.name} --base {result.base} --check-reproducible --record`"
+        ]
     if record["base"]["id"] != result.base_id:
         return "other base", [
             f"{name} was recorded on the base {record['base']['name']} ({record['base']['id'][:19]}), this build ran on "

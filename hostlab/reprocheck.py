@@ -2,7 +2,7 @@
 
 Each build runs in a buildah store of its own, empty at first (no image, no cached layer, no cache mount: uv downloads
 the lock again), removed afterwards, so the everyday store and its cache are left as they were; the stand-in base is
-made again between the two when the build is on it. The two images' ids
+made again before each of the two when the build is on it. The two images' ids
 (their configs' digests) and every layer's diff id are compared; when they differ, imagediff names the layer and the
 files, and how they differ. With --record, two same builds are written to lockfiles/<track>.image.json, which every
 later build is compared with. The result, with what it cost, goes to bench/reproducible-<track>.json.
@@ -48,7 +48,7 @@ def check_reproducible(track_name: str | None, base: str | None = None, ca_bundl
         say(f"== build {attempt} of 2 of track {track.name}, from nothing ==")
         started = time.monotonic()
         base_seconds = None
-        if on_standin and attempt == 2:
+        if on_standin:  # made again before each: the first build too runs on the stand-in this commit makes
             base_started = time.monotonic()
             build_standin(arch, force=True)
             base_seconds = round(time.monotonic() - base_started, 1)

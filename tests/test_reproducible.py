@@ -183,8 +183,10 @@ def test_a_build_is_held_to_the_record_of_its_inputs(tmp_path):
     assert compare_with_record(track, built(), repo)[0] == "same"
     verdict, lines = compare_with_record(track, built(deps_image_id="sha256:" + "f" * 64, deps_layers=["sha256:" + "1" * 64, "sha256:" + "3" * 64]), repo)
     assert verdict == "differs" and "first differing layer: #1" in "\n".join(lines)
-    verdict, lines = compare_with_record(track, built(base_id="sha256:" + "a" * 64), repo)
+    verdict, lines = compare_with_record(track, built(base="python:3.13-slim-trixie", base_id="sha256:" + "a" * 64), repo)
     assert verdict == "other base" and "invoke build --track c --base grpolab-base:trixie-amd64" in lines[0]
+    verdict, lines = compare_with_record(track, built(base_id="sha256:" + "a" * 64), repo)  # the stand-in, made anew
+    assert verdict == "stale" and "--base grpolab-base:trixie-amd64 --check-reproducible --record" in lines[0]
     with (repo / "lockfiles" / "c.txt").open("a") as lock:
         lock.write("# edited\n")
     verdict, lines = compare_with_record(track, built(), repo)
