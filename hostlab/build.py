@@ -23,9 +23,11 @@ from .builder import (
     buildah_build,
     buildah_layers,
     buildah_to_engine,
+    buildx_build,
     choose_builder,
     commit_time,
     deps_inputs,
+    engine_layers,
     lab_inputs,
 )
 from .compose import compose_env, write_env_file
@@ -285,37 +287,49 @@ def run_build(cli: engine.BuildCli, track: Track, repo: Path, cmd: list[str]) ->
 
 
 @dataclass(frozen=True)
-class BuildahBuild:
+class TwoStageBuild:
     image_id: str
     deps_image_id: str
     deps_layers: list[str]
     tail: list[str]
 
 
-def run_buildah_build(
-    track: Track, repo: Path, image: str, args: dict[str, str], base_id: str, epochs: dict[str, int], ca: Path | None
-) -> BuildahBuild:
-    """Two buildah builds from one staged context: the dependency stages with their own time, then the lab stage on
-    that image with the code's time; the result handed to the Docker engine as `image`."""
-    base_ref = base_into_buildah(base_id)
+def run_two_stage_build(
+    builder: Builder, track: Track, repo: Path, image: str, args: dict[str, str], base_id: str, epochs: dict[str, int],
+    ca: Path | None,
+) -> TwoStageBuild:
+    """Two builds from one staged context, by a builder that sets every time (buildah, or buildx where the engine can):
+    the dependency stages with their own time, then the lab stage on that image with the code's time; the result in
+    the Docker engine as `image`."""
     if ca:
         say(f"CA bundle {ca} goes to the build as a secret (in no layer)")
     dockerfile = repo / "images" / "Dockerfile"
     with tempfile.TemporaryDirectory(prefix="grpolab-context-") as tmp:
         (Path(tmp) / "context").mkdir()
         context = stage_context(track, repo, Path(tmp) / "context")
-        stage_args = {**args, "BASE_IMAGE": base_ref, "BASE_NAME": args["BASE_IMAGE"]}
-        deps_id, tail = buildah_build(dockerfile, context, "deps", epochs["deps"], stage_args, track.platform, ca)
+        if builder.name == "buildah":
+            stage_args = {**args, "BASE_IMAGE": base_into_buildah(base_id), "BASE_NAME": args["BASE_IMAGE"]}
+            deps_id, tail = buildah_build(dockerfile, context, "deps", epochs["deps"], stage_args, track.platform, ca)
+            deps_ref = deps_id.removeprefix("sha256:")
+        else:
+            stage_args = {**args, "BASE_NAME": args["BASE_IMAGE"]}
+            deps_ref = f"grpolab-deps:{track.name}"
+            deps_id, tail = buildx_build(dockerfile, context, "deps", epochs["deps"], stage_args, track.platform, ca, deps_ref)
         if not deps_id:
             raise HostError(explain_failure(tail, track))
-        lab_id, lab_tail = buildah_build(
-            dockerfile, context, "lab", epochs["lab"], {**stage_args, "DEPS": deps_id.removeprefix("sha256:")},
-            track.platform, ca, tag=image,
-        )  # fmt: skip
+        lab_args = {**stage_args, "DEPS": deps_ref}
+        if builder.name == "buildah":
+            lab_id, lab_tail = buildah_build(dockerfile, context, "lab", epochs["lab"], lab_args, track.platform, ca, tag=image)
+        else:
+            lab_id, lab_tail = buildx_build(dockerfile, context, "lab", epochs["lab"], lab_args, track.platform, ca, image)
         if not lab_id:
             raise HostError(explain_failure(lab_tail, track))
-    buildah_to_engine(lab_id, image)
-    return BuildahBuild(lab_id, deps_id, buildah_layers(deps_id), tail + lab_tail)
+    if builder.name == "buildah":
+        buildah_to_engine(lab_id, image)
+        deps_layers = buildah_layers(deps_id)
+    else:
+        deps_layers = engine_layers(deps_ref)
+    return TwoStageBuild(lab_id, deps_id, deps_layers, tail + lab_tail)
 
 
 def build(
@@ -356,7 +370,7 @@ def build(
         **(build_args or {}),
     }
     if builder.reproducible:
-        made = run_buildah_build(track, repo, image, args, base_id, epochs, ca)
+        made = run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca)
         tail, deps_id, deps_layers = made.tail, made.deps_image_id, made.deps_layers
     else:
         warn(

@@ -14,7 +14,10 @@ Who sets the times (docs/locks-and-images.md, "Reproducible images"):
   file's mtime in the layers it commits. Debian 12's Docker engine (20.10, BuildKit 0.8) cannot: it knows no
   SOURCE_DATE_EPOCH and stamps each layer's history with the wall clock. buildah builds into its own store; the
   image is then handed to the engine whole (`buildah push ... docker-daemon:`), which keeps its id.
-- docker: the engine's own builder, when buildah is not installed. The image works the same; its id differs build
+- buildx: the engine's own BuildKit where it can do the same (Docker >= 26 with the containerd image store):
+  SOURCE_DATE_EPOCH and rewrite-timestamp, the image written to a file and loaded. Preferred where it works: nothing
+  to install, no second copy of the image. Checked on Debian 13's Docker 26.1.5 by images/buildkit-repro-check.sh.
+- docker: the engine's own builder otherwise. The image works the same; its id differs build
   to build, and `invoke build` says so.
 """
 
@@ -84,13 +87,38 @@ class Builder:
         return f"{self.name} {self.version}" + ("" if self.reproducible else " (not byte-reproducible)")
 
 
+def engine_sets_times() -> tuple[bool, str]:
+    """Can the engine's own builder set every time from git? BuildKit >= 0.13 (Docker >= 26) with buildx, writing the
+    image to a file with rewrite-timestamp, which only the containerd image store allows: the classic store's exporter
+    keeps the clock in the history ("Docker exporter is not supported for the docker driver"). (whether, why not)"""
+    out = subprocess.run(resolved(["docker", "version", "--format", "{{.Server.Version}}"]), capture_output=True, text=True)
+    version = out.stdout.strip()
+    major = int(version.split(".")[0]) if version[:1].isdigit() else 0
+    if major < 26:
+        return False, f"Docker engine {version or '?'}: BuildKit before 0.13 cannot rewrite file times (Docker >= 26 can)"
+    if subprocess.run(resolved(["docker", "buildx", "version"]), capture_output=True).returncode != 0:
+        return False, "no docker buildx plugin"
+    info = subprocess.run(resolved(["docker", "info", "--format", "{{json .DriverStatus}}"]), capture_output=True, text=True)
+    if "io.containerd.snapshotter" not in info.stdout:
+        return False, ("the engine keeps images in its classic store, whose exporter writes the clock into every image: "
+                       "turn on the containerd image store (docs/locks-and-images.md)")  # fmt: skip
+    return True, f"Docker engine {version} with buildx and the containerd image store"
+
+
 def choose_builder(wanted: str | None = None) -> Builder:
-    """buildah when installed (or asked for), else the engine's own builder. `wanted` (--builder, or GRPOLAB_BUILDER):
-    "buildah" or "docker"."""
+    """`wanted` (--builder, or GRPOLAB_BUILDER), else the first of: the engine's own builder where it sets every time
+    from git (buildx), buildah where installed, the engine's own builder without that promise (docker)."""
     wanted = wanted or os.environ.get("GRPOLAB_BUILDER") or None
-    if wanted not in (None, "buildah", "docker"):
-        raise HostError(f"--builder {wanted}: choose buildah (same commit, same image id) or docker")
-    if wanted != "docker":
+    if wanted not in (None, "buildx", "buildah", "docker"):
+        raise HostError(f"--builder {wanted}: choose buildx or buildah (same commit, same image id), or docker")
+    if wanted in (None, "buildx"):
+        able, why = engine_sets_times()
+        if able:
+            out = subprocess.run(resolved(["docker", "buildx", "version"]), capture_output=True, text=True)
+            return Builder("buildx", (out.stdout.split() or ["?", "?"])[1], True)
+        if wanted == "buildx":
+            raise HostError(f"--builder buildx: {why}")
+    if wanted in (None, "buildah"):
         path = shutil.which("buildah")
         if path:
             out = subprocess.run([path, "--version"], capture_output=True, text=True)
@@ -99,6 +127,38 @@ def choose_builder(wanted: str | None = None) -> Builder:
             raise HostError(f"--builder buildah: buildah is not installed: {BUILDAH_HINT}")
     out = subprocess.run(resolved(["docker", "version", "--format", "{{.Server.Version}}"]), capture_output=True, text=True)
     return Builder("docker", out.stdout.strip() or "?", False)
+
+
+def buildx_build(
+    dockerfile: Path, context: Path, target: str, epoch: int, args: dict[str, str], platform: str,
+    ca: Path | None, tag: str,
+) -> tuple[str, list[str]]:
+    """One `docker buildx build` of `target` with every time set to `epoch` (SOURCE_DATE_EPOCH: created times;
+    rewrite-timestamp: file mtimes), written to a file and loaded as `tag`: the image id and the log's last lines.
+    No provenance or SBOM attestations: they hold the build's own times."""
+    archive = context.parent / f"{target}.tar"
+    cmd = ["docker", "buildx", "build", "--provenance=false", "--sbom=false", "--target", target, "--platform", platform,
+           "--file", str(dockerfile), "--build-arg", f"SOURCE_DATE_EPOCH={epoch}",
+           "--output", f"type=docker,name={tag},dest={archive},rewrite-timestamp=true"]  # fmt: skip
+    for key, value in args.items():
+        cmd += ["--build-arg", f"{key}={value}"]
+    if ca:
+        cmd += ["--secret", f"id=ca_bundle,src={ca}"]
+    status, tail = stream(cmd + [str(context)])
+    if status != 0:
+        return "", tail
+    loaded = subprocess.run(resolved(["docker", "load", "--input", str(archive)]), capture_output=True, text=True)
+    archive.unlink(missing_ok=True)
+    if loaded.returncode != 0:
+        return "", tail + [f"ERROR: docker load of the built image failed: {loaded.stderr.strip()}"]
+    return engine_image_id(tag), tail
+
+
+def engine_layers(name: str) -> list[str]:
+    """The image's layers' diff ids as the engine holds them, bottom first."""
+    out = subprocess.run(resolved(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", name]),
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    return json.loads(out.stdout)
 
 
 def _buildah(*args: str, check: bool = True) -> subprocess.CompletedProcess:

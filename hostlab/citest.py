@@ -20,6 +20,7 @@ from .console import say
 from .kernels import verify_committed
 from .lockcli import check
 from .provenance import run_provenance
+from .reprocheck import check_reproducible
 from .serve import serve
 from .tools import compose_command, resolved
 from .up import base_for, up
@@ -64,8 +65,20 @@ def check_runlog(before: int, track: str, status: int) -> dict:
             f"the run-log line of that run says status {last.get('status')!r}, track {last.get('track')!r} "
             f"(expected passed, {track}): {last}"
         )
-    say(f"run log: {len(runs)} new line(s), last: kind {last.get('kind')}, status passed, track {track}")
+    image = engine.image_or_none(f"grpolab:{track}")
+    recorded = (last.get("fingerprint") or {}).get("image_id")
+    if image is not None and recorded != image.id:
+        raise HostError(f"the run-log line names image {recorded!r}, but `docker compose run lab` ran grpolab:{track}, {image.id}")
+    say(f"run log: {len(runs)} new line(s), last: kind {last.get('kind')}, status passed, track {track}, image {recorded}")
     return last
+
+
+def record_moved(track: str) -> bool:
+    """Did the last commit change the track's lockfiles/<track>.image.json? It changes with the Dockerfile, the lock or
+    the base (a change without it fails every build), so then the double build from nothing runs."""
+    path = f"lockfiles/{track}.image.json"
+    out = subprocess.run(resolved(["git", "-C", str(REPO), "diff", "--quiet", "HEAD~1", "HEAD", "--", path]), capture_output=True)
+    return out.returncode == 1
 
 
 REPORT_FILES = ("report.md", "report.csv", "index.html", "reward_per_step.png", "time_split.png", "peak_memory.png", "pass_at_1.png")
@@ -83,6 +96,8 @@ def check_report(track: str) -> None:
         raise HostError(f"the report's table has no row for track {track}: see {out / 'report.md'}")
 
 
+# The tracks whose images CI builds, each compared with its lockfiles/<track>.image.json by every build.
+REPRODUCIBLE_TRACKS = ("c", "cv")
 CV_TRACK = "cv"  # vLLM's CPU build with track n's trainer stack
 CV_SERVER_WAIT_S = 900.0  # the engine's start on 2 busy cores took minutes (facts.md: 96 s for the engine alone)
 
@@ -205,6 +220,10 @@ def run_ci(skip_image: bool = False) -> dict:
             check_runlog(before, "c", up("c"))
         with _step("invoke report (the table, CSV, plots and HTML from that run log)", timings):
             check_report("c")
+        for track in REPRODUCIBLE_TRACKS:
+            if record_moved(track):
+                with _step(f"invoke build --track {track} --check-reproducible (lockfiles/{track}.image.json changed: two builds from nothing)", timings):
+                    check_reproducible(track, base=base_for(get_track(track)))
         run_cv_vllm_steps(timings)
         run_cv_colocate_steps(timings)
     with _step("pytest", timings):

@@ -1,8 +1,9 @@
 """`invoke build --track T --check-reproducible`: build twice from nothing and compare, byte for byte.
 
-Each build runs in a buildah store of its own, empty at first (no image, no cached layer, no cache mount: uv downloads
+With buildah, each build runs in a store of its own, empty at first (no image, no cached layer, no cache mount: uv downloads
 the lock again), removed afterwards, so the everyday store and its cache are left as they were; the stand-in base is
-made again before each of the two when the build is on it. The two images' ids
+made again before each of the two when the build is on it. With buildx, the engine's build cache is emptied before
+each (`docker buildx prune --all`). The two images' ids
 (their configs' digests) and every layer's diff id are compared; when they differ, imagediff names the layer and the
 files, and how they differ. With --record, two same builds are written to lockfiles/<track>.image.json, which every
 later build is compared with. The result, with what it cost, goes to bench/reproducible-<track>.json.
@@ -10,7 +11,6 @@ later build is compared with. The result, with what it cost, goes to bench/repro
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
@@ -20,17 +20,11 @@ from . import REPO, HostError, engine
 from .base import build_standin, standin_name
 from .benchrecord import write_result
 from .build import BuildResult, build, image_name, resolve_track
-from .builder import BUILDAH_HINT, choose_builder, fresh_store
+from .builder import BUILDAH_HINT, choose_builder, engine_layers, fresh_store
 from .console import say, warn
 from .imagediff import explain
 from .imagerecord import compare_with_record, record_path, write_record
 from .tools import resolved
-
-
-def engine_layers(image: str) -> list[str]:
-    out = subprocess.run(resolved(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", image]),
-                         capture_output=True, text=True, check=True)  # fmt: skip
-    return json.loads(out.stdout)
 
 
 def check_reproducible(track_name: str | None, base: str | None = None, ca_bundle: str | None = None, record: bool = False,
@@ -52,9 +46,15 @@ def check_reproducible(track_name: str | None, base: str | None = None, ca_bundl
             base_started = time.monotonic()
             build_standin(arch, force=True)
             base_seconds = round(time.monotonic() - base_started, 1)
-        with fresh_store(Path(os.environ.get("TMPDIR", "/var/tmp")) / f"grpolab-check-{track.name}-{attempt}"):
-            result = build(track.name, base=base, ca_bundle=ca_bundle, repo=repo, tag=f"grpolab-check:{track.name}-{attempt}",
-                           write_env=False, builder=builder, compare_record=False)  # fmt: skip
+        tag = f"grpolab-check:{track.name}-{attempt}"
+        if builder.name == "buildah":
+            with fresh_store(Path(os.environ.get("TMPDIR", "/var/tmp")) / f"grpolab-check-{track.name}-{attempt}"):
+                result = build(track.name, base=base, ca_bundle=ca_bundle, repo=repo, tag=tag, write_env=False,
+                               builder=builder, compare_record=False)  # fmt: skip
+        else:  # buildx: the engine's build cache emptied (its cache mounts too), as a fresh machine has it
+            subprocess.run(resolved(["docker", "buildx", "prune", "--all", "--force"]), capture_output=True)
+            result = build(track.name, base=base, ca_bundle=ca_bundle, repo=repo, tag=tag, write_env=False,
+                           builder=builder, compare_record=False)  # fmt: skip
         builds.append(result)
         seconds.append({"build_s": round(result.seconds, 1), "total_s": round(time.monotonic() - started, 1),
                         **({"standin_base_s": base_seconds} if base_seconds is not None else {})})  # fmt: skip

@@ -249,16 +249,25 @@ def test_invoke_build_and_up_name_a_stopped_engine_before_anything_else(task, tm
 
 # ------------------------------------------------------------------------------------- a lock edited by hand
 def committed_copy(tmp_path: Path) -> Path:
-    """What a build reads (entrypoint/, images/, lockfiles/, pyproject.toml), committed to a git repo of its own."""
+    """What a build reads (entrypoint/, images/, lockfiles/, pyproject.toml), committed to a git repo of its own, at
+    the time this repository's dependency inputs were last committed: an image's times come from git, so the copy's
+    dependency stages are this checkout's, cached, and the ones lockfiles/c.image.json records."""
     import shutil
+
+    from grpolab.common.tracks import get_track
+    from hostlab.builder import commit_time, deps_inputs
 
     for name in ("entrypoint", "images", "lockfiles"):
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "hostlab").mkdir()
+    shutil.copy2(REPO / "hostlab" / "sourcebuilds.py", tmp_path / "hostlab")  # a dependency input: the compile's options
     shutil.copy2(REPO / "pyproject.toml", tmp_path)
+    when = f"@{commit_time(REPO, deps_inputs(get_track('c')))} +0000"
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(git + ["init", "-q"], check=True, timeout=600)
     subprocess.run(git + ["add", "."], check=True, timeout=600)
-    subprocess.run(git + ["commit", "-qm", "locks as invoke lock wrote them"], check=True, timeout=600)
+    subprocess.run(git + ["commit", "-qm", "locks as invoke lock wrote them"], check=True, timeout=600,
+                   env={**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when})  # fmt: skip
     return tmp_path
 
 
@@ -423,7 +432,7 @@ def test_ctrl_c_during_invoke_build_keeps_env_naming_the_last_image(tmp_path):
     env_before = (repo / ".env").read_text()
     (repo / "entrypoint" / "grpolab" / "changed.py").write_text("# a code change: the build has a layer to make\n")
     build = build_in_a_process(repo, "grpolab-test:interrupted")
-    output = read_until(build, lambda line: line.startswith("#") or "DONE" in line, timeout_s=300)  # BuildKit's progress: under way
+    output = read_until(build, lambda line: line.startswith("#") or "DONE" in line or "STEP" in line, timeout_s=300)  # the builder's progress: under way
     build.send_signal(signal.SIGINT)
     output += build.communicate(timeout=300)[0]
     assert build.returncode != 0, output
@@ -453,7 +462,8 @@ def test_two_builds_of_the_same_track_at_once_both_finish_whole(tmp_path):
     outputs = [b.communicate(timeout=900)[0] for b in builds]
     assert [b.returncode for b in builds] == [0, 0], outputs
     env = read_env_file(repo / ".env")
-    assert env["LAB_IMAGE"] == "grpolab-test:concurrent" and env["HF_TOKEN"] == "hf_user_line_kept"
+    assert env["LAB_IMAGE_NAME"] == "grpolab-test:concurrent" and env["HF_TOKEN"] == "hf_user_line_kept"
+    assert env["LAB_IMAGE"] == engine.image_or_none("grpolab-test:concurrent").id  # Compose runs it by its id
     assert [p.name for p in repo.iterdir() if p.name.startswith(".env")] == [".env"]  # no temporary left
     image = engine.image_or_none("grpolab-test:concurrent")
     assert image.labels["io.grpolab.track"] == "c"

@@ -22,17 +22,21 @@ from grpolab.environment.doctor import image_item  # noqa: E402
 from grpolab.environment.fingerprint import fingerprint_drift, image_identity  # noqa: E402
 from grpolab.report.table import environment  # noqa: E402
 
-from hostlab import REPO, engine  # noqa: E402
+from hostlab import REPO, HostError, engine  # noqa: E402
 from hostlab.base import host_arch, standin_name  # noqa: E402
 from hostlab.builder import (  # noqa: E402
+    Builder,
     base_into_buildah,
     buildah_build,
     buildah_forget,
     buildah_layers,
     buildah_to_engine,
+    buildx_build,
+    choose_builder,
     commit_time,
-    fresh_store,
     deps_inputs,
+    engine_layers,
+    fresh_store,
     lab_inputs,
 )
 from hostlab.compose import compose_env  # noqa: E402
@@ -228,3 +232,31 @@ def test_compose_runs_the_built_image_by_its_id():
     assert env["LAB_IMAGE"] == "sha256:" + "4" * 64 and env["LAB_IMAGE_NAME"] == "grpolab:c"
     compose = (REPO / "compose" / "base.yaml").read_text()
     assert "GRPOLAB_IMAGE: ${LAB_IMAGE}" in compose and "image: ${LAB_IMAGE:?" in compose
+
+
+def engine_builder():
+    try:
+        return choose_builder("buildx")
+    except HostError as why:
+        return why
+
+
+@pytest.mark.skipif(not isinstance(engine_builder(), Builder),
+                    reason=f"the engine's own builder cannot set every time here ({engine_builder()}); buildah does (CI)")
+def test_the_engines_own_builder_where_it_can(tmp_path):
+    """Docker >= 26 with the containerd image store: SOURCE_DATE_EPOCH and rewrite-timestamp, the build cache emptied
+    between two builds, one id. (Run here against Debian 13's Docker 26.1.5: DOCKER_HOST and DOCKER_CONFIG pointed at
+    it, images/buildkit-repro-check.sh.)"""
+    context = small_context(tmp_path, "print('lab')\n")
+    ids = []
+    try:
+        for attempt in (1, 2):
+            subprocess.run(["docker", "buildx", "prune", "--all", "--force"], capture_output=True, timeout=300)
+            image_id, tail = buildx_build(context / "Dockerfile", context, "deps", 1_700_000_000, {"BASE_IMAGE": STANDIN},
+                                          "linux/" + host_arch(), None, f"grpolab-test:buildx-{attempt}")  # fmt: skip
+            assert image_id, "\n".join(tail[-20:])
+            ids.append(image_id)
+        assert ids[0] == ids[1] and engine_layers("grpolab-test:buildx-1") == engine_layers("grpolab-test:buildx-2")
+    finally:
+        for attempt in (1, 2):
+            subprocess.run(["docker", "rmi", f"grpolab-test:buildx-{attempt}"], capture_output=True, timeout=120)
