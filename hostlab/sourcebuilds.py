@@ -36,7 +36,10 @@ SOURCE_BUILDS = {
             f"cmake.define.{flag}"
             for flag in ("GGML_NATIVE=OFF", "GGML_AVX=ON", "GGML_AVX2=ON", "GGML_FMA=ON", "GGML_F16C=ON",
                          "GGML_BMI2=ON", "GGML_OPENMP=OFF", "LLAVA_BUILD=OFF")
-        ),  # fmt: skip
+        )
+        # llama.cpp's pkg-config file names the install prefix, which scikit-build-core makes a random temporary
+        # folder: two builds gave two files (and two RECORDs), nothing else differed. No Python user reads it.
+        + ("wheel.exclude=lib/pkgconfig/",),  # fmt: skip
         "llama_cpp",
         keep_sdist=True,
     ),
