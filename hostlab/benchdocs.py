@@ -37,6 +37,9 @@ HEADLINES = {
     "projection": ("`invoke bench --projection`: the smoke test's projection of the lab's seconds per step against the lab",
                    [("projected (s/step)", "projected_lab_seconds_per_step"), ("lab (s/step)", "lab_seconds_per_step"),
                     ("projection / lab", "projection_over_lab"), ("calibration's share of the smoke run", "calibration_share_of_smoke_run")]),
+    "reproducible": ("`invoke build --check-reproducible`: a track's image built twice from nothing, compared byte for byte",
+                     [("same image id", "same_image_id"), ("same layers", "same_layers"), ("image id", "image_ids.1"),
+                      ("build 1 (s)", "seconds.0.build_s"), ("build 2 (s)", "seconds.1.build_s")]),
     "stock-host": ("`bash images/stock-host-check.sh`: the README's first command in a stock Debian root filesystem",
                    [("first run (s)", "first_run_s"), ("re-run (s)", "rerun_s"), ("Compose", "compose")]),
     "versus-trl": ("`invoke bench --versus-trl`: the lab against plain TRL on the same settings", [("lab / plain TRL", "lab_over_plain_trl")]),
@@ -47,6 +50,9 @@ def _at(record: dict, dotted: str):
     """The value at a dotted path; keys may hold dots' neighbours such as "vllm-colocate", never a dot."""
     value = record
     for key in dotted.split("."):
+        if isinstance(value, list) and key.isdigit() and int(key) < len(value):  # "seconds.0.build_s": the first
+            value = value[int(key)]
+            continue
         if not isinstance(value, dict) or key not in value:
             return None
         value = value[key]

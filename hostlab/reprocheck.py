@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import REPO, HostError, engine
 from .base import build_standin, standin_name
+from .benchdocs import write_page
 from .benchrecord import write_result
 from .build import BuildResult, build, image_name, resolve_track
 from .builder import BUILDAH_HINT, choose_builder, engine_layers, fresh_store
@@ -96,7 +97,7 @@ def check_reproducible(track_name: str | None, base: str | None = None, ca_bundl
         for tag in (first, second):
             engine.client().images.remove(tag, noprune=True)
     path = write_result("reproducible", verdict, (track.name,), {}, case=track.name, repo=repo)
-    say(f"result: {path.relative_to(repo)}")
+    say(f"result: {path.relative_to(repo)}, and {write_page().relative_to(repo)} again")
     if not same:
         raise HostError(f"track {track.name}'s image is not reproducible: the differences are listed above")
     return verdict
