@@ -14,6 +14,15 @@ if [ -f "$track_env" ]; then
     done < "$track_env"
 fi
 
+# Bytecode of this image's files only. An image built from git gives every file the same mtime (its commit's), and
+# Python accepts a cached .pyc whose source mtime and size match: one that another image left in the shared cache
+# volume, for another version of the same file, passed (cv's numpy failed to import one of c's). So a folder per image
+# (its id, which Compose hands in), else per lock.
+case "${GRPOLAB_IMAGE:-}" in sha256:*) image_key=$GRPOLAB_IMAGE ;; *) image_key=${GRPOLAB_LOCK_SHA256:-} ;; esac
+if [ -n "${PYTHONPYCACHEPREFIX:-}" ] && [ -n "$image_key" ]; then
+    export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX}/${image_key#sha256:}"
+fi
+
 case "${1:-}" in
     shell) shift; exec bash "$@" ;;
     *) exec python -m grpolab "$@" ;;
