@@ -10,6 +10,8 @@ from pathlib import Path
 
 from .tools import resolved
 
+STOP_GRACE_S = 30  # how long a streamed command is given to stop after an interrupt before it is killed
+
 
 def say(message: str = "") -> None:
     print(message, flush=True)
@@ -45,8 +47,18 @@ def stream(
         bufsize=1,
     )
     assert proc.stdout is not None
-    for line in proc.stdout:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-        tail.append(line.rstrip("\n"))
+    try:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            tail.append(line.rstrip("\n"))
+    except BaseException:
+        # A Ctrl-C at a terminal reaches the command too; one sent to this process alone (kill -INT, a supervisor)
+        # must not leave it running on, orphaned, holding the builder's store.
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
     return proc.wait(), list(tail)

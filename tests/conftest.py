@@ -3,6 +3,7 @@ tiny model (entrypoint/tiny-model/), and a cache of the tests' own (.cache/tests
 
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -76,11 +77,19 @@ def read_until(process: subprocess.Popen, seen, timeout_s: float) -> str:
                 return text
 
 
+def sigint_as_at_a_terminal() -> None:
+    """A Popen preexec_fn for children a test interrupts with SIGINT. A process started in a shell's background job
+    (CI harnesses, `nohup ... &`) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler, so
+    the child would never see the Ctrl-C the test sends: give it the default disposition a terminal's process has."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def lab_in_training(env: dict, runs: Path, steps: int = 500, timeout_s: float = 240):
     """A `grpolab lab` subprocess on track c, returned once its first training step is printed (for tests that
     interrupt or kill a run mid-training), with the output read so far."""
     process = subprocess.Popen(
         [sys.executable, "-m", "grpolab", "lab", "--track", "c", "--smoke", "never", "--max-steps", str(steps)],
         cwd=REPO, env={**env, "GRPOLAB_RUNS_DIR": str(runs)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=sigint_as_at_a_terminal,
     )  # fmt: skip
     return process, read_until(process, lambda line: "step " in line and f"/{steps}" in line, timeout_s)  # training under way

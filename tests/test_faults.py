@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import lab_in_training, read_until
+from conftest import lab_in_training, read_until, sigint_as_at_a_terminal
 from grpolab.common.errors import EXIT_STATUS
 from grpolab.common.runlog import append_run, read_runs, runs_with_unfinished, unfinished_runs
 
@@ -415,7 +415,8 @@ def build_in_a_process(repo: Path, tag: str, extra_env: dict | None = None) -> s
     code = (f"from hostlab.build import build; build('c', base={standin_name(host_arch())!r}, repo=__import__('pathlib')"
             f".Path({str(repo)!r}), tag={tag!r}, skip_host_check=True)")  # fmt: skip
     env = {**PYTHON_ENV, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "entrypoint")]), **(extra_env or {})}
-    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=sigint_as_at_a_terminal)  # fmt: skip
 
 
 def compose_still_runs_the_last_image(repo: Path, env_before: str) -> None:
