@@ -309,8 +309,8 @@ def run_two_stage_build(
         context = stage_context(track, repo, Path(tmp) / "context")
         if builder.name == "buildah":
             stage_args = {**args, "BASE_IMAGE": base_into_buildah(base_id), "BASE_NAME": args["BASE_IMAGE"]}
-            deps_id, tail = buildah_build(dockerfile, context, "deps", epochs["deps"], stage_args, track.platform, ca)
-            deps_ref = deps_id.removeprefix("sha256:")
+            deps_id, deps_built, tail = buildah_build(dockerfile, context, "deps", epochs["deps"], stage_args, track.platform, ca)
+            deps_ref = deps_built.removeprefix("sha256:")
         else:
             stage_args = {**args, "BASE_NAME": args["BASE_IMAGE"]}
             deps_ref = f"grpolab-deps:{track.name}"
@@ -319,7 +319,7 @@ def run_two_stage_build(
             raise HostError(explain_failure(tail, track))
         lab_args = {**stage_args, "DEPS": deps_ref}
         if builder.name == "buildah":
-            lab_id, lab_tail = buildah_build(dockerfile, context, "lab", epochs["lab"], lab_args, track.platform, ca, tag=image)
+            lab_id, _, lab_tail = buildah_build(dockerfile, context, "lab", epochs["lab"], lab_args, track.platform, ca, tag=image)
         else:
             lab_id, lab_tail = buildx_build(dockerfile, context, "lab", epochs["lab"], lab_args, track.platform, ca, image)
         if not lab_id:

@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,7 +163,7 @@ def engine_layers(name: str) -> list[str]:
 
 
 def _buildah(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run(["buildah", *args], capture_output=True, text=True)
+    out = subprocess.run(resolved(["buildah", *args]), capture_output=True, text=True)
     if check and out.returncode != 0:
         raise HostError(f"`buildah {' '.join(args[:3])} ...` failed: {out.stderr.strip()[-800:]}")
     return out
@@ -185,28 +186,48 @@ def base_into_buildah(engine_image_id: str) -> str:
 def buildah_build(
     dockerfile: Path, context: Path, target: str, epoch: int, args: dict[str, str], platform: str,
     ca: Path | None, tag: str | None = None,
-) -> tuple[str, list[str]]:
-    """One `buildah build` of `target` with every time set to `epoch`: the image id and the log's last lines. RUN steps
+) -> tuple[str, str, list[str]]:
+    """One `buildah build` of `target` with every time set to `epoch`: the image without its history (tagged `tag`),
+    the image as built (with it: what a later build's FROM takes, so that its steps' cache hits), and the log's last
+    lines; empty ids when the build failed. RUN steps
     use the host's network, as the engine's builder's do: buildah's own container network needs a CNI set-up that a
     plain `apt-get install buildah` does not make (name resolution failed in them here). The image format stays
     buildah's default, OCI: with `--format docker`, buildah 1.28's layer cache never hit (every build from nothing);
-    the hand-over to the engine converts it, keeping the id. No history in the config (--omit-history): buildah 1.28
-    writes each step's parent image id into it as a comment ("FROM 9ba1e8057149"), and those ids (of its intermediate
-    and temporary images) came out new each build; two builds from nothing had every layer the same and still two ids."""
+    the hand-over to the engine converts it, keeping the id. The built image keeps buildah's history, which its layer
+    cache needs (with --omit-history, buildah 1.28 matched no cached step: every build was one from nothing), and the
+    image returned is that image without it (`without_history`). --force-rm: buildah removes a step's working container after a failed or interrupted step too (by default only after
+    success); left behind, each kept its half-written layer, and a day's failed and interrupted builds held 18 GB here."""
     iidfile = context.parent / f"{target}.iid"
-    cmd = ["buildah", "build", "--layers", "--jobs", "2", "--network", "host", "--omit-history", "--timestamp", str(epoch), "--target", target,
+    cmd = ["buildah", "build", "--layers", "--force-rm", "--jobs", "2", "--network", "host", "--timestamp", str(epoch), "--target", target,
            "--platform", platform, "--file", str(dockerfile), "--iidfile", str(iidfile),
            "--build-arg", f"SOURCE_DATE_EPOCH={epoch}"]  # fmt: skip
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
     if ca:
         cmd += ["--secret", f"id=ca_bundle,src={ca}"]
-    if tag:
-        cmd += ["--tag", tag]
     status, tail = stream(cmd + [str(context)])
     if status != 0:
-        return "", tail
-    return iidfile.read_text().strip(), tail
+        return "", "", tail
+    built = iidfile.read_text().strip()
+    return without_history(built, epoch, tag), built, tail
+
+
+def without_history(image_id: str, epoch: int, tag: str | None = None) -> str:
+    """`image_id` committed again without its history, at `epoch`: one more layer, empty (the same 1,024 bytes every
+    time), and a config with no history. The history buildah 1.28 writes names each step's parent image in a comment
+    ("FROM 9ba1e8057149"), and those ids (of its intermediate and temporary images) came out new each build: two
+    builds from nothing had every layer the same and still two ids."""
+    container = _buildah("from", "--pull-never", image_id.removeprefix("sha256:")).stdout.strip().splitlines()[-1]
+    try:
+        iidfile = Path(tempfile.mkdtemp(prefix="grpolab-iid-")) / "iid"
+        _buildah("commit", "--quiet", "--omit-history", "--timestamp", str(epoch), "--iidfile", str(iidfile), container)
+        stripped = iidfile.read_text().strip()
+        shutil.rmtree(iidfile.parent, ignore_errors=True)
+    finally:
+        _buildah("rm", container, check=False)
+    if tag:
+        _buildah("tag", stripped.removeprefix("sha256:"), tag)
+    return stripped
 
 
 def engine_image_id(name: str) -> str:
@@ -257,9 +278,9 @@ def fresh_store(folder: Path):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        subprocess.run(["buildah", "--storage-driver", "overlay", "--root", f"{folder}/storage", "--runroot", f"{folder}/run",
-                        "rmi", "--all", "--force"], capture_output=True)  # fmt: skip
-        subprocess.run(["umount", "--recursive", "--lazy", f"{folder}/storage/overlay"], capture_output=True)
+        subprocess.run(resolved(["buildah", "--storage-driver", "overlay", "--root", f"{folder}/storage", "--runroot", f"{folder}/run",
+                        "rmi", "--all", "--force"]), capture_output=True)  # fmt: skip
+        subprocess.run(resolved(["umount", "--recursive", "--lazy", f"{folder}/storage/overlay"]), capture_output=True)
         shutil.rmtree(folder, ignore_errors=True)
 
 

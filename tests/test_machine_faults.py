@@ -302,6 +302,8 @@ def test_every_host_subprocess_of_uv_docker_debootstrap_git_is_found_by_hostlab_
         ("hostlab/colocatebench.py", "argv"): "a lab command: the track's venv Python (lab_command)",
         ("hostlab/buildlocks.py", "[python, "): "the throwaway venv's Python, asking an sdist's build backend what it needs",
         ("hostlab/sharedobjects.py", "[cuobjdump(), "): "NVIDIA's cuobjdump, from the nvidia-cuda-cuobjdump package beside this Python, else PATH",
+        ("hostlab/builder.py", "[path, "): "choose_builder asks the buildah shutil.which found for its version (none found: the engine's builder)",
+        ("hostlab/imagediff.py", "[diffoscope, "): "diffoscope only where shutil.which finds it (optional: without it the first differing bytes are shown)",
     }
     unresolved = []
     for path in [*sorted((REPO / "hostlab").glob("*.py")), REPO / "tasks.py"]:
