@@ -43,8 +43,12 @@ def _step(name: str, timings: dict):
     return _Timer()
 
 
+# pytest's slowest tests, listed at the end of every run: where the test command's minutes go, in CI's own log.
+SLOWEST_TESTS_LISTED = 25
+
+
 def run_pytest(args: list[str] | None = None) -> None:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "tests", *(args or [])], cwd=REPO)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests", f"--durations={SLOWEST_TESTS_LISTED}", *(args or [])], cwd=REPO)
     if proc.returncode == PYTEST_NO_TESTS:
         say("pytest collected no tests")
     elif proc.returncode != 0:
