@@ -252,13 +252,16 @@ def report(c, logs="", all=False, against_lesson=False, out=None):
     "projection": "each smoke-then-lab pair (c in-process, c llamacpp, cv vLLM colocate, a Qwen3-0.6B-shaped lab from the tiny model's smoke test): the smoke test's projection over the lab's measured seconds per step, the calibration's cost",
     "colocate": "track cv's lab with vLLM colocate on the CPU beside in-process, same settings: seconds per step, sync checks",
     "versus_trl": "the lab against plain TRL's GRPOTrainer on the same settings, interleaved, and each observer's cost",
-    "rounds": "with --versus-trl: rounds of every variant (default 3); with --colocate --case: rounds (default 2)",
+    "rounds": "with --versus-trl: rounds of every variant (default 3); with --colocate --case: rounds (default 2); with --projection: "
+              "smoke-then-lab pairs per case (default 1)",
+    "cold": "with --projection: drop the page cache (sync; echo 3 > /proc/sys/vm/drop_caches, as root) before each pair, as on a "
+            "learner's first run; results go to bench/projection-CASE-cold.json",
     "causes": "with --colocate --case: also the lab as it ran before each fix (DDP at world size 1, then with find_unused_parameters), "
               "so that each cause's share of colocate's slower update is measured (twice the time)",
     "docs": "run nothing: write docs/benchmarks.md again from the results in bench/ (every benchmark does this after it writes)",
 })
 def bench(c, build=False, learning=False, stale=False, memory=False, case=None, colocate=False, versus_trl=False, rounds=None, projection=False,
-          causes=False, docs=False):
+          causes=False, docs=False, cold=False):
     """JSON under bench/: the lab's timings on track c, (--build) the image build, (--learning) pass@1 on 3
     seeds and a control, (--stale) llama.cpp rollouts never refreshed against refreshed every 10 steps,
     (--memory) peak memory predicted against measured, (--colocate) vLLM colocate beside in-process, or
@@ -267,6 +270,7 @@ def bench(c, build=False, learning=False, stale=False, memory=False, case=None, 
     and machine; docs/benchmarks.md is made from them."""
     from hostlab import bench as benchmarks
     from hostlab.benchdocs import write_page
+    from hostlab.projectionbench import projection_bench
 
     with user_errors():
         if docs:
@@ -284,7 +288,7 @@ def bench(c, build=False, learning=False, stale=False, memory=False, case=None, 
         elif colocate:
             benchmarks.colocate_bench()
         elif projection:
-            benchmarks.projection_bench((case,) if case else None)
+            projection_bench((case,) if case else None, cold=cold, rounds=int(rounds or 1))
         elif versus_trl:
             benchmarks.versus_trl_bench(int(rounds or benchmarks.VERSUS_ROUNDS))
         else:

@@ -34,9 +34,10 @@ HEADLINES = {
                 ("predicted / measured", "ratio_predicted_over_measured")]),
     "memory-lab-folder": ("the lab on a Qwen3-0.6B-shaped folder: its peak against the estimate",
                           [("predicted (GB)", "run_log_line.peak_memory_gb_predicted"), ("measured (GB)", "run_log_line.peak_memory_gb_measured")]),
-    "projection": ("`invoke bench --projection`: the smoke test's projection of the lab's seconds per step against the lab",
-                   [("projected (s/step)", "projected_lab_seconds_per_step"), ("lab (s/step)", "lab_seconds_per_step"),
-                    ("projection / lab", "projection_over_lab"), ("calibration's share of the smoke run", "calibration_share_of_smoke_run")]),
+    "projection": ("`invoke bench --projection [--cold] [--rounds N]`: the smoke test's projection of the lab's seconds per step against the lab",
+                   [("cold", "cold"), ("projection / lab, each round", "projection_over_lab_by_round"), ("within 0.8-1.25", "rounds_within_band"),
+                    ("calibration's largest share of the smoke run", "calibration_share_of_smoke_run_max"),
+                    ("lab's first logged steps over its steady state (s)", "lab_first_steps_extra_s_by_round")]),
     "reproducible": ("`invoke build --check-reproducible`: a track's image built twice from nothing, compared byte for byte",
                      [("same image id", "same_image_id"), ("same layers", "same_layers"), ("image id", "image_ids.1"),
                       ("build 1 (s)", "seconds.0.build_s"), ("build 2 (s)", "seconds.1.build_s")]),
@@ -62,6 +63,8 @@ def _at(record: dict, dotted: str):
 def _cell(value) -> str:
     if value is None:
         return "–"
+    if isinstance(value, list) and all(isinstance(item, (int, float)) or item is None for item in value):  # a figure per round
+        return ", ".join("–" if item is None else str(item) for item in value)
     if isinstance(value, list):  # a list of runs: each one's case and pass@1 before -> after
         return "; ".join(f"{run.get('case')}: {run.get('pass_at_1_before')} -> {run.get('pass_at_1_after')}" for run in value)
     return str(value)

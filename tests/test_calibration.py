@@ -56,7 +56,12 @@ def test_the_first_calibration_step_is_run_but_not_counted():
     steps = [0.4, 0.3, 0.25, 0.2, 0.1, 0.15]
     measured = Calibration(64, 16, 8, step_seconds=steps)
     assert WARM_UP_STEPS < CALIBRATION_STEPS
-    assert measured.seconds_per_step == pytest.approx(sum(steps[WARM_UP_STEPS:]) / (len(steps) - WARM_UP_STEPS))
+    assert measured.seconds_per_step == pytest.approx(0.2)  # the median of the five after the first
+    assert measured.first_step_extra_s == pytest.approx(0.2)
+    # One slow step of three does not move the steady state (issue 36's first run: its mean came to 6.1x the lab).
+    first_run = Calibration(64, 16, 8, step_seconds=[0.608, 3.795, 0.277, 0.260])
+    assert first_run.seconds_per_step == pytest.approx(0.277) and first_run.first_step_extra_s == pytest.approx(0.331)
+    assert Calibration(64, 16, 8, step_seconds=[0.1, 0.2, 0.2, 0.2]).first_step_extra_s == 0.0  # a first step no slower costs nothing
     assert Calibration(8, 16, 4, step_seconds=[0.4, 0.2], same_shape=True).seconds_per_step == pytest.approx(0.2)  # a new process's first step
     assert Calibration(8, 16, 4, step_seconds=[0.4], same_shape=True).seconds_per_step == pytest.approx(0.4)  # none left after it: counted
     assert Calibration(64, 16, 8, step_seconds=[0.4], error="OutOfMemoryError: ...").seconds_per_step is None
@@ -66,8 +71,11 @@ def test_the_projection_is_the_calibration_times_the_model_size_only():
     lab = resolve_settings(get_track("c"))
     record = Calibration(64, 16, 8, step_seconds=[0.3, 0.12, 0.14, 0.13]).as_record()
     noted = lab_projection(record, "tiny", lab)
-    assert noted["model_size_s_per_step"] == 0.0 and noted["projected_lab_seconds_per_step"] == pytest.approx(0.13)
-    assert noted["projected_lab_wall_clock_s"] == pytest.approx(0.13 * 120, abs=0.1)
+    assert noted["model_size_s_per_step"] == 0.0 and noted["projected_lab_steady_seconds_per_step"] == pytest.approx(0.13)
+    # The first step's 0.17 s over the steady state is paid once, not on every step.
+    assert noted["projected_lab_first_use_s"] == pytest.approx(0.17) and noted["projected_lab_wall_clock_s"] == pytest.approx(0.13 * 120 + 0.17, abs=0.1)
+    assert noted["projected_lab_seconds_per_step"] == pytest.approx((0.13 * 120 + 0.17) / 120, abs=1e-4)
+    assert "0.130 s/step steady (the median of 3 calibration steps" in noted["projection"] and "+ 0.17 s first use" in noted["projection"]
     failed = lab_projection(Calibration(64, 16, 8, step_seconds=[], error="RuntimeError: boom").as_record(), "tiny", lab)
     assert failed["projected_lab_seconds_per_step"] is None and "RuntimeError: boom" in failed["projection"]
 
@@ -77,7 +85,7 @@ def test_across_models_the_projection_adds_what_the_size_probe_timed():
     record = Calibration(64, 16, 8, step_seconds=[0.3, 0.12, 0.14, 0.13]).as_record()
     record["size_probe"] = {"smoke_model": {"grown_s": 0.03}, "lab_model": {"layers": 28, "vocab_size": 151936, "grown_s": 10.4}, "lab_minus_smoke_s": 10.37}
     noted = lab_projection(record, "tiny", lab)
-    assert noted["model_size_s_per_step"] == 10.37 and noted["projected_lab_seconds_per_step"] == pytest.approx(0.13 + 10.37)
+    assert noted["model_size_s_per_step"] == 10.37 and noted["projected_lab_steady_seconds_per_step"] == pytest.approx(0.13 + 10.37)
     assert "+ 10.370 s for Qwen/Qwen3-0.6B's size (a step of a random model of its shape, 28 layers, 10.400 s timed here" in noted["projection"]
     assert f"measured across models, such a projection came to {MEASURED_PROJECTION_OVER_LAB:.2f} of the lab" in noted["projection"]  # its error, printed
     # A probe that did not run through: no projection across models, and why.
@@ -135,7 +143,8 @@ def test_the_smoke_test_times_the_labs_shape_and_projects_from_it(calibrated_smo
     assert calibration["completions_per_step"] == 64 and calibration["completion_tokens"] == 16 and calibration["error"] is None
     assert calibration["steps"] == CALIBRATION_STEPS and len(calibration["step_seconds"]) == CALIBRATION_STEPS
     assert calibration["cost_s"] > sum(calibration["step_seconds"])  # the trainer and its data are part of the cost
-    assert noted["projected_lab_seconds_per_step"] == pytest.approx(calibration["seconds_per_step"], rel=1e-3)
+    assert noted["projected_lab_steady_seconds_per_step"] == pytest.approx(calibration["seconds_per_step"], rel=1e-3)
+    assert noted["projected_lab_wall_clock_s"] == pytest.approx(calibration["seconds_per_step"] * 120 + calibration["first_step_extra_s"], abs=0.1)
     assert noted["calibration_cost_s"] == calibration["cost_s"]
     # The smoke test's own ten steps are untouched: still its seconds per step and its verdicts.
     assert len(smoke["steps"]) == 10 and smoke["settings"]["per_device_train_batch_size"] == 8
@@ -203,6 +212,6 @@ def test_a_smoke_test_before_a_lab_on_another_model_times_both_models_sizes(tiny
     assert calibration["same_shape_as_smoke"] and "error" not in probe
     assert (probe["smoke_model"]["layers"], probe["lab_model"]["layers"]) == (2, 4)
     assert probe["lab_model"]["grown_s"] > probe["smoke_model"]["grown_s"] > 0  # 4 layers of 256 against 2 of 128
-    assert noted["projected_lab_seconds_per_step"] == pytest.approx(calibration["seconds_per_step"] + probe["lab_minus_smoke_s"], abs=1e-3)
+    assert noted["projected_lab_steady_seconds_per_step"] == pytest.approx(calibration["seconds_per_step"] + probe["lab_minus_smoke_s"], abs=1e-3)
     assert calibration["cost_s"] == pytest.approx(probe["cost_s"], abs=1e-3)  # the calibration's cost is the probe's here
     assert "the size probe took" in smoked.stdout

@@ -22,6 +22,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
+from statistics import median
 
 from .calibration import Calibration, calibration_settings, start
 from .checks import check_adapter, check_device, check_first_step, check_rewards, check_rollout, check_step_metrics, group_collapsed, say_layer
@@ -389,13 +390,21 @@ def step_parts(steps: list) -> dict[str, str]:
     return {**parts, "update_seconds": "update"}
 
 
-def step_averages(steps: list) -> dict:
+def step_averages(steps: list, steps_per_record: int = 1) -> dict:
     """Seconds per step and its split into generation, reward, the vLLM paths' own parts and update, averaged
-    over the logged steps."""
+    over the logged steps (each record the mean of `steps_per_record` optimiser steps: the run's logging_steps)."""
     count = len(steps)
     mean = lambda values: round(sum(values) / count, 4)  # noqa: E731
+    seconds = [r.seconds for r in steps]
+    steady = round(median(seconds[1:]), 4) if count > 1 else None
     return {
-        "seconds_per_step": mean(r.seconds for r in steps),
+        "seconds_per_step": mean(seconds),
+        # The run's steady state (the median record after the first) and what its first logged steps cost over it in
+        # all (first use: a new process's, a new trainer's), on the terms of the smoke test's calibration, which
+        # projects both (grpolab.run.calibration).
+        "steady_seconds_per_step": steady,
+        "first_steps_logged": steps_per_record,
+        "first_steps_extra_s": round(max(0.0, seconds[0] - steady) * steps_per_record, 4) if steady is not None else None,
         "time_split_s_per_step": {name: mean(getattr(r, field) for r in steps) for field, name in step_parts(steps).items()},
     }
 
@@ -410,7 +419,7 @@ def record_steps(record: dict, steps: list) -> None:
     ]
     if steps:
         record["first_reward"], record["last_reward"] = steps[0].reward, steps[-1].reward
-        record.update(step_averages(steps))
+        record.update(step_averages(steps, max(1, int((record.get("settings") or {}).get("logging_steps") or 1))))
 
 
 def keep_outputs(record: dict, trainer, run_dir: Path, say) -> None:
@@ -462,6 +471,9 @@ def say_summary(record: dict, say) -> None:
         split = record["time_split_s_per_step"]
         total = sum(split.values()) or 1.0
         say(f"  seconds/step    {record['seconds_per_step']:.3f}: " + ", ".join(f"{part} {seconds:.3f} ({seconds / total:.0%})" for part, seconds in split.items()))
+        if record.get("steady_seconds_per_step") is not None:
+            say(f"                  steady {record['steady_seconds_per_step']:.3f} (the median after the first logged); the first "
+                f"{record['first_steps_logged']} steps {record['first_steps_extra_s']:.2f} s over it in all (first use)")
     from ..memory.peak import peak_memory_line
 
     say(f"  peak memory     {peak_memory_line(record)}")
