@@ -461,7 +461,7 @@ def test_two_builds_of_the_same_track_at_once_both_finish_whole(tmp_path):
     repo = build_copy(tmp_path)
     builds = [build_in_a_process(repo, "grpolab-test:concurrent") for _ in range(2)]
     outputs = [b.communicate(timeout=900)[0] for b in builds]
-    assert [b.returncode for b in builds] == [0, 0], outputs
+    assert [b.returncode for b in builds] == [0, 0], "\n--- the other build:\n".join(outputs)  # a str: pytest shortens a list's repr
     env = read_env_file(repo / ".env")
     assert env["LAB_IMAGE_NAME"] == "grpolab-test:concurrent" and env["HF_TOKEN"] == "hf_user_line_kept"
     assert env["LAB_IMAGE"] == engine.image_or_none("grpolab-test:concurrent").id  # Compose runs it by its id
