@@ -23,6 +23,7 @@ Who sets the times (docs/locks-and-images.md, "Reproducible images"):
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -235,19 +236,44 @@ def engine_image_id(name: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
+# Two `buildah push ... docker-daemon:` of one 6 GB image at once both exited 0 here and left the engine without
+# the image (buildah 1.28.2, Docker 20.10.24; one push alone: 42 s, loaded whole). Hand-overs on this machine take
+# turns through this lock, and the second then finds the image there and only tags it.
+HANDOVER_LOCK = Path(tempfile.gettempdir()) / f"grpolab-handover-{os.getuid()}.lock"  # per user: a lock file another user made cannot be opened
+
+
+@contextmanager
+def one_handover_at_a_time():
+    with open(HANDOVER_LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("another build is handing an image to the Docker engine: waiting for it to finish")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def buildah_to_engine(image_id: str, name: str) -> str:
     """Hand the image to the Docker engine under `name` (docker load underneath; the config, and so the id, stay as
     they are). The engine's id for it, which must be buildah's. An image the engine already holds is only tagged; any
     other is sent whole, every layer (about a minute for track c's 6.3 GB here, most of a code-change rebuild: the
-    engine's own builder, `--builder docker`, rebuilds a code change in seconds, without the same-bytes promise)."""
+    engine's own builder, `--builder docker`, rebuilds a code change in seconds, without the same-bytes promise).
+    One hand-over at a time on this machine (HANDOVER_LOCK)."""
     hex_id = image_id.removeprefix("sha256:")
-    if engine_image_id(hex_id).removeprefix("sha256:") == hex_id:
-        subprocess.run(resolved(["docker", "tag", hex_id, name]), check=True, capture_output=True)
-        say(f"the Docker engine already holds {hex_id[:12]}: tagged {name}")
-    else:
-        say(f"handing {hex_id[:12]} to the Docker engine as {name}")
-        _buildah("push", "--quiet", hex_id, f"docker-daemon:{name}")
-    engine_id = engine_image_id(name)
+    with one_handover_at_a_time():
+        if engine_image_id(hex_id).removeprefix("sha256:") == hex_id:
+            subprocess.run(resolved(["docker", "tag", hex_id, name]), check=True, capture_output=True)
+            say(f"the Docker engine already holds {hex_id[:12]}: tagged {name}")
+        else:
+            say(f"handing {hex_id[:12]} to the Docker engine as {name}")
+            _buildah("push", "--quiet", hex_id, f"docker-daemon:{name}")
+        engine_id = engine_image_id(name)
+    if not engine_id:
+        raise HostError(f"buildah handed {image_id} to the Docker engine as {name} and exited 0, but the engine does not hold it: "
+                        f"run the build again; if it happens again, `docker load` of `buildah push {hex_id[:12]} docker-archive:FILE` shows the engine's error")
     if engine_id.removeprefix("sha256:") != hex_id:
         raise HostError(f"the Docker engine holds {name} as {engine_id}, not as buildah built it ({image_id}): "
                         "the hand-over changed the image's config")
