@@ -143,15 +143,16 @@ def projection_bench(cases: tuple[str, ...] | None = None, cold: bool = False, r
                     drop_page_cache()
                 say(f"{name}: round {round_ + 1} of {rounds}{', page cache dropped' if cold else ''}")
                 pairs.append(_projection_pair(name, track, options, Path(tmp), where))
+        case = f"{name}, cold" if cold else name  # its own file beside the warm result: bench/projection-CASE-cold.json
         record = {
-            "case": name, "cold": cold,
+            "case": case, "cold": cold,
             "where": "host python (PYTHONPATH=entrypoint) with each track's venv, or the track's image with this checkout's entrypoint/ mounted (a new container each command); one pair at a time",
             "goal": GOAL,
             "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
             **rounds_summary(pairs), "rounds": pairs,
         }
         models = {**TINY, "qwen3-0.6b-shape": None} if name == SHAPE_CASE else TINY
-        written.append(_write("projection", record, tracks=(track,), models=models, case=f"{name}, cold" if cold else name))
+        written.append(_write("projection", record, tracks=(track,), models=models, case=case))
     return written
 
 

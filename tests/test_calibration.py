@@ -215,3 +215,30 @@ def test_a_smoke_test_before_a_lab_on_another_model_times_both_models_sizes(tiny
     assert noted["projected_lab_steady_seconds_per_step"] == pytest.approx(calibration["seconds_per_step"] + probe["lab_minus_smoke_s"], abs=1e-3)
     assert calibration["cost_s"] == pytest.approx(probe["cost_s"], abs=1e-3)  # the calibration's cost is the probe's here
     assert "the size probe took" in smoked.stdout
+
+
+def test_the_labs_line_keeps_its_steady_state_and_what_its_first_logged_steps_cost_in_all():
+    from grpolab.run.pipeline import step_averages
+    from grpolab.run.training import StepRecord
+
+    def logged(seconds):
+        return StepRecord(step=0, reward=0.0, reward_std=0.0, frac_reward_zero_std=0.0, seconds=seconds, generation_seconds=0.0, reward_seconds=0.0)
+
+    # Ten steps per logged record: the first record's 0.05 s a step over the steady 0.1 is 0.5 s in all.
+    averages = step_averages([logged(0.15), logged(0.1), logged(0.4), logged(0.1)], steps_per_record=10)
+    assert averages["seconds_per_step"] == pytest.approx(0.1875) and averages["steady_seconds_per_step"] == pytest.approx(0.1)
+    assert averages["first_steps_extra_s"] == pytest.approx(0.5) and averages["first_steps_logged"] == 10
+    assert step_averages([logged(0.2)])["steady_seconds_per_step"] is None  # one record: nothing after the first
+
+
+def test_the_projection_bench_counts_rounds_in_the_band_and_refuses_cold_without_root(monkeypatch, tmp_path):
+    from hostlab import HostError, projectionbench
+
+    pairs = [{"projection_over_lab": 1.27, "within_25_percent": False, "calibration_share_of_smoke_run": 0.08},
+             {"projection_over_lab": 0.95, "within_25_percent": True, "calibration_share_of_smoke_run": 0.14}]
+    summary = projectionbench.rounds_summary(pairs)
+    assert summary["rounds_within_band"] == "1 of 2" and summary["all_within_band"] is False
+    assert summary["projection_over_lab_by_round"] == [1.27, 0.95] and summary["calibration_share_of_smoke_run_max"] == 0.14
+    monkeypatch.setattr(projectionbench, "DROP_CACHES", tmp_path / "no-such-dir" / "drop_caches")  # not writable: as a user without root
+    with pytest.raises(HostError, match="needs root"):
+        projectionbench.check_can_drop_page_cache()

@@ -297,7 +297,7 @@ def test_every_host_subprocess_of_uv_docker_debootstrap_git_is_found_by_hostlab_
         ("hostlab/detect.py", '["nvidia-smi"'): "track detection, only when shutil.which finds nvidia-smi",
         ("hostlab/labrun.py", "argv"): "a lab command: the track's venv Python (lab_command)",
         ("hostlab/bench.py", "argv"): "a lab command: the track's venv Python (lab_command)",
-        ("hostlab/bench.py", "[python, "): "the track's venv Python, asked for the lab's own figures",
+        ("hostlab/projectionbench.py", "[python, "): "the track's venv Python, writing the shape folder",
         ("hostlab/colocatebench.py", "[str(python), "): "the track's venv Python, writing the shape folder",
         ("hostlab/colocatebench.py", "argv"): "a lab command: the track's venv Python (lab_command)",
         ("hostlab/buildlocks.py", "[python, "): "the throwaway venv's Python, asking an sdist's build backend what it needs",
