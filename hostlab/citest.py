@@ -207,7 +207,7 @@ def run_cv_colocate_steps(timings: dict) -> None:
 
 
 def run_ci(skip_image: bool = False) -> dict:
-    """lock --check; the kernels tables of tracks s and n read again from their locked wheels; then the README's main command for real, `invoke up --track c` (the stand-in base where no
+    """lock --check; the kernels tables of tracks s and n, read again from their locked wheels where the lock or the reader moved; then the README's main command for real, `invoke up --track c` (the stand-in base where no
     registry answers, the image, `docker compose run lab`), and the run-log line it wrote; then pytest, whose
     Docker tests use that image."""
     timings: dict[str, float] = {}
@@ -216,7 +216,7 @@ def run_ci(skip_image: bool = False) -> dict:
         if not check():
             raise HostError("a lock is missing, stale or tampered (see above)")
     for track in KERNELS_TRACKS:
-        with _step(f"invoke kernels --track {track} (the locked wheels' libraries, CUDA build and code per GPU; wheels cached)", timings):
+        with _step(f"kernels table of track {track} (the locked wheels read again only if the lock or the reader changed since the table was made)", timings):
             verify_committed(track)
     if not skip_image:
         with _step("invoke up --track c (base, build, docker compose run lab)", timings):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import hashlib
 import json
 import sys
 import tempfile
@@ -25,7 +26,7 @@ from pathlib import Path
 from grpolab.common.gpucode import FORMAT, JIT, NONE, cards, driver_minimum, load_table, needed_by, table_path, verdict
 from grpolab.common.tracks import Track, get_track, load_tracks
 
-from . import HostError
+from . import REPO, HostError
 from .console import say
 from .lockedwheels import LockedFile, fetch, locked_files
 from .lockfile import LOCK_DIR, lock_path, parse_lock
@@ -33,6 +34,10 @@ from .provenance import CACHE
 from .sharedobjects import SharedObject, is_elf, read_elf, version_key
 
 SCAN_VERSION = 2  # raise when read_elf learns something new: cached scans of older versions are read again
+# A table is a function of the locked wheels (their hashes are in the lock, so the lock's body hash names them) and
+# of the code that reads them: these files. The table records both; CI reads the wheels again only when either moved.
+READER_FILES = ("hostlab/kernels.py", "hostlab/sharedobjects.py", "hostlab/lockedwheels.py", "hostlab/lockfile.py",
+                "entrypoint/grpolab/common/gpucode.py")
 SCAN_CACHE = CACHE.parent / "kernels"
 # The base images' libraries (Debian trixie), measured on the stand-in base CI builds from:
 # `docker run --rm grpolab-base:trixie-amd64 ldconfig -p` (glibc 2.41). python:3.1x-slim-trixie is Debian trixie
@@ -207,6 +212,14 @@ def kernels_tracks() -> list[Track]:
     return [t for t in load_tracks().values() if t.gpus and lock_path(t).exists()]
 
 
+def reader_sha256() -> str:
+    """The sha256 of the code that makes a table (READER_FILES, with SCAN_VERSION)."""
+    digest = hashlib.sha256(f"scan version {SCAN_VERSION}\n".encode())
+    for name in READER_FILES:
+        digest.update(name.encode() + b"\0" + (REPO / name).read_bytes())
+    return digest.hexdigest()
+
+
 def make_table(track: Track, lock_dir: Path = LOCK_DIR, lock_text: str | None = None) -> tuple[dict, dict]:
     """Read the locked wheels (downloading the missing ones) and return (table, costs)."""
     if not track.gpus:
@@ -226,6 +239,7 @@ def make_table(track: Track, lock_dir: Path = LOCK_DIR, lock_text: str | None = 
     scans = {f"{f.project} {f.version}": scan_wheel(f, path) for f, path in wheels.items()}
     torch_file = next((f for f in files if f.project == "torch"), None)
     table = build_table(track, scans, torch_cuda(wheels[torch_file]) if torch_file else None, lock.header["body-sha256"])
+    table["reader_sha256"] = reader_sha256()
     costs = {"index_s": round(listed - started, 1), "download_s": round(fetched - listed, 1), "read_s": round(time.monotonic() - fetched, 1),
              "downloaded_gb": round(sum(f.size for f in missing) / 1e9, 2), "wheels_gb": round(sum(f.size for f in files) / 1e9, 2)}
     return table, costs
@@ -300,21 +314,35 @@ def render(table: dict) -> list[str]:
 
 
 def verify_committed(track_name: str, lock_dir: Path = LOCK_DIR) -> dict:
-    """CI's step: read the track's locked wheels again (cached) and require exactly the committed table; the costs."""
+    """CI's step. Where the committed table was made from this lock by this reader (its lock_body_sha256 and
+    reader_sha256), it is checked offline (check_table: its track row and the refusals) and the wheels are not read
+    again: nothing it is made of has changed. Otherwise the track's locked wheels are read again (downloaded where
+    not cached) and the committed table must be exactly what they say. The costs, and whether the wheels were read."""
     track = get_track(track_name)
+    path = table_path(track.name, lock_dir)
+    committed = load_table(path)
+    lock_body = parse_lock(lock_path(track, lock_dir).read_text()).header["body-sha256"]
+    reader = reader_sha256()
+    if committed and committed.get("lock_body_sha256") == lock_body and committed.get("reader_sha256") == reader:
+        problems_found, _ = check_table(track, lock_dir)
+        if problems_found:
+            raise HostError("; ".join(problems_found))
+        say(f"lockfiles/{path.name} was read from this lock (body {lock_body[:12]}) by this reader ({reader[:12]}, {', '.join(READER_FILES)}): "
+            f"neither has changed, so the {committed.get('wheels_read')} wheels are not read again (`invoke kernels --track {track.name}` reads them)")
+        return {"wheels_read_again": False}
+    why = "no table" if not committed else ("the lock changed" if committed.get("lock_body_sha256") != lock_body else "the reader changed")
+    say(f"lockfiles/{path.name}: {why} since it was made: reading the locked wheels again")
     table, costs = make_table(track, lock_dir)
     for line in render(table):
         say(line)
     say(f"  index {costs['index_s']} s, download {costs['download_s']} s ({costs['downloaded_gb']} GB of {costs['wheels_gb']} GB), reading {costs['read_s']} s")
-    path = table_path(track.name, lock_dir)
-    committed = load_table(path)
     if committed != table:
         differ = sorted(k for k in table.keys() | (committed or {}).keys() if table.get(k) != (committed or {}).get(k))
         raise HostError(f"lockfiles/{path.name} is not what the locked wheels say (differs in: {', '.join(differ)}): run `invoke kernels --track {track.name}` and commit it")
     refusals, _ = problems(table)
     if refusals:
         raise HostError(f"track {track.name}'s lock would be refused:\n" + "\n".join(f"  - {r}" for r in refusals))
-    return costs
+    return {**costs, "wheels_read_again": True}
 
 
 def run_kernels(track_name: str | None, as_json: bool = False, lock_dir: Path = LOCK_DIR) -> bool:

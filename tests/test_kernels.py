@@ -18,7 +18,7 @@ from grpolab.run.checks import kernels_note  # noqa: E402
 from grpolab.common.errors import LayerFailure  # noqa: E402
 from grpolab.common.tracks import get_track  # noqa: E402
 
-from hostlab import kernels, kernelsreadme  # noqa: E402
+from hostlab import HostError, kernels, kernelsreadme  # noqa: E402
 from hostlab.lockedwheels import fetch, locked_files  # noqa: E402
 from hostlab.lockfile import LOCK_DIR, parse_lock  # noqa: E402
 from hostlab.sharedobjects import SharedObject, cuda_code, fatbin_code, read_elf  # noqa: E402
@@ -131,6 +131,39 @@ def test_check_fails_on_a_stale_table(tmp_path):
     (tmp_path / "s.kernels.json").write_text(json.dumps(table))
     problems, _ = kernels.check_table(get_track("s"), tmp_path)
     assert len(problems) == 1 and "s.kernels.json is stale" in problems[0] and "invoke kernels --track s" in problems[0]
+
+
+@pytest.mark.parametrize("track", ["s", "n"])
+def test_committed_table_was_read_by_this_reader(track):
+    """Edit the reader (READER_FILES) and this fails until `invoke kernels` has read the wheels with it again."""
+    assert kernels.load_table(LOCK_DIR / f"{track}.kernels.json")["reader_sha256"] == kernels.reader_sha256(), \
+        f"the reader changed since lockfiles/{track}.kernels.json was made: run `invoke kernels --track {track}` and commit it"
+
+
+def test_ci_reads_the_wheels_again_only_when_the_lock_or_the_reader_moved(tmp_path, monkeypatch):
+    copy_lockfiles(tmp_path, "s")
+    reads = []
+
+    def read(track, lock_dir):  # stands in only to count: the real read downloads 4 GB (CI runs it when either moved)
+        reads.append(track.name)
+        raise HostError("read")
+
+    monkeypatch.setattr(kernels, "make_table", read)
+    assert kernels.verify_committed("s", tmp_path) == {"wheels_read_again": False} and reads == []
+    table = json.loads((tmp_path / "s.kernels.json").read_text())
+    for key in ("reader_sha256", "lock_body_sha256"):
+        moved = {**table, key: "0" * 64}
+        (tmp_path / "s.kernels.json").write_text(json.dumps(moved))
+        with pytest.raises(HostError, match="read"):
+            kernels.verify_committed("s", tmp_path)
+    assert reads == ["s", "s"]
+    # Unchanged inputs are not a pass by themselves: a table the track's row or the refusals reject still fails.
+    torch_cuda = next(lib for lib in table["libraries"] if lib["path"] == "torch/lib/libtorch_cuda.so")
+    torch_cuda["sass"], torch_cuda["ptx"] = ["sm_80"], []
+    (tmp_path / "s.kernels.json").write_text(json.dumps(table))
+    with pytest.raises(HostError, match="no code for sm_121"):
+        kernels.verify_committed("s", tmp_path)
+    assert reads == ["s", "s"]
 
 
 def test_check_refuses_a_recorded_table_whose_torch_lost_the_tracks_gpu(tmp_path):
