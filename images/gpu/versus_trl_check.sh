@@ -5,7 +5,7 @@
 # Docker or network: the wheels it lacks travel in .whl/, made where PyPI is reachable by
 #     bash images/gpu/memory_check.sh --prepare-wheels
 # then here:
-#     bash images/gpu/versus_trl_check.sh              # on the GPU
+#     bash images/gpu/versus_trl_check.sh              # on the GPU (GRPOLAB_GPU_ROUNDS=2: 2 rounds, not 3)
 #     bash images/gpu/versus_trl_check.sh --dry-run    # anywhere: one round of each variant on the CPU, 10 steps
 #
 # Variants (grpolab bench plain-trl: TRL's GRPOTrainer built as its documentation shows it, on track c's lab
@@ -26,7 +26,7 @@ if [[ "${1:-}" == "--dry-run" ]]; then
   DEVICE=cpu; ROUNDS=1; STEPS=10  # track c logs every 10 steps: fewer would log none
 else
   [[ "$(gpu_count python3)" -ge 1 ]] || { echo "FAIL  no CUDA GPU visible to torch (use --dry-run to test the script on a CPU)"; exit 1; }
-  DEVICE=cuda; ROUNDS=3; STEPS=40
+  DEVICE=cuda; ROUNDS="${GRPOLAB_GPU_ROUNDS:-3}"; STEPS=40  # fewer rounds where device time is short
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
 fi
 
