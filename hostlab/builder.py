@@ -37,6 +37,7 @@ from grpolab.common.tracks import Track
 
 from . import HostError
 from .console import say, stream
+from .sourcebuilds import SOURCE_BUILD_FILE_NAMES
 from .tools import resolved
 
 BUILDAH_HINT = "`apt-get install -y buildah` (Debian 12+, Ubuntu 22.04+)"
@@ -49,6 +50,7 @@ def deps_inputs(track: Track) -> list[str]:
         "images/verify-locked.py",
         "images/apt-install-pinned.sh",
         "hostlab/sourcebuilds.py",  # the compile's options (BUILD_CONFIG_SETTINGS) and which Debian libraries join
+        *(f"images/{name}" for name in SOURCE_BUILD_FILE_NAMES),  # files those options name
         "lockfiles/uv.txt",
         f"lockfiles/{track.name}.txt",
         f"lockfiles/{track.name}.build.txt",

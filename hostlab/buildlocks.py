@@ -254,7 +254,8 @@ def check_build_lock(track: Track, lock: Lock, lock_dir: Path = LOCK_DIR) -> lis
             problems.append(f"lockfiles/{path.name} is stale: it was made for {name} {made.get('version')}'s sdist (sha256 "
                             f"{str(made.get('sha256'))[:16]}...), lockfiles/{track.name}.txt pins {name} {lock.packages[name]}; {redo}")  # fmt: skip
         if systems.get(name, {}).get("config-settings") != config_settings(builds[name]):
-            problems.append(f"lockfiles/{path.name} is stale: {name}'s build options changed since (hostlab/sourcebuilds.py); {redo}")
+            problems.append(f"lockfiles/{path.name} is stale: {name}'s build options changed since (hostlab/sourcebuilds.py); "
+                            f"run `invoke lock --track {track.name} --side-locks`")
     if body_sha256(body) != header["body-sha256"]:
         problems.append(f"lockfiles/{path.name} was changed after `invoke lock` wrote it (its body no longer matches the sha256 in its "
                         f"header): {redo}, or restore it (`git checkout lockfiles/{path.name}`)")  # fmt: skip

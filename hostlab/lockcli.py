@@ -65,6 +65,18 @@ def make_side_locks(track) -> None:
     make_debian_lock(track, lock, ensure_standin() if asks_debian else "")
 
 
+def make_side(track_name: str | None) -> None:
+    """`invoke lock --track T --side-locks`: only the locks beside T's lock, from that lock unchanged."""
+    if not track_name:
+        raise HostError("--side-locks needs --track: it remakes one track's build-tools and Debian locks")
+    track = get_track(track_name)
+    if not track.is_container or not lock_path(track).exists():
+        raise HostError(f"track {track_name} has no image lock here to make side locks from (lockfiles/{track_name}.txt)")
+    started = time.monotonic()
+    make_side_locks(track)
+    say(f"done in {time.monotonic() - started:.0f} s")
+
+
 def base_arches(lock_dir=LOCK_DIR) -> list[str]:
     """The arches whose stand-in pins `invoke lock` keeps: PINNED_ARCHES and any other whose pins are here."""
     present = {p.name.removeprefix(f"base-{SUITE}-").removesuffix(".debian.txt") for p in lock_dir.glob(f"base-{SUITE}-*.debian.txt")}

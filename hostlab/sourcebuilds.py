@@ -13,6 +13,12 @@ from dataclasses import dataclass
 from .lockfile import Lock
 
 
+# Where the source-builds stage finds the files of images/ that SOURCE_BUILD_FILE_NAMES names (the Dockerfile binds
+# them there), so that a build option can name one by a path that is the same on every machine.
+SOURCE_BUILD_FILES = "/tmp/source-build-files"
+SOURCE_BUILD_FILE_NAMES = ("llama-cpp-libraries-only.cmake",)
+
+
 @dataclass(frozen=True)
 class SourceBuild:
     """What the image needs to compile a locked package that PyPI ships only as source."""
@@ -29,13 +35,15 @@ SOURCE_BUILDS = {
     # plain x86-64, several times slower). ggml's own threads rather than OpenMP: libgomp leaves with the
     # compiler. No multimodal tools. scikit-build-core asks for CMake and Ninja from PyPI when the system has none
     # (the build stage has none): they are in the build lock, lockfiles/<track>.build.txt.
-    # The sdist stays in the image: it carries llama.cpp's GGUF converter, which the package does not install.
+    # Only the libraries the package loads (images/llama-cpp-libraries-only.cmake: not llama.cpp's `common`, half
+    # the compile). The sdist stays in the image: it carries llama.cpp's GGUF converter, which the package does not install.
     "llama-cpp-python": SourceBuild(
         ("g++",),
         tuple(
             f"cmake.define.{flag}"
             for flag in ("GGML_NATIVE=OFF", "GGML_AVX=ON", "GGML_AVX2=ON", "GGML_FMA=ON", "GGML_F16C=ON",
-                         "GGML_BMI2=ON", "GGML_OPENMP=OFF", "LLAVA_BUILD=OFF")
+                         "GGML_BMI2=ON", "GGML_OPENMP=OFF", "LLAVA_BUILD=OFF",
+                         f"CMAKE_PROJECT_llama.cpp_INCLUDE={SOURCE_BUILD_FILES}/llama-cpp-libraries-only.cmake")
         )
         # llama.cpp's pkg-config file names the install prefix, which scikit-build-core makes a random temporary
         # folder: two builds gave two files (and two RECORDs), nothing else differed. No Python user reads it.

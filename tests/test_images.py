@@ -113,10 +113,14 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
         "entrypoint",
         "kernels.json",
         "lock.txt",
+        "source-build-files",
         "tracks.toml",
         "uv.txt",
         "verify-locked.py",
     ]
+    # the files the compile's options name (llama.cpp's libraries only), as images/ has them
+    assert [p.name for p in (tmp_path / "source-build-files").iterdir()] == ["llama-cpp-libraries-only.cmake"]
+    assert (tmp_path / "source-build-files" / "llama-cpp-libraries-only.cmake").read_bytes() == (REPO / "images" / "llama-cpp-libraries-only.cmake").read_bytes()
     assert (tmp_path / "build.txt").read_bytes() == (REPO / "lockfiles" / "c.build.txt").read_bytes()  # the tools that compile
     assert not list(tmp_path.rglob("__pycache__"))
     assert (tmp_path / "kernels.json").read_text() == "{}\n"  # track c serves no GPU: an empty table

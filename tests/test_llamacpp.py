@@ -8,6 +8,8 @@ from the llama-cpp-python sdist (see grpolab/model/gguf.py).
 """
 
 import math
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from grpolab.common.errors import LayerFailure  # noqa: E402
 from grpolab.model.gguf import check_gguf, export_gguf, uses_qwen2_pretokenizer  # noqa: E402
 from grpolab.rollouts.llamacpp import LlamaCppRollout, encode_prompts  # noqa: E402
 from grpolab.rollouts.llamacpp_inprocess import InProcessLlama  # noqa: E402
+from hostlab.sourcebuilds import SOURCE_BUILD_FILES, SOURCE_BUILDS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +228,12 @@ def test_configure_rollout_for_the_lab(tiny_dir, tokenizer, tmp_path):
     assert len(out["completion_ids"]) == 4 and trainer.rollout_ledger.summary()["rollout_batches"] == 1
     rollout.close()
     assert not (tmp_path / "gguf").exists()
+
+
+def test_the_test_venvs_llama_cpp_holds_only_the_libraries_it_loads():
+    """llama.cpp's `common` library, which llama-cpp-python forces on, is not compiled (images/llama-cpp-libraries-only.cmake,
+    the same option in the image and in CI's compile): the package still loads, and no libllama-common is anywhere."""
+    assert llama_cpp.llama_cpp.llama_print_system_info()  # libllama and libggml loaded and answer
+    assert not list(Path(sys.prefix).rglob("libllama-common*"))
+    assert f"CMAKE_PROJECT_llama.cpp_INCLUDE={SOURCE_BUILD_FILES}/llama-cpp-libraries-only.cmake" in " ".join(
+        SOURCE_BUILDS["llama-cpp-python"].config_settings)

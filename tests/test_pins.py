@@ -148,7 +148,15 @@ def test_check_fails_when_the_build_options_change(monkeypatch):
     build = SOURCE_BUILDS["llama-cpp-python"]
     monkeypatch.setitem(SOURCE_BUILDS, "llama-cpp-python", replace(build, config_settings=build.config_settings + ("cmake.define.GGML_AVX512=ON",)))
     problems = check_build_lock(C, parse_lock(lock_path(C).read_text()))
-    assert problems == ["lockfiles/c.build.txt is stale: llama-cpp-python's build options changed since (hostlab/sourcebuilds.py); run `invoke lock --track c`"]
+    assert problems == ["lockfiles/c.build.txt is stale: llama-cpp-python's build options changed since (hostlab/sourcebuilds.py); run `invoke lock --track c --side-locks`"]
+
+
+def test_side_locks_need_a_track_with_an_image_lock():
+    with pytest.raises(HostError, match="--side-locks needs --track"):
+        lockcli.make_side(None)
+    with pytest.raises(HostError, match="track m has no image lock here"):
+        lockcli.make_side("m")  # the macOS recipe: a venv, no image
+
 
 
 def test_unmet_requirements_names_what_the_lock_lacks():
