@@ -2,7 +2,7 @@
 parity with the HF model, and a short TRL GRPOTrainer run sampling through rollout_func with the
 staleness ledger (the lag grows without refresh and stays below K with refresh_every=K).
 
-Needs llama-cpp-python (a CPU build from its sdist takes ~6 min on 2 cores; CI installs the cached wheel:
+Needs llama-cpp-python (a CPU build of its libraries from its sdist took 114 s on 2 idle cores; CI installs the cached wheel:
 `pip install --no-index --find-links ~/.cache/grpolab/wheels llama-cpp-python`). The GGUF converter comes
 from the llama-cpp-python sdist (see grpolab/model/gguf.py).
 """
