@@ -262,22 +262,27 @@ def report(c, logs="", all=False, against_lesson=False, out=None):
     "causes": "with --colocate --case: also the lab as it ran before each fix (DDP at world size 1, then with find_unused_parameters), "
               "so that each cause's share of colocate's slower update is measured (twice the time)",
     "docs": "run nothing: write docs/benchmarks.md again from the results in bench/ (every benchmark does this after it writes)",
+    "cold_up": "the README's first command in a fresh clone with nothing warm (as root: removes track c's image and the stand-in "
+               "base from the engine, empties buildah's caches for the run, drops the page cache), timed part by part: bench/cold-up.json",
 })
 def bench(c, build=False, learning=False, stale=False, memory=False, case=None, colocate=False, versus_trl=False, rounds=None, projection=False,
-          causes=False, docs=False, cold=False):
+          causes=False, docs=False, cold=False, cold_up=False):
     """JSON under bench/: the lab's timings on track c, (--build) the image build, (--learning) pass@1 on 3
     seeds and a control, (--stale) llama.cpp rollouts never refreshed against refreshed every 10 steps,
     (--memory) peak memory predicted against measured, (--colocate) vLLM colocate beside in-process, or
     (--versus-trl) the lab against plain TRL with each observer's cost, or (--projection) the smoke test's projection
-    of the lab against the lab's measurement. Each result is bench/KIND[-CASE].json, with its commit, locks, model
+    of the lab against the lab's measurement, or (--cold-up) the README's first command from nothing. Each result is bench/KIND[-CASE].json, with its commit, locks, model
     and machine; docs/benchmarks.md is made from them."""
     from hostlab import bench as benchmarks
     from hostlab.benchdocs import write_page
+    from hostlab.coldupbench import cold_up_bench
     from hostlab.projectionbench import projection_bench
 
     with user_errors():
         if docs:
             say(f"wrote {write_page().relative_to(REPO)}")
+        elif cold_up:
+            cold_up_bench()
         elif memory:
             benchmarks.memory_bench((case,) if case else benchmarks.MEMORY_CASES)
         elif learning:

@@ -85,6 +85,7 @@ class BuildResult:
     base_id: str = ""  # the base image's id (its config digest) as the engine holds it
     deps_image_id: str = ""  # the dependency stage's image (buildah only): what lockfiles/<track>.image.json records
     deps_layers: list[str] = field(default_factory=list)  # its layers' diff ids, bottom first
+    handover_s: float = 0.0  # of `seconds`, sending the built image to the Docker engine (buildah's builds)
 
     def summary(self) -> str:
         return (
@@ -92,6 +93,7 @@ class BuildResult:
             f"image id {self.image_id[:19]}, lock sha256 {self.lock_sha256[:16]}..., base {self.base}"
             + (f" @ {self.base_digest}" if self.base_digest else "")
             + (f", with {self.builder}" if self.builder else "")
+            + (f"; {self.handover_s:.0f} s of it handing the image to the Docker engine" if self.handover_s >= 1 else "")
         )
 
 
@@ -296,6 +298,7 @@ class TwoStageBuild:
     deps_image_id: str
     deps_layers: list[str]
     tail: list[str]
+    handover_s: float = 0.0  # buildah only: sending the image to the Docker engine
 
 
 def run_two_stage_build(
@@ -328,12 +331,15 @@ def run_two_stage_build(
             lab_id, lab_tail = buildx_build(dockerfile, context, "lab", epochs["lab"], lab_args, track.platform, ca, image)
         if not lab_id:
             raise HostError(explain_failure(lab_tail, track))
+    handover_s = 0.0
     if builder.name == "buildah":
+        handing = time.monotonic()
         buildah_to_engine(lab_id, image)
+        handover_s = time.monotonic() - handing
         deps_layers = buildah_layers(deps_id)
     else:
         deps_layers = engine_layers(deps_ref)
-    return TwoStageBuild(lab_id, deps_id, deps_layers, tail + lab_tail)
+    return TwoStageBuild(lab_id, deps_id, deps_layers, tail + lab_tail, handover_s)
 
 
 def build(
@@ -375,7 +381,7 @@ def build(
     }
     if builder.reproducible:
         made = run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca)
-        tail, deps_id, deps_layers = made.tail, made.deps_image_id, made.deps_layers
+        tail, deps_id, deps_layers, handover_s = made.tail, made.deps_image_id, made.deps_layers, made.handover_s
     else:
         warn(
             f"building with the Docker engine's own builder ({builder.describe()}): the image works the same, but its id "
@@ -383,7 +389,7 @@ def build(
         )
         cli = engine.build_cli()
         tail = run_build(cli, track, repo, build_command(cli, track, repo, image, {**args, "SOURCE_DATE_EPOCH": str(epochs["lab"])}, ca))
-        deps_id, deps_layers = "", []
+        deps_id, deps_layers, handover_s = "", [], 0.0
     built = engine.image_or_none(image)
     result = BuildResult(
         image=image,
@@ -401,6 +407,7 @@ def build(
         base_id=base_id,
         deps_image_id=deps_id,
         deps_layers=deps_layers,
+        handover_s=handover_s,
     )
     say(result.summary())
     if compare_record and builder.reproducible:
