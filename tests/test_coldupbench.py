@@ -1,0 +1,47 @@
+"""`invoke bench --cold-up`'s own parts that run here without taking the machine's images away: its refusal without
+root, and how it sets the host's caches aside and always puts them back. The bench itself is run by hand
+(bench/cold-up.json names the commit and machine it ran on)."""
+
+import pytest
+
+from hostlab import HostError, coldupbench
+
+
+def test_it_refuses_without_root_before_touching_anything(monkeypatch, tmp_path):
+    monkeypatch.setattr(coldupbench, "DROP_CACHES", tmp_path / "no-such-dir" / "drop_caches")  # not writable: as a user without root
+    monkeypatch.setattr(coldupbench, "forget_images", lambda names: pytest.fail(f"removed {names} before refusing"))
+    with pytest.raises(HostError, match="run it as root"):
+        coldupbench.cold_up_bench()
+
+
+def test_caches_are_set_aside_for_the_run_and_put_back_after_it(tmp_path):
+    uv, pip, absent = tmp_path / "uv", tmp_path / "pip", tmp_path / "never-made"
+    uv.mkdir()
+    (uv / "wheel").write_text("kept")
+    pip.mkdir()
+    with coldupbench.set_aside((uv, pip, absent)):
+        assert not uv.exists() and not pip.exists()  # the run meets no cache
+        uv.mkdir()
+        (uv / "made-by-the-run").write_text("new")
+    assert (uv / "wheel").read_text() == "kept" and not (uv / "made-by-the-run").exists()
+    assert pip.is_dir() and not absent.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pip", "uv"]
+
+
+def test_caches_come_back_when_the_run_fails(tmp_path):
+    uv = tmp_path / "uv"
+    uv.mkdir()
+    with pytest.raises(HostError, match="boom"):
+        with coldupbench.set_aside((uv,)):
+            raise HostError("boom")
+    assert uv.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["uv"]
+
+
+def test_a_leftover_from_an_unfinished_run_is_said_not_overwritten(tmp_path):
+    uv = tmp_path / "uv"
+    uv.mkdir()
+    (tmp_path / "uv.grpolab-cold-up").mkdir()
+    with pytest.raises(HostError, match="left from an earlier --cold-up"):
+        with coldupbench.set_aside((uv,)):
+            pass
+    assert uv.is_dir() and (tmp_path / "uv.grpolab-cold-up").is_dir()
