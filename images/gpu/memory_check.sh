@@ -42,7 +42,8 @@ if [[ "${1:-}" == "--dry-run" ]]; then
 else
   GPUS="$(gpu_count python3)"
   [[ "$GPUS" -ge 1 ]] || { echo "FAIL  no CUDA GPU visible to torch: this check measures GPU memory (use --dry-run to test the script on a CPU)"; exit 1; }
-  DEVICE=cuda; CASES=(qwen3-0.6b-shape-bf16 qwen3-1.7b-shape-bf16)
+  # GRPOLAB_GPU_CASES="qwen3-1.7b-shape-bf16": only the cases named, where device time is short
+  DEVICE=cuda; read -r -a CASES <<<"${GRPOLAB_GPU_CASES:-qwen3-0.6b-shape-bf16 qwen3-1.7b-shape-bf16}"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
 fi
 
