@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import tempfile
@@ -21,6 +20,7 @@ from .base import build_standin, host_arch
 from .benchdocs import write_page
 from .benchrecord import write_result
 from .build import build
+from .builder import fresh_store
 from .compose import recorded_track
 from .console import say
 from .labrun import lab_command, lab_env
@@ -266,16 +266,10 @@ def memory_bench(cases: tuple[str, ...] = MEMORY_CASES) -> list[Path]:
     return written
 
 
-def _subset(into: Path) -> Path:
-    for name in ("entrypoint", "images", "lockfiles", "compose"):
-        shutil.copytree(REPO / name, into / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copy2(REPO / "pyproject.toml", into / "pyproject.toml")
-    return into
-
-
 def build_bench() -> Path:
-    """Cold build of track c on the stand-in base (no image, no build cache), a rebuild after an
-    entrypoint/-only change, and the image's size beside the size of the installed packages."""
+    """Cold build of track c on the stand-in base (no image, no build cache: BuildKit's pruned, and buildah's store,
+    cache and cache mounts of the bench's own, empty), in a fresh clone (builds take their times from git), a rebuild
+    after an entrypoint/-only change, and the image's size beside the size of the installed packages."""
     standin = build_standin(host_arch())
     tag = "grpolab-bench:c"
     client = engine.client()
@@ -289,17 +283,21 @@ def build_bench() -> Path:
     container.commit(*base.split(":"), changes=[f"LABEL io.grpolab.bench={time.time()}"])
     container.remove()
     with tempfile.TemporaryDirectory(prefix="grpolab-bench-") as tmp:
-        repo = _subset(Path(tmp))
-        cold = build("c", base=base, repo=repo, tag=tag, write_env=False)
-        init = repo / "entrypoint" / "grpolab" / "__init__.py"
-        init.write_text(init.read_text() + f"\n# bench: entrypoint-only change {time.time()}\n")
-        warm = build("c", base=base, repo=repo, tag=tag, write_env=False)
+        repo = Path(tmp) / "clone"
+        subprocess.run(resolved(["git", "clone", "--quiet", str(REPO), str(repo)]), check=True)
+        with fresh_store(Path(tmp) / "buildah"):
+            cold = build("c", base=base, repo=repo, tag=tag, write_env=False, compare_record=False)
+            init = repo / "entrypoint" / "grpolab" / "__init__.py"
+            init.write_text(init.read_text() + f"\n# bench: entrypoint-only change {time.time()}\n")
+            warm = build("c", base=base, repo=repo, tag=tag, write_env=False, compare_record=False)
     status, out = engine.run_in(tag, ["sh", "-c", "du -sb /opt/venv | cut -f1"])
     packages = int(out.strip().splitlines()[-1]) if status == 0 else None
     record = {
         "track": "c",
         "base": standin,
         "cold_build_seconds": round(cold.seconds, 1),
+        "cold_build_handover_to_engine_seconds": round(cold.handover_s, 1),
+        "builder": cold.builder,
         # Where the cold build's time went: uv's own account of downloading and compiling, and what it compiled.
         "cold_build_uv": [line.split(" ", 2)[-1].strip() for line in cold.log_tail if re.search(r"Prepared \d+ packages? in|Built \S+==", line)],
         "rebuild_after_entrypoint_change_seconds": round(warm.seconds, 1),
