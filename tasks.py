@@ -99,11 +99,13 @@ def base(c, arch=None, force=False):
         "cache emptied; the stand-in base made again before each) and compare the image ids and every layer; names "
         "the layer and files that differ, and how; about 15-25 min for c on 2 cores",
         "record": "with --check-reproducible: write the dependency image's id and layers to lockfiles/<track>.image.json",
+        "rollout": "the image for this rollout path: llamacpp adds llama.cpp, compiled from the lock's sdist (grpolab:c-llamacpp), "
+        "which the track's image leaves out; any other path, the track's image",
     },
     auto_shortflags=False,  # -h would have been --check-reproducible, not help
 )
 def build(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False, builder=None,
-          check_reproducible=False, record=False):  # fmt: skip
+          check_reproducible=False, record=False, rollout=None):  # fmt: skip
     """Build the track's image and record it in .env for `docker compose run lab`; compare it with the commit's record."""
     from hostlab.build import build as build_image
     from hostlab.builder import choose_builder
@@ -113,10 +115,10 @@ def build(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_re
         if record and not check_reproducible:
             raise HostError("--record needs --check-reproducible: only two same builds from nothing are recorded")
         if check_reproducible:
-            check(track, base=base, ca_bundle=ca_bundle, record=record)
+            check(track, base=base, ca_bundle=ca_bundle, record=record, rollout=rollout)
             return
         build_image(track, base=base, ca_bundle=ca_bundle, skip_host_check=skip_host_check, write_env=not no_record,
-                    builder=choose_builder(builder))  # fmt: skip
+                    builder=choose_builder(builder), rollout=rollout)  # fmt: skip
 
 
 @task(help={"track": "m (macOS) or c (Linux, CPU)"})
@@ -128,13 +130,15 @@ def venv(c, track="c"):
         make_venv(track)
 
 
-@task(help={"track": "the track (default: detected from this host)"})
-def up(c, track=None):
+@task(help={"track": "the track (default: detected from this host)",
+            "rollout": "the lab's rollout path when not the track's default (inprocess, vllm-colocate, vllm-server, llamacpp); "
+                       "llamacpp builds the image with llama.cpp compiled in, which the track's image leaves out"})
+def up(c, track=None, rollout=None):
     """The main job: build the track's image (stand-in base when no registry), then the smoke test and the lab."""
     from hostlab.up import up as run_up
 
     with user_errors():
-        status = run_up(track)
+        status = run_up(track, rollout)
     if status:
         raise Exit(code=status)
 

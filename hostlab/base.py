@@ -95,7 +95,10 @@ def mmdebstrap(arch: str, variant: str, include: list[str], target: Path, epoch:
     """Make a rootfs tar with mmdebstrap; a pinned version the archive lost is one line naming it."""
     cmd = ["mmdebstrap", f"--variant={variant}", f"--architectures={arch}", f"--include={','.join(include)}"]
     cmd += [f"--customize-hook={hook}" for hook in FIXED_FILE_HOOKS + hooks] + [SUITE, str(target), MIRROR]
-    env = {**os.environ, **({"SOURCE_DATE_EPOCH": str(epoch)} if epoch is not None else {})}
+    # TMPDIR=/tmp: mmdebstrap makes its working folders there, and apt, dropping to its _apt user to download, must
+    # reach them. Under a TMPDIR inside a folder only root may enter (a buildah store of its own, as the benches make
+    # one) apt downloaded as root instead, two of its folders came out owned by root, and the base had another id.
+    env = {**os.environ, "TMPDIR": "/tmp", **({"SOURCE_DATE_EPOCH": str(epoch)} if epoch is not None else {})}
     # The pins are a hundred words: echoed as their count, so that the command stays readable.
     shown = [f"--include=<{len(include)} pins>" if part.startswith("--include=") and len(include) > 10 else part for part in cmd]
     status, tail = stream(cmd, env=env, shown=(f"SOURCE_DATE_EPOCH={epoch} " if epoch is not None else "") + shlex.join(shown))

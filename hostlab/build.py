@@ -37,7 +37,7 @@ from .detect import HostFacts, detect_track, host_problems
 from .imagerecord import enforce
 from .lockfile import lock_path, lock_sha256, parse_lock
 from .locks import check_lock
-from .sourcebuilds import SOURCE_BUILD_FILE_NAMES, source_builds
+from .sourcebuilds import SOURCE_BUILD_FILE_NAMES, rollouts_needing_source_builds, source_builds
 from .tools import resolved
 
 CA_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
@@ -51,8 +51,8 @@ def runtime_build_args(track: Track, lock_dir: Path = REPO / "lockfiles") -> dic
 
 
 def source_build_args(track: Track, lock_dir: Path = REPO / "lockfiles") -> dict[str, str]:
-    """Build args for the lock's source-only packages, compiled in the Dockerfile's source-builds stage while the
-    main stage installs the rest: SOURCE_PACKAGES, BUILD_PACKAGES (the Debian pins of their compilers, package=version,
+    """Build args for the lock's source-only packages, which the Dockerfile's dependency stage leaves out and its
+    source-builds stage compiles for the image that has them (`invoke build --rollout llamacpp`): SOURCE_PACKAGES, BUILD_PACKAGES (the Debian pins of their compilers, package=version,
     lockfiles/<track>.debian.txt's build group), BUILD_CONFIG_SETTINGS (pip options: every package's settings go to each
     compile, harmless while there is one), IMPORT_CHECK, KEEP_SDISTS; all empty when the lock has none. The build tools
     themselves come from lockfiles/<track>.build.txt, in the build context as build.txt (stage_context)."""
@@ -269,11 +269,11 @@ def check_buildable(track: Track, lock_dir: Path, pyproject: Path, skip_host_che
 
 
 def build_command(
-    cli: engine.BuildCli, track: Track, repo: Path, image: str, args: dict[str, str], ca: Path | None
+    cli: engine.BuildCli, track: Track, repo: Path, image: str, args: dict[str, str], ca: Path | None, target: str = "lab"
 ) -> list[str]:
     """The engine's build command line, less the context folder (staged at the last moment)."""
     cmd = list(cli.argv)
-    cmd += ["--file", str(repo / "images" / "Dockerfile"), "--tag", image, "--platform", track.platform]
+    cmd += ["--file", str(repo / "images" / "Dockerfile"), "--target", target, "--tag", image, "--platform", track.platform]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
     if ca:
@@ -303,11 +303,13 @@ class TwoStageBuild:
 
 def run_two_stage_build(
     builder: Builder, track: Track, repo: Path, image: str, args: dict[str, str], base_id: str, epochs: dict[str, int],
-    ca: Path | None,
+    ca: Path | None, with_source_builds: bool = False,
 ) -> TwoStageBuild:
     """Two builds from one staged context, by a builder that sets every time (buildah, or buildx where the engine can):
     the dependency stages with their own time, then the lab stage on that image with the code's time; the result in
-    the Docker engine as `image`."""
+    the Docker engine as `image`. `with_source_builds`: two more, the compile of the lock's source-only packages with
+    the dependency stages' time (so a code change does not compile again) and the lab image with them added, with the
+    code's time: that is `image`, and the lab image stays in the builder only (tagged as the track's image)."""
     if ca:
         say(f"CA bundle {ca} goes to the build as a secret (in no layer)")
     dockerfile = repo / "images" / "Dockerfile"
@@ -325,12 +327,18 @@ def run_two_stage_build(
         if not deps_id:
             raise HostError(explain_failure(tail, track))
         lab_args = {**stage_args, "DEPS": deps_ref}
+        lab_tag = image_name(track) if with_source_builds else image
         if builder.name == "buildah":
-            lab_id, _, lab_tail = buildah_build(dockerfile, context, "lab", epochs["lab"], lab_args, track.platform, ca, tag=image)
+            lab_id, lab_built, lab_tail = buildah_build(dockerfile, context, "lab", epochs["lab"], lab_args, track.platform, ca, tag=lab_tag)
+            lab_ref = lab_built.removeprefix("sha256:")
         else:
-            lab_id, lab_tail = buildx_build(dockerfile, context, "lab", epochs["lab"], lab_args, track.platform, ca, image)
+            lab_id, lab_tail = buildx_build(dockerfile, context, "lab", epochs["lab"], lab_args, track.platform, ca, lab_tag)
+            lab_ref = lab_tag
         if not lab_id:
             raise HostError(explain_failure(lab_tail, track))
+        if with_source_builds:
+            lab_id, more_tail = add_source_builds(builder, track, dockerfile, context, stage_args, lab_ref, image, epochs, ca)
+            lab_tail += more_tail
     handover_s = 0.0
     if builder.name == "buildah":
         handing = time.monotonic()
@@ -340,6 +348,41 @@ def run_two_stage_build(
     else:
         deps_layers = engine_layers(deps_ref)
     return TwoStageBuild(lab_id, deps_id, deps_layers, tail + lab_tail, handover_s)
+
+
+def add_source_builds(
+    builder: Builder, track: Track, dockerfile: Path, context: Path, args: dict[str, str], lab_ref: str, image: str,
+    epochs: dict[str, int], ca: Path | None,
+) -> tuple[str, list[str]]:
+    """The compile of the lock's source-only packages (the source-builds stage, with the dependency stages' time: its
+    cache outlives code changes), then the lab image `lab_ref` with them added (the code's time), as `image`: its id
+    and the log's last lines."""
+    compiling = " ".join(args["SOURCE_PACKAGES"].split())
+    say(f"compiling {compiling} from the lock's sdist (once: later builds of this lock take it from the builder's cache)")
+    if builder.name == "buildah":
+        _, compiled, tail = buildah_build(dockerfile, context, "source-builds", epochs["deps"], args, track.platform, ca)
+        compiled_ref = compiled.removeprefix("sha256:")
+    else:
+        compiled_ref = f"grpolab-source-builds:{track.name}"
+        compiled, tail = buildx_build(dockerfile, context, "source-builds", epochs["deps"], args, track.platform, ca, compiled_ref)
+    if not compiled:
+        raise HostError(explain_failure(tail, track))
+    final_args = {**args, "LAB": lab_ref, "SOURCE_BUILDS": compiled_ref}
+    if builder.name == "buildah":
+        final_id, _, final_tail = buildah_build(dockerfile, context, "with-source-builds", epochs["lab"], final_args, track.platform, ca, tag=image)
+    else:
+        final_id, final_tail = buildx_build(dockerfile, context, "with-source-builds", epochs["lab"], final_args, track.platform, ca, image)
+    if not final_id:
+        raise HostError(explain_failure(final_tail, track))
+    return final_id, tail + final_tail
+
+
+def image_for_rollout(track: Track, rollout: str | None, lock_dir: Path = REPO / "lockfiles") -> tuple[str, bool]:
+    """The image a run on `rollout` needs, and whether it is the one with the lock's source-only packages compiled in:
+    the track's image (grpolab:c), or that image plus them (grpolab:c-llamacpp) for the rollout path that loads them."""
+    if rollout and rollout in rollouts_needing_source_builds(parse_lock(lock_path(track, lock_dir).read_text())):
+        return f"{image_name(track)}-{rollout}", True
+    return image_name(track), False
 
 
 def build(
@@ -353,7 +396,11 @@ def build(
     build_args: dict[str, str] | None = None,
     builder: Builder | None = None,
     compare_record: bool = True,
+    rollout: str | None = None,
 ) -> BuildResult:
+    """Build the track's image into the Docker engine and, unless `write_env` is off, point .env at it. `rollout`: a
+    run's rollout path; the one that loads the lock's source-only packages (llamacpp) gets the image with them
+    compiled in, and any other the plain image, which leaves them out."""
     started = time.monotonic()
     track = resolve_track(track_name)
     lock_dir = repo / "lockfiles"
@@ -363,7 +410,8 @@ def build(
     ca = ca_bundle_path(ca_bundle)
     lock = lock_path(track, lock_dir)
     sha = lock_sha256(lock)
-    image = tag or image_name(track)
+    default_image, with_source_builds = image_for_rollout(track, rollout, lock_dir)
+    image = tag or default_image
     builder = builder or choose_builder()
     epochs = {"deps": commit_time(repo, deps_inputs(track)), "lab": commit_time(repo, lab_inputs(track))}
     base_id = engine.image_or_none(base_image).id
@@ -380,7 +428,7 @@ def build(
         **(build_args or {}),
     }
     if builder.reproducible:
-        made = run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca)
+        made = run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds)
         tail, deps_id, deps_layers, handover_s = made.tail, made.deps_image_id, made.deps_layers, made.handover_s
     else:
         warn(
@@ -388,7 +436,8 @@ def build(
             f"will differ build to build (the engine stamps the clock into it). For same commit, same image: {BUILDAH_HINT}"
         )
         cli = engine.build_cli()
-        tail = run_build(cli, track, repo, build_command(cli, track, repo, image, {**args, "SOURCE_DATE_EPOCH": str(epochs["lab"])}, ca))
+        target = "with-source-builds" if with_source_builds else "lab"
+        tail = run_build(cli, track, repo, build_command(cli, track, repo, image, {**args, "SOURCE_DATE_EPOCH": str(epochs["lab"])}, ca, target))
         deps_id, deps_layers, handover_s = "", [], 0.0
     built = engine.image_or_none(image)
     result = BuildResult(

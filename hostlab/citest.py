@@ -55,8 +55,9 @@ def run_pytest(args: list[str] | None = None) -> None:
         raise HostError(f"pytest failed (exit {proc.returncode}); see its report above")
 
 
-def check_runlog(before: int, track: str, status: int) -> dict:
-    """The run-log lines `docker compose run lab` wrote (after the first `before`) must end with a pass for `track`."""
+def check_runlog(before: int, track: str, status: int, image_name: str | None = None) -> dict:
+    """The run-log lines `docker compose run lab` wrote (after the first `before`) must end with a pass for `track`, in
+    `image_name` (default: the track's image)."""
     log = REPO / "runs" / "runlog.jsonl"
     runs = read_runs(log)[before:]
     if status != 0:
@@ -69,10 +70,11 @@ def check_runlog(before: int, track: str, status: int) -> dict:
             f"the run-log line of that run says status {last.get('status')!r}, track {last.get('track')!r} "
             f"(expected passed, {track}): {last}"
         )
-    image = engine.image_or_none(f"grpolab:{track}")
+    image_name = image_name or f"grpolab:{track}"
+    image = engine.image_or_none(image_name)
     recorded = (last.get("fingerprint") or {}).get("image_id")
     if image is not None and recorded != image.id:
-        raise HostError(f"the run-log line names image {recorded!r}, but `docker compose run lab` ran grpolab:{track}, {image.id}")
+        raise HostError(f"the run-log line names image {recorded!r}, but `docker compose run lab` ran {image_name}, {image.id}")
     say(f"run log: {len(runs)} new line(s), last: kind {last.get('kind')}, status passed, track {track}, image {recorded}")
     return last
 
@@ -159,6 +161,7 @@ def run_cv_vllm_steps(timings: dict) -> None:
 
 
 CV_IMAGE = "grpolab:cv"  # track cv's image, which run_cv_vllm_steps builds
+LLAMACPP_IMAGE = "grpolab:c-llamacpp"  # track c's image with llama.cpp compiled in, which `invoke up --rollout llamacpp` builds
 SMOKE_STEPS = 10  # the smoke test's steps: every one of its syncs is checked
 TOO_LARGE_KV_GIB = "100000"
 
@@ -224,6 +227,13 @@ def run_ci(skip_image: bool = False) -> dict:
             check_runlog(before, "c", up("c"))
         with _step("invoke report (the table, CSV, plots and HTML from that run log)", timings):
             check_report("c")
+        with _step("--rollout llamacpp in that image, which leaves llama.cpp out: refused in the rollout layer, naming the command", timings):
+            before = len(read_runs(REPO / "runs" / "runlog.jsonl"))
+            proc = compose("run", "--rm", "-T", "lab", "lab", "--smoke", "never", "--rollout", "llamacpp", shown_chars=2000)
+            check_refused_run(before, proc.returncode, proc.stdout + proc.stderr, "`invoke up --rollout llamacpp`")
+        with _step("invoke up --track c --rollout llamacpp (llama.cpp compiled into an image of its own, then that lab)", timings):
+            before = len(read_runs(REPO / "runs" / "runlog.jsonl"))
+            check_runlog(before, "c", up("c", rollout="llamacpp"), image_name=LLAMACPP_IMAGE)
         for track in REPRODUCIBLE_TRACKS:
             if record_moved(track):
                 with _step(f"invoke build --track {track} --check-reproducible (lockfiles/{track}.image.json changed: two builds from nothing)", timings):

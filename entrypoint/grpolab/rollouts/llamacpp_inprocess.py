@@ -6,6 +6,7 @@ import math
 import os
 from pathlib import Path
 
+from ..common.tracks import packages_left_out
 from .base import refused
 from .sampler import GRPO_SAMPLING, LlamaSampler
 
@@ -13,6 +14,13 @@ SMALL_GGUF_BYTES = 100_000_000  # below this one llama.cpp thread is fastest (se
 
 
 def require_llama_cpp():
+    if "llama-cpp-python" in packages_left_out():
+        raise refused(
+            "the llamacpp rollout path needs llama-cpp-python, which this image leaves out (GRPOLAB_NOT_INSTALLED): "
+            "its compile, minutes long, is paid only by the runs that load it",
+            "on the host, `invoke up --rollout llamacpp` builds the image that has it (compiled once, then cached) and runs "
+            "the lab there; or `invoke build --rollout llamacpp`, then `docker compose run lab lab --rollout llamacpp`",
+        )
     try:
         import llama_cpp
     except ImportError as error:

@@ -32,6 +32,7 @@ from ..model.files import check_model_files
 from ..model.shape import weights_dtype
 from ..common.paths import runs_dir
 from ..rollouts.base import importance_sampling_correction
+from ..rollouts.llamacpp_inprocess import require_llama_cpp
 from .record import recorded_run
 from .before_scaling_up import before_scaling_up
 from ..settings.lab_settings import LabSettings, check_model_context
@@ -148,6 +149,8 @@ def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, 
     record["device_checked"] = expect_device in (None, track.expected_device)
     say_layer(say, "device", line)
     record["layers_passed"].append("device")
+    if settings.rollout == "llamacpp":  # before data, model and the held-out pass@1: an image without llama.cpp says so at once
+        require_llama_cpp()
     train, heldout_rows = load_data(settings, shape)
     reward_funcs, rewards_line = check_rewards(settings, train.column_names)
     model_path = resolve_model_name(settings.model)
