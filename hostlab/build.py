@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -358,7 +359,7 @@ def add_source_builds(
     cache outlives code changes), then the lab image `lab_ref` with them added (the code's time), as `image`: its id
     and the log's last lines."""
     compiling = " ".join(args["SOURCE_PACKAGES"].split())
-    say(f"compiling {compiling} from the lock's sdist (once: later builds of this lock take it from the builder's cache)")
+    say(f"compiling {compiling} from the lock's sdist, once: later builds of this lock take it from the builder's cache{measured_source_build()}")
     if builder.name == "buildah":
         _, compiled, tail = buildah_build(dockerfile, context, "source-builds", epochs["deps"], args, track.platform, ca)
         compiled_ref = compiled.removeprefix("sha256:")
@@ -375,6 +376,18 @@ def add_source_builds(
     if not final_id:
         raise HostError(explain_failure(final_tail, track))
     return final_id, tail + final_tail
+
+
+def measured_source_build(bench_dir: Path = REPO / "bench") -> str:
+    """How long the image with the source-only packages took when last measured from cold (`invoke bench --cold-up`,
+    bench/cold-up.json), in words for the build's first line; "" when never measured."""
+    try:
+        record = json.loads((bench_dir / "cold-up.json").read_text())
+        seconds, machine = record["then_llamacpp"]["image_build_s"], record["provenance"]["machine"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    return (f" (cold, {seconds / 60:.1f} min on the {machine.get('cores')}-core {machine.get('cpu_model')} of bench/cold-up.json, "
+            f"commit {str(record['provenance'].get('commit'))[:7]})")
 
 
 def image_for_rollout(track: Track, rollout: str | None, lock_dir: Path = REPO / "lockfiles") -> tuple[str, bool]:

@@ -5,7 +5,8 @@ buildah's store, build cache and cache mounts empty (a store of the bench's own,
 the host's uv and pip caches set aside (and put back afterwards), the page cache dropped. Then, as `bash
 images/setup-host.sh && . .venvs/host/bin/activate && invoke up` does on a machine without a registry: the host
 set-up, the stand-in base, the image (and of it, the hand-over to the Docker engine), `docker compose run lab`
-(the smoke test, then the lab). What it does not time: installing the Docker engine itself, which this machine
+(the smoke test, then the lab); then, the page cache dropped again, `invoke up --rollout llamacpp`, the first run on
+the path whose image has llama.cpp compiled in (the track's image leaves it out). What it does not time: installing the Docker engine itself, which this machine
 already has (a fresh machine pays it once, before everything here).
 """
 
@@ -33,6 +34,7 @@ from .tools import compose_command, resolved
 TRACK = "c"  # what `invoke up` builds on a machine without an accelerator
 HOST_CACHES = (Path.home() / ".cache" / "uv", Path.home() / ".cache" / "pip")  # the host venv's downloads
 GOAL_S = 240  # issue 36: the first command under 4 minutes on a fresh 2-core machine
+LLAMACPP_COMMAND = "invoke up --rollout llamacpp"
 
 
 @contextmanager
@@ -87,17 +89,20 @@ def cold_up_bench() -> Path:
             drop_page_cache()
             started = time.monotonic()
             setup_s = _timed(["bash", "images/setup-host.sh"], clone)
-            # The stand-in before the store of the bench's own is set up: that sets TMPDIR inside a 0700 folder, which
-            # apt's _apt user cannot reach, and a stand-in made from there held two folders owned by root, not _apt:
-            # another id from the same pins (2fa387226b7f, not 65d6b2c9acd7), which the build then refused against
-            # the record.
             base_started = time.monotonic()
             base = build_standin(host_arch())
             base_s = time.monotonic() - base_started
             with fresh_store(Path(tmp) / "buildah"):
                 built = build(TRACK, base=base, repo=clone)
                 lab_s = _timed(compose_command("run", "--rm", "-T", "lab"), clone)
-            total_s = time.monotonic() - started
+                total_s = time.monotonic() - started
+                # Then the learner's first llama.cpp run, with the page cache dropped again: `invoke up --rollout
+                # llamacpp` compiles llama.cpp into an image of its own and runs the smoke test and the lab on that path.
+                drop_page_cache()
+                llama_started = time.monotonic()
+                llama = build(TRACK, base=base, repo=clone, rollout="llamacpp")
+                llama_lab_s = _timed(compose_command("run", "--rm", "-T", "lab", "lab", "--smoke", "always", "--rollout", "llamacpp"), clone)
+                llama_total_s = time.monotonic() - llama_started
     record = {
         "what": "the README's first command in a fresh clone, cold: no grpolab image and no stand-in base in the engine, buildah's "
                 "store and caches empty, the host's uv and pip caches aside, the page cache dropped; the Docker engine already installed",
@@ -113,5 +118,15 @@ def cold_up_bench() -> Path:
         },
         "image": {"id": built.image_id, "bytes": built.size_bytes, "builder": built.builder},
         "not_included": "installing the Docker engine, Compose and buildah (setup-host.sh found them installed)",
+        "then_llamacpp": {
+            "what": "right after, the page cache dropped again: the first run on llama.cpp's rollout path, which compiles "
+                    "llama.cpp into the image with it (LLAMACPP_COMMAND)",
+            "command": LLAMACPP_COMMAND,
+            "total_s": round(llama_total_s, 1),
+            "image_build_s": round(llama.seconds, 1),
+            "of_it_handover_to_engine_s": round(llama.handover_s, 1),
+            "smoke_and_lab_s": round(llama_lab_s, 1),
+            "image": {"name": llama.image, "id": llama.image_id, "bytes": llama.size_bytes},
+        },
     }
     return _write("cold-up", record)

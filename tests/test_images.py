@@ -18,7 +18,7 @@ from grpolab.common.tracks import get_track  # noqa: E402
 
 from hostlab import REPO, HostError, engine  # noqa: E402
 from hostlab.base import host_arch, standin_name  # noqa: E402
-from hostlab.build import build, explain_failure, image_for_rollout, image_name, runtime_build_args, source_build_args, stage_context, track_env_file  # noqa: E402
+from hostlab.build import build, explain_failure, image_for_rollout, image_name, measured_source_build, runtime_build_args, source_build_args, stage_context, track_env_file  # noqa: E402
 from hostlab.builder import engine_layers  # noqa: E402
 from hostlab.lockfile import lock_path, lock_sha256, parse_lock  # noqa: E402
 
@@ -433,3 +433,10 @@ def test_unpullable_pinned_base(monkeypatch, capsys, standin_present):
         with pytest.raises(HostError) as err:
             build_module.choose_base(track, None)
         assert "registry unreachable" in str(err.value) and "invoke base" in str(err.value)
+
+
+def test_the_llamacpp_images_build_says_how_long_it_took_when_measured(tmp_path):
+    assert measured_source_build(tmp_path) == ""  # never measured: no figure at all
+    record = {"then_llamacpp": {"image_build_s": 201.0}, "provenance": {"commit": "0123456789abcdef", "machine": {"cores": 2, "cpu_model": "AMD EPYC"}}}
+    (tmp_path / "cold-up.json").write_text(json.dumps(record))
+    assert measured_source_build(tmp_path) == " (cold, 3.4 min on the 2-core AMD EPYC of bench/cold-up.json, commit 0123456)"
