@@ -82,12 +82,16 @@ def test_each_part_gets_the_time_of_the_last_commit_that_changed_it(tmp_path):
 def test_the_dockerfile_gives_each_stage_its_time_and_every_run_fails_on_error():
     text = (REPO / "images" / "Dockerfile").read_text()
     stages = text.split("\nFROM ")[1:]
-    assert [s.split("\n", 1)[0] for s in stages] == ["${BASE_IMAGE} AS source-builds", "${BASE_IMAGE} AS deps", "${DEPS} AS lab"]
-    assert all("\nARG SOURCE_DATE_EPOCH\n" in s for s in stages), "each stage's time must be in its cache key"
+    assert [s.split("\n", 1)[0] for s in stages] == ["${BASE_IMAGE} AS source-builds", "${BASE_IMAGE} AS deps", "${DEPS} AS lab",
+                                                     "${SOURCE_BUILDS} AS compiled", "${LAB} AS with-source-builds"]
+    assert stages[3].strip() == "${SOURCE_BUILDS} AS compiled"  # a name for the compile's image, which the last stage mounts
+    building = [s for s in stages if "\nRUN " in s or "\nCOPY " in s]
+    assert len(building) == 4 and all("\nARG SOURCE_DATE_EPOCH\n" in s for s in building), "each stage's time must be in its cache key"
     runs = text.split("\nRUN ")[1:]
     bodies = [" ".join(line.strip() for line in r.split("\n") if not line.strip().startswith("--mount")) for r in runs]
     assert bodies and all(b.lstrip("\\ ").startswith("set -eu;") for b in bodies), "buildah's OCI images ignore SHELL"
-    assert "ARG DEPS=deps" in text.split("\nFROM ", 1)[0], "DEPS is global: FROM ${DEPS} reads it"
+    for global_arg in ("ARG DEPS=deps", "ARG LAB=lab", "ARG SOURCE_BUILDS=source-builds"):
+        assert global_arg in text.split("\nFROM ", 1)[0], f"{global_arg} is global: a FROM reads it"
 
 
 # ------------------------------------------------------------------------------------------ buildah, for real
