@@ -25,7 +25,7 @@ from grpolab.common.tracks import get_track
 from . import REPO, HostError, engine
 from .base import build_standin, host_arch, standin_name
 from .bench import _write
-from .build import build, image_name
+from .build import build, image_for_rollout, image_name
 from .builder import fresh_store
 from .console import say
 from .projectionbench import DROP_CACHES, drop_page_cache
@@ -83,8 +83,9 @@ def cold_up_bench() -> Path:
     with tempfile.TemporaryDirectory(prefix="grpolab-cold-up-", dir=Path.home()) as tmp:
         clone = Path(tmp) / "clone"
         subprocess.run(resolved(["git", "clone", "--quiet", str(REPO), str(clone)]), check=True)
-        say(f"removing {image_name(track)} and {standin_name(host_arch())} from the engine, for a cold start")
-        forget_images([image_name(track), standin_name(host_arch())])
+        images = [image_name(track), image_for_rollout(track, "llamacpp")[0], standin_name(host_arch())]
+        say(f"removing {', '.join(images)} from the engine, for a cold start")
+        forget_images(images)
         with set_aside(HOST_CACHES):
             drop_page_cache()
             started = time.monotonic()
