@@ -121,7 +121,7 @@ def cold_up_bench() -> Path:
         "not_included": "installing the Docker engine, Compose and buildah (setup-host.sh found them installed)",
         "then_llamacpp": {
             "what": "right after, the page cache dropped again: the first run on llama.cpp's rollout path, which compiles "
-                    "llama.cpp into the image with it (LLAMACPP_COMMAND)",
+                    "llama.cpp into the image with it",
             "command": LLAMACPP_COMMAND,
             "total_s": round(llama_total_s, 1),
             "image_build_s": round(llama.seconds, 1),
