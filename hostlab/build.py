@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpolab.common.tracks import Track, get_track
+from grpolab.common.tracks import ROLLOUT_PATHS, Track, get_track
 
 from . import REPO, HostError, engine
 from .base import standin_name
@@ -317,26 +317,12 @@ def run_two_stage_build(
     with tempfile.TemporaryDirectory(prefix="grpolab-context-") as tmp:
         (Path(tmp) / "context").mkdir()
         context = stage_context(track, repo, Path(tmp) / "context")
-        if builder.name == "buildah":
-            stage_args = {**args, "BASE_IMAGE": base_into_buildah(base_id), "BASE_NAME": args["BASE_IMAGE"]}
-            deps_id, deps_built, tail = buildah_build(dockerfile, context, "deps", epochs["deps"], stage_args, track.platform, ca)
-            deps_ref = deps_built.removeprefix("sha256:")
-        else:
-            stage_args = {**args, "BASE_NAME": args["BASE_IMAGE"]}
-            deps_ref = f"grpolab-deps:{track.name}"
-            deps_id, tail = buildx_build(dockerfile, context, "deps", epochs["deps"], stage_args, track.platform, ca, deps_ref)
-        if not deps_id:
-            raise HostError(explain_failure(tail, track))
-        lab_args = {**stage_args, "DEPS": deps_ref}
+        base = base_into_buildah(base_id) if builder.name == "buildah" else args["BASE_IMAGE"]
+        stage_args = {**args, "BASE_IMAGE": base, "BASE_NAME": args["BASE_IMAGE"]}
+        deps_id, deps_ref, tail = build_target(builder, track, dockerfile, context, "deps", epochs["deps"], stage_args, ca)
         lab_tag = image_name(track) if with_source_builds else image
-        if builder.name == "buildah":
-            lab_id, lab_built, lab_tail = buildah_build(dockerfile, context, "lab", epochs["lab"], lab_args, track.platform, ca, tag=lab_tag)
-            lab_ref = lab_built.removeprefix("sha256:")
-        else:
-            lab_id, lab_tail = buildx_build(dockerfile, context, "lab", epochs["lab"], lab_args, track.platform, ca, lab_tag)
-            lab_ref = lab_tag
-        if not lab_id:
-            raise HostError(explain_failure(lab_tail, track))
+        lab_id, lab_ref, lab_tail = build_target(builder, track, dockerfile, context, "lab", epochs["lab"],
+                                                 {**stage_args, "DEPS": deps_ref}, ca, lab_tag)  # fmt: skip
         if with_source_builds:
             lab_id, more_tail = add_source_builds(builder, track, dockerfile, context, stage_args, lab_ref, image, epochs, ca)
             lab_tail += more_tail
@@ -360,22 +346,28 @@ def add_source_builds(
     and the log's last lines."""
     compiling = " ".join(args["SOURCE_PACKAGES"].split())
     say(f"compiling {compiling} from the lock's sdist, once: later builds of this lock take it from the builder's cache{measured_source_build()}")
-    if builder.name == "buildah":
-        _, compiled, tail = buildah_build(dockerfile, context, "source-builds", epochs["deps"], args, track.platform, ca)
-        compiled_ref = compiled.removeprefix("sha256:")
-    else:
-        compiled_ref = f"grpolab-source-builds:{track.name}"
-        compiled, tail = buildx_build(dockerfile, context, "source-builds", epochs["deps"], args, track.platform, ca, compiled_ref)
-    if not compiled:
-        raise HostError(explain_failure(tail, track))
+    _, compiled_ref, tail = build_target(builder, track, dockerfile, context, "source-builds", epochs["deps"], args, ca)
     final_args = {**args, "LAB": lab_ref, "SOURCE_BUILDS": compiled_ref}
-    if builder.name == "buildah":
-        final_id, _, final_tail = buildah_build(dockerfile, context, "with-source-builds", epochs["lab"], final_args, track.platform, ca, tag=image)
-    else:
-        final_id, final_tail = buildx_build(dockerfile, context, "with-source-builds", epochs["lab"], final_args, track.platform, ca, image)
-    if not final_id:
-        raise HostError(explain_failure(final_tail, track))
+    final_id, _, final_tail = build_target(builder, track, dockerfile, context, "with-source-builds", epochs["lab"], final_args, ca, image)
     return final_id, tail + final_tail
+
+
+def build_target(
+    builder: Builder, track: Track, dockerfile: Path, context: Path, target: str, epoch: int, args: dict[str, str],
+    ca: Path | None, tag: str | None = None,
+) -> tuple[str, str, list[str]]:
+    """One build of the Dockerfile's `target` at `epoch` by a builder that sets every time: the image's id, what a
+    later stage's FROM takes for it (buildah: the image as built, with the history its layer cache needs; buildx: its
+    tag in the engine, `tag` or grpolab-<target>:<track>), and the log's last lines. A failure says why."""
+    if builder.name == "buildah":
+        image_id, built, tail = buildah_build(dockerfile, context, target, epoch, args, track.platform, ca, tag=tag)
+        ref = built.removeprefix("sha256:")
+    else:
+        ref = tag or f"grpolab-{target}:{track.name}"
+        image_id, tail = buildx_build(dockerfile, context, target, epoch, args, track.platform, ca, ref)
+    if not image_id:
+        raise HostError(explain_failure(tail, track))
+    return image_id, ref, tail
 
 
 def measured_source_build(bench_dir: Path = REPO / "bench") -> str:
@@ -390,9 +382,17 @@ def measured_source_build(bench_dir: Path = REPO / "bench") -> str:
             f"commit {str(record['provenance'].get('commit'))[:7]})")
 
 
+def check_rollout(rollout: str | None) -> None:
+    """Refuse a rollout path the lab does not have, before anything is built for it (the lab would refuse it only
+    after the build)."""
+    if rollout is not None and rollout not in ROLLOUT_PATHS:
+        raise HostError(f"--rollout {rollout!r} is not a rollout path: one of {', '.join(ROLLOUT_PATHS)}")
+
+
 def image_for_rollout(track: Track, rollout: str | None, lock_dir: Path = REPO / "lockfiles") -> tuple[str, bool]:
     """The image a run on `rollout` needs, and whether it is the one with the lock's source-only packages compiled in:
     the track's image (grpolab:c), or that image plus them (grpolab:c-llamacpp) for the rollout path that loads them."""
+    check_rollout(rollout)
     if rollout and rollout in rollouts_needing_source_builds(parse_lock(lock_path(track, lock_dir).read_text())):
         return f"{image_name(track)}-{rollout}", True
     return image_name(track), False

@@ -9,7 +9,7 @@ import sys
 
 from . import REPO, engine
 from .base import build_standin, host_arch
-from .build import build, resolve_track
+from .build import build, check_rollout, resolve_track
 from .console import say, warn
 from .labrun import make_venv, run_lab
 from .tools import compose_command, resolved
@@ -18,15 +18,15 @@ from .tools import compose_command, resolved
 def up(track_name: str | None = None, rollout: str | None = None) -> int:
     """`rollout`: the lab's rollout path, when not the track's default; llamacpp gets the image with llama.cpp
     compiled in (built once, minutes), every other path the track's image, which leaves it out."""
+    check_rollout(rollout)  # before a venv or an image is made for it
     track = resolve_track(track_name)
-    lab_args = ["--rollout", rollout] if rollout else []
     if not track.is_container:
         make_venv(track.name)
         return run_lab("lab", track.name, {"rollout": rollout} if rollout else None)
     engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
     build(track.name, base=base_for(track), rollout=rollout)
     # The lab service's own command (the smoke test first, always), with the rollout path when one was asked for.
-    command = ["lab", "--smoke", "always", *lab_args] if rollout else []
+    command = ["lab", "--smoke", "always", "--rollout", rollout] if rollout else []
     cmd = compose_command("run", "--rm", *([] if sys.stdin.isatty() else ["-T"]), "lab", *command)
     say("$ " + " ".join(cmd))
     return subprocess.run(resolved(cmd), cwd=REPO).returncode

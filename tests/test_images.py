@@ -20,6 +20,7 @@ from hostlab import REPO, HostError, engine  # noqa: E402
 from hostlab.base import host_arch, standin_name  # noqa: E402
 from hostlab.build import build, explain_failure, image_for_rollout, image_name, measured_source_build, runtime_build_args, source_build_args, stage_context, track_env_file  # noqa: E402
 from hostlab.builder import engine_layers  # noqa: E402
+from hostlab.up import up  # noqa: E402
 from hostlab.lockfile import lock_path, lock_sha256, parse_lock  # noqa: E402
 
 DOCKERFILE = REPO / "images" / "Dockerfile"
@@ -106,6 +107,13 @@ def test_the_llamacpp_rollout_gets_the_image_with_llama_cpp_and_every_other_path
     for rollout in (None, "inprocess", "vllm-colocate"):
         assert image_for_rollout(c, rollout) == ("grpolab:c", False)
     assert image_for_rollout(get_track("cv"), "llamacpp") == ("grpolab:cv", False)  # nothing to compile in cv's lock
+
+
+def test_a_rollout_path_the_lab_lacks_is_refused_before_anything_is_built():
+    """A misspelt --rollout would otherwise build for minutes and only then meet the lab's own refusal."""
+    for refuse in (lambda: image_for_rollout(get_track("c"), "lamacpp"), lambda: up("c", rollout="lamacpp")):
+        with pytest.raises(HostError, match="'lamacpp' is not a rollout path: one of inprocess, vllm-colocate, vllm-server, llamacpp"):
+            refuse()
 
 
 def test_verify_locked_fails_a_module_that_does_not_import(tmp_path):

@@ -16,6 +16,11 @@ from pathlib import Path
 TRACKS_FILE = Path(os.environ.get("GRPOLAB_TRACKS_FILE", Path(__file__).resolve().parents[3] / "images" / "tracks.toml"))
 
 
+# The rollout paths a lab can sample through (a track's row names one as its default; `--rollout` picks another). Here,
+# below the lab's settings, so that the host tasks can refuse a wrong one before they build anything.
+ROLLOUT_PATHS = ("inprocess", "vllm-colocate", "vllm-server", "llamacpp")
+
+
 class UnknownTrack(ValueError):
     pass
 

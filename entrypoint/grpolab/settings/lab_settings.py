@@ -41,9 +41,8 @@ from .nearest_working import (
     training_problems,
 )
 from ..task.rewards import CONTROL_REWARDS, REWARD_FUNCS
-from ..common.tracks import Track
+from ..common.tracks import ROLLOUT_PATHS, Track
 
-ROLLOUT_PATHS = ("inprocess", "vllm-colocate", "vllm-server", "llamacpp")
 # Live logging backends TRL's report_to accepts that we offer, each with the package it needs.
 REPORT_TO_PACKAGES = {"none": None, "tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
