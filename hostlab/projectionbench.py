@@ -15,6 +15,7 @@ from grpolab.common.tracks import get_track
 
 from . import REPO, HostError, engine
 from .bench import TINY, _write
+from .benchrecord import result_path
 from .console import say
 from .labrun import lab_command, lab_env
 from .tools import resolved
@@ -123,7 +124,7 @@ def projection_bench(cases: tuple[str, ...] | None = None, cold: bool = False, r
     the lab's seconds per step over the lab's measurement, the goal 0.8-1.25; what the calibration cost; the smoke
     test's peak at the calibration's shape against its estimate (JSON under bench/, one file per case and
     cold or warm). `rounds` pairs per case; `cold`: the page cache dropped before each (root only)."""
-    names = cases or (*PROJECTION_CASES, SHAPE_CASE)
+    names = tuple(projection_case(case) for case in cases) if cases else (*PROJECTION_CASES, SHAPE_CASE)
     if cold:
         check_can_drop_page_cache()
     written = []
@@ -144,6 +145,10 @@ def projection_bench(cases: tuple[str, ...] | None = None, cold: bool = False, r
                 say(f"{name}: round {round_ + 1} of {rounds}{', page cache dropped' if cold else ''}")
                 pairs.append(_projection_pair(name, track, options, Path(tmp), where))
         case = f"{name}, cold" if cold else name  # its own file beside the warm result: bench/projection-CASE-cold.json
+        if not any(pair.get("projection_over_lab") for pair in pairs):  # nothing measured: the last result stands
+            first_error = next((pair.get("error") for pair in pairs if pair.get("error")), "no projection in the run log")
+            raise HostError(f"{name}: no round measured a projection, so {result_path('projection', case).name} is left as it was; "
+                            f"the first round's command exited {pairs[0].get('exit_status')}:\n{first_error}")
         record = {
             "case": case, "cold": cold,
             "where": "host python (PYTHONPATH=entrypoint) with each track's venv, or the track's image with this checkout's entrypoint/ mounted (a new container each command); one pair at a time",
@@ -154,6 +159,17 @@ def projection_bench(cases: tuple[str, ...] | None = None, cold: bool = False, r
         models = {**TINY, "qwen3-0.6b-shape": None} if name == SHAPE_CASE else TINY
         written.append(_write("projection", record, tracks=(track,), models=models, case=case))
     return written
+
+
+def projection_case(wanted: str) -> str:
+    """A case of PROJECTION_CASES or SHAPE_CASE by its name or its result file's ("c, in-process (image)" or
+    "c-in-process-image", as in bench/projection-c-in-process-image.json). Anything else is refused before a pair runs:
+    a misspelt case once ran track c on the host under the name given and wrote its result over the file named."""
+    for name in (*PROJECTION_CASES, SHAPE_CASE):
+        if wanted in (name, result_path("projection", name).stem.removeprefix("projection-")):
+            return name
+    known = ", ".join(result_path("projection", name).stem.removeprefix("projection-") for name in (*PROJECTION_CASES, SHAPE_CASE))
+    raise HostError(f"no projection case {wanted!r}: the cases are {known}")
 
 
 GOAL = ("projection / the lab's measured seconds per step within 0.8-1.25 in every round, cold (page cache dropped before each pair) "

@@ -59,8 +59,8 @@ def lab_projection(calibration: dict, smoke_model: str, lab_settings) -> dict:
         return noted
     steady = measured + added
     wall_clock = steady * steps + first_use
-    counted = calibration["steps"] - calibration["warm_up_steps"]
-    where = (f"the smoke test's own {counted} steps after its first, already at the lab's shape" if calibration.get("same_shape_as_smoke")
+    counted = calibration["steps"]
+    where = (f"the smoke test's own {counted} steps, already at the lab's shape" if calibration.get("same_shape_as_smoke")
              else f"{counted} calibration steps at the lab's shape")
     noted.update(
         projected_lab_steady_seconds_per_step=round(steady, 4),
@@ -145,6 +145,5 @@ def calibration_line(calibration: dict, smoke_so_far_s: float | None) -> str:
         cost += f", {calibration['cost_s'] / (smoke_so_far_s - calibration['cost_s']):.0%} on top of the rest of this smoke test ({smoke_so_far_s - calibration['cost_s']:.1f} s, imports not counted)"
     if calibration.get("error"):
         return f"{calibration['steps']} of {CALIBRATION_STEPS} steps at the lab's shape ({shape}) ran, then it failed: {calibration['error']}; {cost}"
-    first = f"the first {calibration['warm_up_steps']}" if calibration["warm_up_steps"] > 1 else "the first"
-    return (f"{calibration['steps']} steps at the lab's shape ({shape}): {seconds} s, {first} not counted "
-            f"(it sets up what the lab's batch needs once); {cost}")
+    return (f"{calibration['steps']} steps at the lab's shape ({shape}): {seconds} s, their median the steady state "
+            f"(two slow steps cannot move it), the first's excess over it the first use; {cost}")

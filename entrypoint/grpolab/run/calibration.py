@@ -14,17 +14,16 @@ from statistics import median
 
 from ..settings.lab_settings import LabSettings
 
-# Steps run at the lab's shape, and how many of the first are run but not counted. The smoke test's process has
-# already run ten steps, so the calibration's first step is the only one that sets up anything new (its batch's
-# sizes): measured on track c (bench/projection-*.json keep each calibration's steps), dropping three first steps
-# of six made the projection no closer to the lab than dropping one (over five runs on track c, 0.81-1.25 of the lab
-# against 0.86-1.09 for the three steps after the first), and the two steps saved were 0.21-0.36 s of those runs' 1.3-1.7 s.
-CALIBRATION_STEPS = 4
-WARM_UP_STEPS = 1
-# The steady state is the median of the counted steps, not their mean: on a fresh machine's first run (issue 36) the
-# calibration's steps were 0.608, 3.795, 0.277 and 0.260 s, and the mean of the last three (1.444 s) came to 6.1x
-# the lab that followed (0.235 s/step); one slow step of three cannot move their median.
-STEADY_STATISTIC = "median of the steps after the first"
+# Steps run at the lab's shape, every one counted. Their median is the steady state: it cannot be moved by two slow
+# steps of five, whichever they are. Measured on track c (bench/projection-*.json keep each calibration's steps):
+# with four steps and the first left out, the median of the other three came to 1.38 of the lab on an idle machine
+# (its steps 0.118, 0.120, 0.170, 0.162 s against the lab's 0.117: two slow steps of three), and across the 29
+# calibrations in those files it put 26 within 0.8-1.25 of the lab. The first step is counted because, at the
+# lab's shape after the smoke test's ten, it was rarely slower than the rest (a median of all four put 28 of 29
+# within); a fifth step keeps a slow first step and one slow other step (issue 36's first run: 0.608 and 3.795 s
+# among 0.26-0.28 s) from moving the median. The fifth step costs one lab step (0.11-0.15 s here).
+CALIBRATION_STEPS = 5
+STEADY_STATISTIC = "median of every step"
 
 
 @dataclass
@@ -43,30 +42,23 @@ class Calibration:
 
     @property
     def seconds_per_step(self) -> float | None:
-        """The steady state: STEADY_STATISTIC."""
-        counted = self.step_seconds[self.warm_up_steps :]
-        return round(median(counted), 4) if counted and not self.error else None
+        """The steady state: STEADY_STATISTIC (the smoke test's own ten too, where they are the measurement)."""
+        return round(median(self.step_seconds), 4) if self.step_seconds and not self.error else None
 
     @property
     def first_step_extra_s(self) -> float | None:
         """What the first step took over the steady state: a first-use cost (a new trainer, the lab's batch sizes met
         for the first time), which the lab's own first step pays as well. 0 when the first step was no slower."""
         steady = self.seconds_per_step
-        if steady is None or not self.warm_up_steps:
+        if steady is None or len(self.step_seconds) < 2:
             return None
         return round(max(0.0, self.step_seconds[0] - steady), 4)
-
-    @property
-    def warm_up_steps(self) -> int:
-        """The first steps run but not counted (the smoke test's own too, where they are the measurement: its first
-        steps are a new process's), when steps are left after them."""
-        return WARM_UP_STEPS if len(self.step_seconds) > WARM_UP_STEPS else 0
 
     def as_record(self) -> dict:
         return {
             "completions_per_step": self.completions_per_step, "completion_tokens": self.completion_tokens,
             "num_generations": self.num_generations, "same_shape_as_smoke": self.same_shape,
-            "steps": len(self.step_seconds), "warm_up_steps": self.warm_up_steps,
+            "steps": len(self.step_seconds),
             "step_seconds": [round(s, 4) for s in self.step_seconds], "seconds_per_step": self.seconds_per_step,
             "statistic": STEADY_STATISTIC, "first_step_extra_s": self.first_step_extra_s,
             "completion_tokens_mean": self.completion_tokens_mean,
