@@ -45,14 +45,61 @@ def _step(name: str, timings: dict):
 
 # pytest's slowest tests, listed at the end of every run: where the test command's minutes go, in CI's own log.
 SLOWEST_TESTS_LISTED = 25
+# pytest in two halves that together select every test: the tests marked `docker` (the engine, buildah, stand-in
+# bases, the images the steps below build) run after those steps, as before; the rest need no engine and run beside
+# the image steps from the start, since those steps mostly wait on the network and the disk (uv's downloads,
+# buildah's commits, the hand-over) while these tests mostly compute. In that half the engine is out of reach
+# (DOCKER_HOST names no socket), so a test that needs it and lacks the mark fails there instead of racing the image
+# steps, and one that would skip for want of it fails too (tests/conftest.py), since it would run in neither half.
+ENGINE_TESTS = "docker"
+ENGINE_FREE_TESTS = "not docker"
+NO_ENGINE_SOCKET = "unix:///nonexistent/grpolab-ci-engine-free-tests.sock"
+ENGINE_FREE_ENV = "GRPOLAB_TESTS_WITHOUT_ENGINE"  # tests/conftest.py: a skip for want of the engine fails there
 
 
-def run_pytest(args: list[str] | None = None) -> None:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "tests", f"--durations={SLOWEST_TESTS_LISTED}", *(args or [])], cwd=REPO)
-    if proc.returncode == PYTEST_NO_TESTS:
-        say("pytest collected no tests")
-    elif proc.returncode != 0:
-        raise HostError(f"pytest failed (exit {proc.returncode}); see its report above")
+def pytest_command(marks: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "tests", "-m", marks, f"--durations={SLOWEST_TESTS_LISTED}"]
+
+
+def pytest_verdict(returncode: int, half: str) -> None:
+    if returncode == PYTEST_NO_TESTS:
+        say(f"pytest ({half}) collected no tests")
+    elif returncode != 0:
+        raise HostError(f"pytest ({half}) failed (exit {returncode}); see its report above")
+
+
+def run_pytest(marks: str = ENGINE_TESTS) -> None:
+    pytest_verdict(subprocess.run(resolved(pytest_command(marks)), cwd=REPO).returncode, f"-m {marks!r}")
+
+
+class BackgroundPytest:
+    """The engine-free half of pytest, started now and waited for later; its output goes to a file (the steps
+    beside it print their own) and is shown whole when it is waited for."""
+
+    def __init__(self, log_path):
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path, self.started = log_path, time.monotonic()
+        env = {**os.environ, "DOCKER_HOST": NO_ENGINE_SOCKET, ENGINE_FREE_ENV: "1"}
+        say(f"pytest -m {ENGINE_FREE_TESTS!r} started beside the image steps; its output: {log_path}")
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen(resolved(pytest_command(ENGINE_FREE_TESTS)), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait(self) -> float:
+        """Its wall clock from start to end, after showing what it printed; raises when it failed."""
+        returncode = self.proc.wait()
+        wall_s = round(time.monotonic() - self.started, 1)
+        say(self.log_path.read_text(errors="replace").rstrip())
+        pytest_verdict(returncode, f"-m {ENGINE_FREE_TESTS!r}")
+        return wall_s
+
+    def stop(self) -> None:
+        """When a step beside it failed: it is stopped, and what it printed so far is kept in its file."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
 
 
 def check_runlog(before: int, track: str, status: int, image_name: str | None = None) -> dict:
@@ -210,9 +257,10 @@ def run_cv_colocate_steps(timings: dict) -> None:
 
 
 def run_ci(skip_image: bool = False) -> dict:
-    """lock --check; the kernels tables of tracks s and n, read again from their locked wheels where the lock or the reader moved; then the README's main command for real, `invoke up --track c` (the stand-in base where no
-    registry answers, the image, `docker compose run lab`), and the run-log line it wrote; then pytest, whose
-    Docker tests use that image."""
+    """lock --check; the kernels tables of tracks s and n, read again from their locked wheels where the lock or the
+    reader moved; then the README's main command for real, `invoke up --track c` (the stand-in base where no
+    registry answers, the image, `docker compose run lab`), and the run-log line it wrote, and the other image steps;
+    then the tests marked `docker`, which use those images. The other tests run beside all that from the start."""
     timings: dict[str, float] = {}
     started = time.monotonic()
     with _step("invoke lock --check", timings):
@@ -221,6 +269,25 @@ def run_ci(skip_image: bool = False) -> dict:
     for track in KERNELS_TRACKS:
         with _step(f"kernels table of track {track} (the locked wheels read again only if the lock or the reader changed since the table was made)", timings):
             verify_committed(track)
+    engine_free = BackgroundPytest(REPO / ".cache" / "tests" / "pytest-engine-free.log")
+    try:
+        run_engine_steps(timings, skip_image)
+    except BaseException:
+        engine_free.stop()
+        raise
+    say(f"\n=== pytest -m {ENGINE_FREE_TESTS!r}, beside the steps above: waiting for it")
+    waited = time.monotonic()
+    name = f"pytest -m {ENGINE_FREE_TESTS!r} (beside the image steps, from its start)"
+    timings[name] = engine_free.wait()
+    timings["waiting for it after the steps beside it"] = round(time.monotonic() - waited, 1)
+    say(f"=== {name}: ok in {timings[name]} s")
+    timings["total"] = round(time.monotonic() - started, 1)
+    say("\ninvoke test passed: " + ", ".join(f"{k} {v} s" for k, v in timings.items()))
+    return timings
+
+
+def run_engine_steps(timings: dict, skip_image: bool) -> None:
+    """`invoke up` on track c and its llama.cpp image, track cv's vLLM steps, then the tests marked `docker`."""
     if not skip_image:
         with _step("invoke up --track c (base, build, docker compose run lab)", timings):
             before = len(read_runs(REPO / "runs" / "runlog.jsonl"))
@@ -240,11 +307,8 @@ def run_ci(skip_image: bool = False) -> dict:
                     check_reproducible(track, base=base_for(get_track(track)))
         run_cv_vllm_steps(timings)
         run_cv_colocate_steps(timings)
-    with _step("pytest", timings):
-        run_pytest()
-    timings["total"] = round(time.monotonic() - started, 1)
-    say("\ninvoke test passed: " + ", ".join(f"{k} {v} s" for k, v in timings.items()))
-    return timings
+    with _step(f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above)", timings):
+        run_pytest(ENGINE_TESTS)
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["colocate"]:  # by hand: python -m hostlab.citest colocate

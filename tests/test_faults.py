@@ -271,6 +271,7 @@ def committed_copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.docker
 def test_a_version_changed_by_hand_is_refused_before_downloading_naming_the_line(tmp_path):
     from grpolab.common.tracks import get_track
 

@@ -194,6 +194,7 @@ def test_hash_mismatch_names_the_package():
 
 
 # ------------------------------------------------------------------------------ clear errors, no engine
+@pytest.mark.docker
 def test_build_x_without_its_lock_refuses_with_the_reason():
     if lock_path(get_track("x")).exists():
         pytest.skip("lockfiles/x.txt exists")

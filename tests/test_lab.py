@@ -1,8 +1,6 @@
 """A short lab run on the CPU with the tiny model, for real, and the smoke-before-lab drift check."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from grpolab.run.lab import smoke_needed
@@ -10,17 +8,10 @@ from grpolab.common.runlog import append_run, read_runs
 from grpolab.settings.lab_settings import resolve_settings
 from grpolab.common.tracks import get_track
 
-REPO = Path(__file__).resolve().parents[1]
 
-
-def test_short_lab_run_logs_everything_and_plots(tiny_model_env, tmp_path):
-    env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path)}
-    result = subprocess.run(
-        [sys.executable, "-m", "grpolab", "lab", "--track", "c", "--max-steps", "6", "--logging-steps", "2", "--heldout-size", "40", "--train-size", "200"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    out = result.stdout
+def test_short_lab_run_logs_everything_and_plots(short_lab):
+    assert short_lab["returncode"] == 0, short_lab["stdout"][-4000:] + short_lab["stderr"][-4000:]
+    out, tmp_path = short_lab["stdout"], short_lab["runs"]
     # No smoke test had passed in this runs/ folder: the lab ran one first.
     assert "running the smoke test first: no smoke test has passed" in out
     assert "max_steps" in out and "reward_weights" in out  # settings printed in full

@@ -276,6 +276,7 @@ def test_the_stand_in_base_made_twice_is_the_same_image_holding_exactly_its_pins
         subprocess.run(["docker", "rmi", "-f", name], capture_output=True, timeout=120)
 
 
+@pytest.mark.docker
 @can_make_bases
 def test_a_stand_in_pin_the_archive_lacks_is_refused_in_one_line(tmp_path):
     lock_dir = copied_locks(tmp_path)

@@ -130,6 +130,7 @@ def small_build(context: Path, epoch: int, cached: bool = False) -> str:
     return image_id
 
 
+@pytest.mark.docker
 @needs_buildah
 def test_two_builds_from_nothing_give_one_id_and_another_time_another(tmp_path, own_store):
     """A venv (files stamped by the clock as they are written) and a COPY: buildah's --timestamp sets them all."""
@@ -151,6 +152,7 @@ def test_two_builds_from_nothing_give_one_id_and_another_time_another(tmp_path, 
         buildah_forget(first, third)
 
 
+@pytest.mark.docker
 @needs_buildah
 def test_a_difference_is_named_down_to_the_file(tmp_path, own_store):
     names = [f"grpolab-test:diff-{os.getpid()}-{n}" for n in (1, 2)]
@@ -251,6 +253,7 @@ def engine_builder():
         return why
 
 
+@pytest.mark.docker
 @pytest.mark.skipif(not isinstance(engine_builder(), Builder),
                     reason=f"the engine's own builder cannot set every time here ({engine_builder()}); buildah does (CI)")
 def test_the_engines_own_builder_where_it_can(tmp_path):

@@ -114,6 +114,7 @@ def test_invoke_serve_waits_a_bounded_time_with_progress(capsys):
     assert "waiting for the vLLM server to load the model" in capsys.readouterr().out
 
 
+@pytest.mark.docker
 @pytest.mark.skipif(not engine.running(), reason="no Docker engine reachable (CI starts one)")
 def test_invoke_serve_names_the_missing_gpu(tmp_path):
     no_gpu = HostFacts(system="linux", arch="amd64")
