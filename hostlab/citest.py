@@ -45,12 +45,13 @@ def _step(name: str, timings: dict):
 
 # pytest's slowest tests, listed at the end of every run: where the test command's minutes go, in CI's own log.
 SLOWEST_TESTS_LISTED = 25
-# pytest in two halves that together select every test: the tests marked `docker` (the engine, buildah, stand-in
-# bases, the images the steps below build) run after those steps, as before; the rest need no engine and run beside
-# the image steps from the start, since those steps mostly wait on the network and the disk (uv's downloads,
-# buildah's commits, the hand-over) while these tests mostly compute. In that half the engine is out of reach
-# (DOCKER_HOST names no socket), so a test that needs it and lacks the mark fails there instead of racing the image
-# steps, and one that would skip for want of it fails too (tests/conftest.py), since it would run in neither half.
+# pytest in two halves that together select every test: the tests not marked `docker` need no engine and run
+# beside the image builds from the start, since the builds mostly wait on the network and the disk (uv's downloads,
+# buildah's commits, the hand-over) while these tests mostly compute; the tests marked `docker` (the engine, buildah,
+# stand-in bases, the images) run last, after the steps that run the images, as before. No step that runs torch
+# runs beside the first half (run_ci says why). In that half the engine is out of reach (DOCKER_HOST names no
+# socket), so a test that needs it and lacks the mark fails there instead of racing the builds, and one that would
+# skip for want of it fails too (tests/conftest.py), since it would run in neither half.
 ENGINE_TESTS = "docker"
 ENGINE_FREE_TESTS = "not docker"
 NO_ENGINE_SOCKET = "unix:///nonexistent/grpolab-ci-engine-free-tests.sock"
@@ -80,7 +81,7 @@ class BackgroundPytest:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path, self.started = log_path, time.monotonic()
         env = {**os.environ, "DOCKER_HOST": NO_ENGINE_SOCKET, ENGINE_FREE_ENV: "1"}
-        say(f"pytest -m {ENGINE_FREE_TESTS!r} started beside the image steps; its output: {log_path}")
+        say(f"pytest -m {ENGINE_FREE_TESTS!r} started beside the builds; its output: {log_path}")
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(resolved(pytest_command(ENGINE_FREE_TESTS)), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -189,7 +190,7 @@ def run_cv_vllm_steps(timings: dict) -> None:
     The colocate steps (run_cv_colocate_steps) run in this same image afterwards."""
     track = get_track(CV_TRACK)
     try:
-        with _step(f"invoke build --track {CV_TRACK} (the GPU tracks' trainer stack with vLLM's CPU build)", timings):
+        with _step(f"invoke build --track {CV_TRACK} again (cached since the builds above): `.env` records its image for serve", timings):
             build(CV_TRACK, base=base_for(track))
         with _step("invoke serve --detach (vLLM's server on the CPU), its checks and a completion", timings):
             if serve(detach=True, wait_s=CV_SERVER_WAIT_S) != 0:
@@ -258,9 +259,10 @@ def run_cv_colocate_steps(timings: dict) -> None:
 
 def run_ci(skip_image: bool = False) -> dict:
     """lock --check; the kernels tables of tracks s and n, read again from their locked wheels where the lock or the
-    reader moved; then the README's main command for real, `invoke up --track c` (the stand-in base where no
-    registry answers, the image, `docker compose run lab`), and the run-log line it wrote, and the other image steps;
-    then the tests marked `docker`, which use those images. The other tests run beside all that from the start."""
+    reader moved; then the images built (track c on the stand-in base where no registry answers, its llama.cpp
+    image, track cv) beside the tests not marked `docker`; then, those tests done, the README's main command for
+    real, `invoke up --track c` (its build now the cached one), with the run-log line it wrote, and the other steps
+    that run the images; then the tests marked `docker`, which use those images."""
     timings: dict[str, float] = {}
     started = time.monotonic()
     with _step("invoke lock --check", timings):
@@ -271,44 +273,61 @@ def run_ci(skip_image: bool = False) -> dict:
             verify_committed(track)
     engine_free = BackgroundPytest(REPO / ".cache" / "tests" / "pytest-engine-free.log")
     try:
-        run_engine_steps(timings, skip_image)
+        if not skip_image:
+            run_image_builds(timings)
     except BaseException:
         engine_free.stop()
         raise
-    say(f"\n=== pytest -m {ENGINE_FREE_TESTS!r}, beside the steps above: waiting for it")
+    # Waited for before any step runs torch: beside these tests, whose torch keeps both cores busy, `invoke up`'s lab
+    # ran at 2.7-6.1 s a step against its 0.14 alone (measured here: two OpenMP pools on 2 cores wait on each other).
+    say(f"\n=== pytest -m {ENGINE_FREE_TESTS!r}, beside the builds: waiting for it")
     waited = time.monotonic()
-    name = f"pytest -m {ENGINE_FREE_TESTS!r} (beside the image steps, from its start)"
+    name = f"pytest -m {ENGINE_FREE_TESTS!r} (beside the builds, from its start)"
     timings[name] = engine_free.wait()
-    timings["waiting for it after the steps beside it"] = round(time.monotonic() - waited, 1)
+    timings["waiting for it after the builds"] = round(time.monotonic() - waited, 1)
     say(f"=== {name}: ok in {timings[name]} s")
+    if not skip_image:
+        run_image_steps(timings)
+    with _step(f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above)", timings):
+        run_pytest(ENGINE_TESTS)
     timings["total"] = round(time.monotonic() - started, 1)
     say("\ninvoke test passed: " + ", ".join(f"{k} {v} s" for k, v in timings.items()))
     return timings
 
 
-def run_engine_steps(timings: dict, skip_image: bool) -> None:
-    """`invoke up` on track c and its llama.cpp image, track cv's vLLM steps, then the tests marked `docker`."""
-    if not skip_image:
-        with _step("invoke up --track c (base, build, docker compose run lab)", timings):
-            before = len(read_runs(REPO / "runs" / "runlog.jsonl"))
-            check_runlog(before, "c", up("c"))
-        with _step("invoke report (the table, CSV, plots and HTML from that run log)", timings):
-            check_report("c")
-        with _step("--rollout llamacpp in that image, which leaves llama.cpp out: refused in the rollout layer, naming the command", timings):
-            before = len(read_runs(REPO / "runs" / "runlog.jsonl"))
-            proc = compose("run", "--rm", "-T", "lab", "lab", "--smoke", "never", "--rollout", "llamacpp", shown_chars=2000)
-            check_refused_run(before, proc.returncode, proc.stdout + proc.stderr, "`invoke up --rollout llamacpp`")
-        with _step("invoke up --track c --rollout llamacpp (llama.cpp compiled into an image of its own, then that lab)", timings):
-            before = len(read_runs(REPO / "runs" / "runlog.jsonl"))
-            check_runlog(before, "c", up("c", rollout="llamacpp"), image_name=LLAMACPP_IMAGE)
-        for track in REPRODUCIBLE_TRACKS:
-            if record_moved(track):
-                with _step(f"invoke build --track {track} --check-reproducible (lockfiles/{track}.image.json changed: two builds from nothing)", timings):
-                    check_reproducible(track, base=base_for(get_track(track)))
-        run_cv_vllm_steps(timings)
-        run_cv_colocate_steps(timings)
-    with _step(f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above)", timings):
-        run_pytest(ENGINE_TESTS)
+def run_image_builds(timings: dict) -> None:
+    """Every image CI runs, built: track c (and the stand-in base), its llama.cpp image, track cv; and the double
+    builds from nothing where a record moved. Network and disk, mostly, and the llama.cpp compile."""
+    track_c = get_track("c")
+    with _step("invoke build --track c (the stand-in base where no registry answers, then the image)", timings):
+        build("c", base=base_for(track_c))
+    with _step("invoke build --track c --rollout llamacpp (llama.cpp compiled into an image of its own)", timings):
+        build("c", base=base_for(track_c), rollout="llamacpp")
+    for track in REPRODUCIBLE_TRACKS:
+        if record_moved(track):
+            with _step(f"invoke build --track {track} --check-reproducible (lockfiles/{track}.image.json changed: two builds from nothing)", timings):
+                check_reproducible(track, base=base_for(get_track(track)))
+    with _step(f"invoke build --track {CV_TRACK} (the GPU tracks' trainer stack with vLLM's CPU build)", timings):
+        build(CV_TRACK, base=base_for(get_track(CV_TRACK)))
+
+
+def run_image_steps(timings: dict) -> None:
+    """The images run: `invoke up` on track c and on its llama.cpp image (their builds the cached ones by now), the
+    report, the refusal, track cv's vLLM steps."""
+    with _step("invoke up --track c (base, build: cached, docker compose run lab)", timings):
+        before = len(read_runs(REPO / "runs" / "runlog.jsonl"))
+        check_runlog(before, "c", up("c"))
+    with _step("invoke report (the table, CSV, plots and HTML from that run log)", timings):
+        check_report("c")
+    with _step("--rollout llamacpp in that image, which leaves llama.cpp out: refused in the rollout layer, naming the command", timings):
+        before = len(read_runs(REPO / "runs" / "runlog.jsonl"))
+        proc = compose("run", "--rm", "-T", "lab", "lab", "--smoke", "never", "--rollout", "llamacpp", shown_chars=2000)
+        check_refused_run(before, proc.returncode, proc.stdout + proc.stderr, "`invoke up --rollout llamacpp`")
+    with _step("invoke up --track c --rollout llamacpp (its build cached, then the lab on llama.cpp)", timings):
+        before = len(read_runs(REPO / "runs" / "runlog.jsonl"))
+        check_runlog(before, "c", up("c", rollout="llamacpp"), image_name=LLAMACPP_IMAGE)
+    run_cv_vllm_steps(timings)
+    run_cv_colocate_steps(timings)
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["colocate"]:  # by hand: python -m hostlab.citest colocate

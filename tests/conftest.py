@@ -124,7 +124,7 @@ def lab_in_training(env: dict, runs: Path, steps: int = 500, timeout_s: float = 
     return process, read_until(process, lambda line: "step " in line and f"/{steps}" in line, timeout_s)  # training under way
 
 
-# `invoke test` runs the tests not marked `docker` beside its image steps, with the engine out of reach
+# `invoke test` runs the tests not marked `docker` beside its image builds, with the engine out of reach
 # (hostlab.citest: DOCKER_HOST names no socket there, ENGINE_FREE_ENV set). A test in that half that skips for want
 # of the engine, an image, buildah or the stand-in would then run in neither half: it fails instead, asking for the mark.
 ENGINE_FREE_ENV = "GRPOLAB_TESTS_WITHOUT_ENGINE"
