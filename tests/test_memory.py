@@ -59,8 +59,11 @@ def test_unified_memory_logs_the_hosts_low_water_mark():
         block = hold(100)
         time.sleep(0.1)
         del block
+    available_after = memory.host_available_gb()
     parts = meter.fields()["peak_memory_parts"]
-    assert 0 < parts["host_available_low_gb"] <= available_before + 0.05
+    # The host's, not this process's: other processes move it too (CI builds images beside this test), so the bound is
+    # the higher of the readings either side, not the one before.
+    assert 0 < parts["host_available_low_gb"] <= max(available_before, available_after) + 0.05
     assert "MemAvailable" in meter.sources["host_available_low_gb"]
 
 
