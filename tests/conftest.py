@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from hostlab.citest import ENGINE_FREE_ENV
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "entrypoint"))
 sys.path.insert(0, str(REPO / "tests"))  # rewards_for_tests, imported by name like a user's own rewards
@@ -127,7 +129,6 @@ def lab_in_training(env: dict, runs: Path, steps: int = 500, timeout_s: float = 
 # `invoke test` runs the tests not marked `docker` beside its image builds, with the engine out of reach
 # (hostlab.citest: DOCKER_HOST names no socket there, ENGINE_FREE_ENV set). A test in that half that skips for want
 # of the engine, an image, buildah or the stand-in would then run in neither half: it fails instead, asking for the mark.
-ENGINE_FREE_ENV = "GRPOLAB_TESTS_WITHOUT_ENGINE"
 WANTS_THE_ENGINE = re.compile(r"engine|docker|buildah|stand-in|image \S+ not built|no \S+ image here", re.IGNORECASE)
 
 
