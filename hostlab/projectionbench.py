@@ -165,11 +165,13 @@ def projection_case(wanted: str) -> str:
     """A case of PROJECTION_CASES or SHAPE_CASE by its name or its result file's ("c, in-process (image)" or
     "c-in-process-image", as in bench/projection-c-in-process-image.json). Anything else is refused before a pair runs:
     a misspelt case once ran track c on the host under the name given and wrote its result over the file named."""
-    for name in (*PROJECTION_CASES, SHAPE_CASE):
-        if wanted in (name, result_path("projection", name).stem.removeprefix("projection-")):
-            return name
-    known = ", ".join(result_path("projection", name).stem.removeprefix("projection-") for name in (*PROJECTION_CASES, SHAPE_CASE))
-    raise HostError(f"no projection case {wanted!r}: the cases are {known}")
+    names = (*PROJECTION_CASES, SHAPE_CASE)
+    by_file_name = {result_path("projection", name).stem.removeprefix("projection-"): name for name in names}
+    if wanted in names:
+        return wanted
+    if wanted in by_file_name:
+        return by_file_name[wanted]
+    raise HostError(f"no projection case {wanted!r}: the cases are {', '.join(by_file_name)}")
 
 
 GOAL = ("projection / the lab's measured seconds per step within 0.8-1.25 in every round, cold (page cache dropped before each pair) "

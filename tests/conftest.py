@@ -58,8 +58,7 @@ def short_lab(tiny_model_path, tmp_path_factory) -> dict:
     `grpolab lab` in a runs/ folder where no smoke test has passed, so it runs the smoke test first, then 6 steps,
     logged every 2, with our deprecations shown. Its exit status, stdout, stderr and runs/ folder."""
     runs = tmp_path_factory.mktemp("short-lab-runs")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "entrypoint"), str(REPO / "tests")]),
-           "GRPOLAB_CACHE_DIR": str(TEST_CACHE), "GRPOLAB_TRACK": "c", "GRPOLAB_RUNS_DIR": str(runs)}
+    env = {**track_c_subprocess_env(), "GRPOLAB_RUNS_DIR": str(runs)}
     proc = subprocess.run(
         [sys.executable, "-c", ENTRY_SHOWING_OUR_DEPRECATIONS, "lab", "--track", "c", "--max-steps", "6", "--logging-steps", "2",
          "--heldout-size", "40", "--train-size", "200"],
@@ -68,8 +67,7 @@ def short_lab(tiny_model_path, tmp_path_factory) -> dict:
     return {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr, "runs": runs}
 
 
-@pytest.fixture
-def tiny_model_env(tiny_model_path) -> dict:
+def track_c_subprocess_env() -> dict:
     """Environment for a `python -m grpolab` subprocess on track c, with the tests' own cache."""
     return {
         **os.environ,
@@ -77,6 +75,12 @@ def tiny_model_env(tiny_model_path) -> dict:
         "GRPOLAB_CACHE_DIR": str(TEST_CACHE),
         "GRPOLAB_TRACK": "c",
     }
+
+
+@pytest.fixture
+def tiny_model_env(tiny_model_path) -> dict:
+    """Environment for a `python -m grpolab` subprocess on track c, with the tests' own cache."""
+    return track_c_subprocess_env()
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
 from grpolab.run.calibration import CALIBRATION_STEPS, Calibration, calibration_settings
 from grpolab.report.table import judged
 from grpolab.common.runlog import read_runs
@@ -23,6 +21,9 @@ from grpolab.run.size_probe import MEASURED_PROJECTION_OVER_LAB
 from grpolab.run.smoke import run_smoke
 from grpolab.common.tolerance import off_by_more_than_25_percent
 from grpolab.common.tracks import get_track
+from hostlab import HostError, projectionbench
+
+REPO = Path(__file__).resolve().parents[1]
 
 quiet = lambda *_: None  # noqa: E731
 
@@ -237,8 +238,6 @@ def test_the_labs_line_keeps_its_steady_state_and_what_its_first_logged_steps_co
 
 
 def test_the_projection_bench_counts_rounds_in_the_band_and_refuses_cold_without_root(monkeypatch, tmp_path):
-    from hostlab import HostError, projectionbench
-
     pairs = [{"projection_over_lab": 1.27, "within_25_percent": False, "calibration_share_of_smoke_run": 0.08},
              {"projection_over_lab": 0.95, "within_25_percent": True, "calibration_share_of_smoke_run": 0.14}]
     summary = projectionbench.rounds_summary(pairs)
@@ -250,8 +249,6 @@ def test_the_projection_bench_counts_rounds_in_the_band_and_refuses_cold_without
 
 
 def test_the_projection_bench_takes_a_case_by_its_file_name_and_refuses_one_it_lacks():
-    from hostlab import HostError, projectionbench
-
     assert projectionbench.projection_case("c-in-process-image") == "c, in-process (image)"
     assert projectionbench.projection_case("c, in-process (host)") == "c, in-process (host)"
     with pytest.raises(HostError, match="no projection case 'c-in-process-imag'.*c-in-process-image"):
@@ -261,8 +258,6 @@ def test_the_projection_bench_takes_a_case_by_its_file_name_and_refuses_one_it_l
 def test_a_projection_bench_whose_every_round_failed_leaves_the_last_result_as_it_was(monkeypatch):
     """For real: the lab refuses llama.cpp in its rollout layer when the image left it out (as grpolab:c does), so
     the pair fails right after the device line; the committed result must not be written over."""
-    from hostlab import HostError, projectionbench
-
     result = REPO / "bench" / "projection-c-llamacpp-host.json"
     before = result.read_bytes()
     monkeypatch.setenv("GRPOLAB_NOT_INSTALLED", "llama-cpp-python")

@@ -59,9 +59,8 @@ def lab_projection(calibration: dict, smoke_model: str, lab_settings) -> dict:
         return noted
     steady = measured + added
     wall_clock = steady * steps + first_use
-    counted = calibration["steps"]
-    where = (f"the smoke test's own {counted} steps, already at the lab's shape" if calibration.get("same_shape_as_smoke")
-             else f"{counted} calibration steps at the lab's shape")
+    where = (f"the smoke test's own {calibration['steps']} steps, already at the lab's shape" if calibration.get("same_shape_as_smoke")
+             else f"{calibration['steps']} calibration steps at the lab's shape")
     noted.update(
         projected_lab_steady_seconds_per_step=round(steady, 4),
         projected_lab_first_use_s=round(first_use, 3),
