@@ -31,14 +31,15 @@ HEADER_KEYS = (
     "vllm-torch",
     "versions-from",
     "overrides",
+    "excludes",
     "vllm-build-requirements",
     "uv",
     "command",
     "body-sha256",
 )
-# Written only by tracks that have them (versions_from, overrides, a vLLM build other than upstream's), so the
-# other locks' headers stay as they were.
-OPTIONAL_HEADER_KEYS = ("versions-from", "overrides", "vllm-build-requirements")
+# Written only by tracks that have them (versions_from, overrides, excludes, a vLLM build other than upstream's), so
+# the other locks' headers stay as they were.
+OPTIONAL_HEADER_KEYS = ("versions-from", "overrides", "excludes", "vllm-build-requirements")
 
 
 def lock_path(track: Track, lock_dir: Path = LOCK_DIR) -> Path:

