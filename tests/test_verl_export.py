@@ -227,6 +227,19 @@ def test_readme_says_what_maps_and_that_it_is_not_yet_run(hub_bundle):
         assert f"`{name}`" in readme
 
 
+def test_the_cpu_runner_stays_out_of_the_bundle(hub_bundle):
+    """What verl needs on a CPU (grpolab/export/verl_cpu.py: its platform, Ray's fake GPU, the patches) is added by
+    the runner at run time, never written into a bundle: a cluster's run carries none of it."""
+    cpu_only = ("verl_cpu", "grpolab-cpu", "VERL_PLATFORM", "VERL_ENGINE_DEVICE", "VERL_USE_EXTERNAL_MODULES",
+                "num_gpus", "VLLM_CPU", "trainer.device=cpu", "num_data_storage_units", "enforce_eager")
+    for path in hub_bundle.rglob("*"):
+        if path.is_file() and path.suffix in (".txt", ".sh", ".py", ".md", ".json"):
+            text = path.read_text()
+            assert not [word for word in cpu_only if word in text], path.name
+    runner = (REPO / "entrypoint" / "grpolab" / "export" / "verl_cpu.py").read_text()
+    assert all(word in runner for word in ("grpolab-cpu", "VERL_PLATFORM", "num_gpus=1", "enforce_eager"))
+
+
 def test_tiny_model_travels_in_the_bundle(tiny_model_path, tmp_path):
     bundle = export_bundle(lab(model="tiny"), tmp_path / "bundle")
     assert overrides(bundle)["actor_rollout_ref.model.path"] == "@BUNDLE@/model"
