@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -226,12 +228,34 @@ def cpu_overrides(steps: int) -> list[str]:
         # takes verl's device mesh, built on the platform's device
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.ref.strategy=fsdp2",
+        # verl's defaults of 8 agent-loop workers and 8 data-loader processes, each a Python with torch, on 2 cores
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "data.dataloader_num_workers=0",
         "actor_rollout_ref.rollout.enforce_eager=true",
         "actor_rollout_ref.rollout.free_cache_engine=false",
+        "++actor_rollout_ref.rollout.enable_sleep_mode=false",  # vLLM has no sleep mode on a CPU
         f"trainer.total_training_steps={steps}",
         f"trainer.test_freq={steps}",
         "trainer.device=cpu",
+        "trainer.logger=[console,file]",  # the file logger: verl's step metrics as JSON lines, read by summarise()
     ]
+
+
+def summarise(metrics_file: Path) -> dict:
+    """What verl measured, from its file logger: per step the mean reward, seconds and the actor's peak memory (the
+    CPU platform's: its resident-set high-water mark), and the held-out accuracy verl's validation gave before the
+    first step and after the last (our reward code, through the bundle's compute_score)."""
+    lines = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    steps = [line for line in lines if "timing_s/step" in line["data"]]
+    validations = [line for line in lines if "val-core/arithmetic/acc/mean@1" in line["data"]]
+    return {
+        "steps": len(steps),
+        "reward_per_step": [round(line["data"]["critic/score/mean"], 4) for line in steps],
+        "seconds_per_step": [round(line["data"]["timing_s/step"], 3) for line in steps],
+        "actor_peak_memory_gb": [round(line["data"]["actor/perf/max_memory_allocated_gb"], 3) for line in steps],
+        "heldout_accuracy_before": validations[0]["data"]["val-core/arithmetic/acc/mean@1"] if validations else None,
+        "heldout_accuracy_after": validations[-1]["data"]["val-core/arithmetic/acc/mean@1"] if len(validations) > 1 else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,8 +268,16 @@ def main(argv: list[str] | None = None) -> int:
     if not run_sh.is_file():
         print(f"FAILED [export] {run_sh} does not exist: make the bundle with `invoke export --engine verl`", file=sys.stderr)
         return 2
+    metrics_file = Path(os.environ.get("VERL_FILE_LOGGER_PATH", Path.cwd() / "verl-metrics.jsonl")).resolve()
+    metrics_file.unlink(missing_ok=True)
     command = ["bash", str(run_sh), *cpu_overrides(args.steps), *args.overrides]
-    return subprocess.run(command, env={**os.environ, **cpu_environment()}).returncode
+    started = time.monotonic()
+    status = subprocess.run(command, env={**os.environ, **cpu_environment(), "VERL_FILE_LOGGER_PATH": str(metrics_file)}).returncode
+    summary = {"verl_exit_status": status, "wall_s": round(time.monotonic() - started, 1), "metrics_file": str(metrics_file)}
+    if metrics_file.is_file():
+        summary.update(summarise(metrics_file))
+    print(json.dumps(summary))
+    return status if status else (0 if summary.get("steps") == args.steps else 1)
 
 
 if __name__ == "__main__":
