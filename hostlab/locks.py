@@ -415,15 +415,14 @@ def make_lock(
     trl = parse_body(body)[0].get("trl", "")  # the header's trl, and the one whose vLLM range rules
     pins: list[str] = []
     vllm_facts = {"trl-vllm-extra": "", "vllm": "", "vllm-torch": ""}
-    if uses_vllm(inputs) and trl:
+    if uses_vllm(inputs) and runs_lab(track):
         body, pins, vllm_facts = _resolve_with_vllm(track, inputs, vllm, body, trl, lock_dir)
-    elif uses_vllm(inputs):  # no TRL (verl's stack): the vLLM versions_from pins, which must pin the torch it runs on
-        locked = parse_body(body)[0].get(dist or "vllm")
+    packages, _ = parse_body(body)
+    if uses_vllm(inputs) and not runs_lab(track):  # verl's stack: the vLLM versions_from pins, and the torch it needs
+        locked = packages.get(dist or "vllm")
         if not locked or (vllm and locked != vllm):
             raise HostError(f"track {track.name} locked {dist} {locked}, not the {vllm} its versions_from pins")
-        torch_spec = _check_vllm_torch(track, Version(locked), parse_body(body)[0].get("torch"))
-        vllm_facts = {"trl-vllm-extra": "", "vllm": locked, "vllm-torch": torch_spec}
-    packages, _ = parse_body(body)
+        vllm_facts = {"trl-vllm-extra": "", "vllm": locked, "vllm-torch": _check_vllm_torch(track, Version(locked), packages.get("torch"))}
     optional = {}
     if track.versions_from:
         optional["versions-from"] = {"track": track.versions_from["track"], "versions": borrowed}
@@ -480,7 +479,7 @@ def _vllm_problems(lock: Lock) -> list[str]:
     """What is wrong with the vLLM and torch a lock pins, against the ranges its header recorded."""
     dist = vllm_distribution(lock.header["inputs"]) or "vllm"
     h, v, torch = lock.header, lock.version(dist), lock.version("torch")
-    if not v or not (h["trl-vllm-extra"] or not h["trl"]):
+    if not v or (h["trl"] and not h["trl-vllm-extra"]):
         return [f"has no {dist} although the track's inputs ask for it"]
     problems = []
     if h["trl"] and Version(v) not in SpecifierSet(h["trl-vllm-extra"]):  # without TRL (verl's stack) no range

@@ -1,4 +1,4 @@
-"""CPU ONLY: run an exported verl bundle on one machine without a GPU (track clustercpu's image; CI).
+"""CPU ONLY: run an exported verl bundle on one machine without a GPU (in track clustercpu's environment).
 
 A cluster never runs this and a bundle never carries it. It is everything verl 0.9.1 needs beyond the bundle to
 train on a CPU, in one place:
