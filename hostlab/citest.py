@@ -24,6 +24,7 @@ from .reprocheck import check_reproducible
 from .serve import serve
 from .tools import compose_command, resolved
 from .up import base_for, up
+from .verlcpu import TRACK as VERL_CPU_TRACK, export_and_run
 
 PYTEST_NO_TESTS = 5
 KERNELS_TRACKS = ("s", "n")  # the course's NVIDIA tracks: their images are proven here before any GPU sees them
@@ -288,6 +289,7 @@ def run_ci(skip_image: bool = False) -> dict:
     say(f"=== {name}: ok in {timings[name]} s")
     if not skip_image:
         run_image_steps(timings)
+        run_verl_cpu_step(timings)
     with _step(f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above)", timings):
         run_pytest(ENGINE_TESTS)
     timings["total"] = round(time.monotonic() - started, 1)
@@ -328,6 +330,18 @@ def run_image_steps(timings: dict) -> None:
         check_runlog(before, "c", up("c", rollout="llamacpp"), image_name=LLAMACPP_IMAGE)
     run_cv_vllm_steps(timings)
     run_cv_colocate_steps(timings)
+
+
+VERL_CPU_STEPS = 2
+
+
+def run_verl_cpu_step(timings: dict) -> None:
+    """verl for real: the lab exported, then verl 0.9.1's own main_ppo trains it on the CPU (track clustercpu's lock,
+    vLLM's CPU build, a weight sync after each step), its run-log line checked and its row in the report. Alone: it
+    keeps both cores busy for minutes."""
+    with _step(f"invoke verl-cpu (verl's main_ppo trains the exported bundle {VERL_CPU_STEPS} GRPO steps on the CPU; run-log line, report row)", timings):
+        export_and_run(VERL_CPU_STEPS)
+        check_report(VERL_CPU_TRACK)
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["colocate"]:  # by hand: python -m hostlab.citest colocate

@@ -1,4 +1,4 @@
-"""Command line: grpolab {smoke,lab,estimate,memory-bench,bench,doctor,report,serve,export,export-gguf,tiny-model}. Every setting of the lab is a flag."""
+"""Command line: grpolab {smoke,lab,estimate,memory-bench,bench,doctor,report,serve,export,verl-result,export-gguf,tiny-model}. Every setting of the lab is a flag."""
 
 from __future__ import annotations
 
@@ -142,6 +142,18 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_verl_result(args) -> int:
+    from .export.verl_result import METRICS_FILE, VerlResultError, record_verl_run, summary
+
+    try:
+        record = record_verl_run(args.bundle, args.metrics or args.bundle / METRICS_FILE, args.checkpoints, verl_exit_status=args.verl_exit_status)
+    except (VerlResultError, OSError) as error:
+        print(f"\nFAILED [runlog] {error}", file=sys.stderr)
+        return EXIT_STATUS["runlog"]
+    print(json.dumps(summary(record)))
+    return 0 if record["status"] == "passed" else EXIT_STATUS[record["failed_layer"]]
+
+
 def cmd_export_gguf(args) -> int:
     from .model.gguf import export_gguf
     from .model.tiny import resolve_model_name
@@ -269,6 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
                        "/server_info, the lab's model) and ask it for one completion")
     serve.add_argument("--wait", type=float, default=240.0, help="with --check: seconds to wait for /health (default 240, TRL's)")
     serve.add_argument("vllm_args", nargs=argparse.REMAINDER, help="after --: more arguments for `vllm serve` (e.g. -- --enforce-eager)")
+    result_help = ("A finished verl run of an exported bundle as a run-log line (kind lab, engine verl) beside the TRL lab's in "
+                   "`grpolab report`: verl's step metrics, and held-out pass@1 by grpolab's evaluator before training and with the adapter "
+                   "verl saved at its last step (taken out of the checkpoint by verl's own model merger). Prints the line's figures as JSON.")
+    result = add("verl-result", cmd_verl_result, result_help, settings=False)
+    result.add_argument("bundle", type=Path, help="the bundle verl ran (its settings.json and held-out data are read)")
+    result.add_argument("--metrics", type=Path, help="verl's file-logger output (default: BUNDLE/verl-metrics.jsonl, where the bundle's run.sh and ray.sh have verl write it)")
+    result.add_argument("--checkpoints", type=Path, help="verl's trainer.default_local_dir (default: BUNDLE/checkpoints, where the bundle saves)")
+    result.add_argument("--verl-exit-status", type=int, default=0, help="verl's exit status, when it was not 0: the line records a failed run")
     gguf = add("export-gguf", cmd_export_gguf, "Convert a model (a saved folder, or tiny) to GGUF for llama.cpp; the lab's llamacpp rollout path does this itself.", settings=False)
     gguf.add_argument("--model", default="tiny", help="a saved Hugging Face model folder, or tiny")
     gguf.add_argument("--out", required=True, help="the .gguf file to write")

@@ -27,8 +27,10 @@ from .paths import runlog_path
 # (written before it existed); grpolab.report.table reads both. 2 added the smoke test's "before_scaling_up"; 3 added
 # "model_identity" (grpolab.model.identity: the weights' sha256 and Hub revision), in start records too; 4 added
 # "warnings" (legal but unwise settings) and the line of a run whose settings were refused before anything loaded
-# (grpolab.run.record.log_refused: failed at input, no start line, the settings as given, no model or device fields).
-SCHEMA_VERSION = 4
+# (grpolab.run.record.log_refused: failed at input, no start line, the settings as given, no model or device fields);
+# 5 added "engine" and the lab line of an exported bundle's run on a distributed engine (grpolab.export.verl_result:
+# engine "verl", rollout path "verl+vllm", verl's own figures under "verl"). A line without "engine" is TRL's.
+SCHEMA_VERSION = 5
 
 
 def new_run_id() -> str:

@@ -117,9 +117,11 @@ MAPPING: tuple[Row, ...] = (
         "the lab sets no prompt limit (TRL 1.16 has none; the setting sizes the memory estimate); verl needs one and "
         "drops longer prompts (data.filter_overlong_prompts=True; its log says how many are left)"),
     Row("max_completion_length", ("data.max_response_length",), lambda s, c: {"data.max_response_length": s.max_completion_length}),
-    Row("max_steps", ("trainer.total_training_steps", "trainer.test_freq"),
-        lambda s, c: {"trainer.total_training_steps": s.max_steps, "trainer.test_freq": s.max_steps},
-        "held-out pass@1 is measured before the first step and after the last, as in the lab"),
+    Row("max_steps", ("trainer.total_training_steps", "trainer.test_freq", "trainer.save_freq"),
+        # verl validates and saves at its last step whatever the frequency: held-out pass@1 after training, and the
+        # trained adapter (as the lab keeps its own), once each
+        lambda s, c: {"trainer.total_training_steps": s.max_steps, "trainer.test_freq": s.max_steps, "trainer.save_freq": s.max_steps},
+        "held-out pass@1 is measured before the first step and after the last, as in the lab; the adapter is saved at the last step"),
     Row("per_device_train_batch_size",
         ("data.train_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
          "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
@@ -187,9 +189,10 @@ FIXED: tuple[tuple[str, Any, str], ...] = (
     ("data.truncation", "error", "never cut a prompt silently"),
     ("data.shuffle", True, "draw training batches in a seeded random order"),
     ("trainer.val_before_train", True, "held-out pass@1 before training"),
-    ("trainer.logger", ["console"], "add wandb or file here (trainer.logger=[console,wandb])"),
+    ("trainer.logger", ["console", "file"], "the file: verl's step metrics as JSON lines (VERL_FILE_LOGGER_PATH), which `grpolab verl-result` "
+     "turns into a run-log line; add wandb here (trainer.logger=[console,file,wandb])"),
     ("trainer.project_name", "grpolab", ""),
-    ("trainer.save_freq", -1, "no checkpoints during the run"),
+    ("trainer.default_local_dir", f"{BUNDLE_PLACEHOLDER}/checkpoints", "the last step's checkpoint, from which `grpolab verl-result` takes the adapter"),
 )
 
 
@@ -470,6 +473,8 @@ RUN_SH = """#!/usr/bin/env bash
 set -euo pipefail
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mapfile -t OVERRIDES < <(grep -v -e '^#' -e '^[[:space:]]*$' "$BUNDLE/overrides.txt" | sed "s|@BUNDLE@|$BUNDLE|g")
+# verl's step metrics, for `python -m grpolab verl-result "$BUNDLE"` afterwards
+export VERL_FILE_LOGGER_PATH="${VERL_FILE_LOGGER_PATH:-$BUNDLE/verl-metrics.jsonl}"
 exec python3 -m verl.trainer.main_ppo "${OVERRIDES[@]}" "$@"
 """
 
@@ -488,7 +493,10 @@ case "${1:-}" in
   head) ray start --head --port=6379 --dashboard-host=0.0.0.0 --num-gpus="$GPUS_PER_NODE" --block ;;
   worker) ray start --address="${2:?usage: ray.sh worker HEAD_ADDR}:6379" --num-gpus="$GPUS_PER_NODE" --block ;;
   submit) shift; head="${1:?usage: ray.sh submit HEAD_ADDR [overrides...]}"; shift
-          ray job submit --address="http://$head:8265" -- bash "$BUNDLE/run.sh" "$@" ;;
+          # verl's metrics file from every node's actors (Ray gives them the job's environment, not run.sh's)
+          ray job submit --address="http://$head:8265" \\
+            --runtime-env-json "{\\"env_vars\\": {\\"VERL_FILE_LOGGER_PATH\\": \\"$BUNDLE/verl-metrics.jsonl\\"}}" \\
+            -- bash "$BUNDLE/run.sh" "$@" ;;
   stop) ray stop ;;
   *) echo "usage: ray.sh head | worker HEAD_ADDR | submit HEAD_ADDR [overrides...] | stop" >&2; exit 2 ;;
 esac
@@ -519,10 +527,12 @@ rollouts per prompt, {settings.max_completion_length}-token completions, {settin
 rewards {settings.reward_weights}, {n_train} training and {n_heldout} held-out problems from `{settings.dataset}`) on verl,
 on {ctx.nodes} node(s) x {ctx.gpus_per_node} GPU(s).
 
-**Status: validated offline, not yet run on a GPU.** The overrides were composed onto verl {VERL_VERSION}'s own
+**Status: run by verl on a CPU, not yet on a GPU.** The overrides were composed onto verl {VERL_VERSION}'s own
 `ppo_trainer.yaml` and passed verl's config validation, `reward.py` was loaded through verl's reward loader, and
-the parquet was read through verl's `RLHFDataset` (grpolab's tests/test_verl_export.py). Run `python3 check.py`
-in the cluster's environment to repeat that check there before spending GPU time.
+the parquet was read through verl's `RLHFDataset` (grpolab's tests/test_verl_export.py). A bundle like this one, on
+grpolab's tiny model, is also trained for 2 steps by verl {VERL_VERSION}'s own `main_ppo` on a CPU, with vLLM's CPU
+build and a weight sync after each step, on every commit of grpolab (its CI, `invoke verl-cpu`). Run
+`python3 check.py` in the cluster's environment to repeat the offline check there before spending GPU time.
 
 ## Run it
 
@@ -545,6 +555,18 @@ In containers (host networking so Ray's ports are reachable; the bundle mounted 
 where IMAGE is the cluster track's image (`grpolab:cluster`; its entrypoint's `shell` runs bash). Held-out pass@1 is logged as
 `val-core/{settings.dataset}/acc/mean@1`, before the first step and after the last; the training reward as
 `critic/score/mean`.
+
+## After the run
+
+verl writes its step metrics to `verl-metrics.jsonl` here (run.sh and ray.sh set `VERL_FILE_LOGGER_PATH`) and the
+last step's checkpoint to `checkpoints/global_step_N/actor`. On the node where they are, in the cluster image:
+
+    docker run --rm --gpus all -v "$PWD:$PWD" -e GRPOLAB_RUNS_DIR="$PWD/runs" IMAGE verl-result "$PWD"
+
+takes the LoRA adapter out of the checkpoint with verl's own model merger (into `checkpoints/merged/lora_adapter`),
+scores held-out pass@1 with grpolab's evaluator on the base model and with that adapter, and appends one run-log line
+(kind `lab`, engine `verl`) to `runs/runlog.jsonl`. Give that log to `invoke report` beside your other machines' logs
+(`invoke report --logs "runs/runlog.jsonl cluster/runlog.jsonl"`): the run is a row like the TRL lab's.
 
 ## What maps to what
 

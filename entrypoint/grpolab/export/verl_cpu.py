@@ -17,6 +17,10 @@ train on a CPU, in one place:
     device twice, and torch refuses ("Duplicate device type cpu"). Here init_process_group is given each pair once.
     Upstream: leave the second pair out when the device is the CPU.
 
+Each run goes into BUNDLE/cpu-runs/<time>/ (verl's metrics file and checkpoint); when verl is done, its run becomes a
+run-log line like a cluster run's (grpolab.export.verl_result: pass@1 by our evaluator on verl's adapter), and one
+JSON summary is printed.
+
 usage: python -m grpolab.export.verl_cpu BUNDLE [--steps N] [HYDRA_OVERRIDE ...]
 """
 
@@ -30,6 +34,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
@@ -37,6 +42,8 @@ import torch
 import torch.distributed
 from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry
+
+from .verl_result import record_verl_run, summary
 
 PLATFORM = "grpolab-cpu"
 MODULE = "grpolab.export.verl_cpu"
@@ -237,25 +244,7 @@ def cpu_overrides(steps: int) -> list[str]:
         f"trainer.total_training_steps={steps}",
         f"trainer.test_freq={steps}",
         "trainer.device=cpu",
-        "trainer.logger=[console,file]",  # the file logger: verl's step metrics as JSON lines, read by summarise()
     ]
-
-
-def summarise(metrics_file: Path) -> dict:
-    """What verl measured, from its file logger: per step the mean reward, seconds and the actor's peak memory (the
-    CPU platform's: its resident-set high-water mark), and the held-out accuracy verl's validation gave before the
-    first step and after the last (our reward code, through the bundle's compute_score)."""
-    lines = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
-    steps = [line for line in lines if "timing_s/step" in line["data"]]
-    validations = [line for line in lines if "val-core/arithmetic/acc/mean@1" in line["data"]]
-    return {
-        "steps": len(steps),
-        "reward_per_step": [round(line["data"]["critic/score/mean"], 4) for line in steps],
-        "seconds_per_step": [round(line["data"]["timing_s/step"], 3) for line in steps],
-        "actor_peak_memory_gb": [round(line["data"]["actor/perf/max_memory_allocated_gb"], 3) for line in steps],
-        "heldout_accuracy_before": validations[0]["data"]["val-core/arithmetic/acc/mean@1"] if validations else None,
-        "heldout_accuracy_after": validations[-1]["data"]["val-core/arithmetic/acc/mean@1"] if len(validations) > 1 else None,
-    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,21 +253,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2, help="GRPO steps to train (default 2)")
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides, after the CPU's")
     args = parser.parse_intermixed_args(argv)
-    run_sh = args.bundle / "run.sh"
+    bundle = args.bundle.resolve()
+    run_sh = bundle / "run.sh"
     if not run_sh.is_file():
         print(f"FAILED [export] {run_sh} does not exist: make the bundle with `invoke export --engine verl`", file=sys.stderr)
         return 2
-    metrics_file = Path(os.environ.get("VERL_FILE_LOGGER_PATH", Path.cwd() / "verl-metrics.jsonl")).resolve()
-    metrics_file.unlink(missing_ok=True)
-    command = ["bash", str(run_sh), *cpu_overrides(args.steps), *args.overrides]
-    started = time.monotonic()
-    status = subprocess.run(command, env={**os.environ, **cpu_environment(), "VERL_FILE_LOGGER_PATH": str(metrics_file)}).returncode
-    summary = {"verl_exit_status": status, "wall_s": round(time.monotonic() - started, 1), "metrics_file": str(metrics_file)}
-    if metrics_file.is_file():
-        summary.update(summarise(metrics_file))
-    print(json.dumps(summary))
-    return status if status else (0 if summary.get("steps") == args.steps else 1)
-
+    # Each run in a folder of its own: verl resumes from any checkpoint it finds in trainer.default_local_dir
+    work = bundle / "cpu-runs" / time.strftime("%Y%m%dT%H%M%S")
+    work.mkdir(parents=True)
+    metrics_file, checkpoints = work / "verl-metrics.jsonl", work / "checkpoints"
+    command = ["bash", str(run_sh), *cpu_overrides(args.steps), f"trainer.default_local_dir={checkpoints}", *args.overrides]
+    started_at, started = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.monotonic()
+    print(f"verl on the CPU: {args.steps} GRPO steps of {bundle} (run.sh with the CPU's overrides), into {work}", flush=True)
+    # run.sh calls `python3`: this environment's, as an activated venv or the image would give it
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {**os.environ, **cpu_environment(), "VERL_FILE_LOGGER_PATH": str(metrics_file), "PATH": path}
+    status = subprocess.run(command, env=env).returncode
+    record = record_verl_run(bundle, metrics_file, checkpoints, verl_exit_status=status, wall_clock_s=round(time.monotonic() - started, 1),
+                             started_at=started_at)
+    print(json.dumps(summary(record)))
+    if record["status"] != "passed":
+        print(f"FAILED [{record['failed_layer']}] {record['error']}", file=sys.stderr)
+        return status or 1
+    if len(record["steps"]) != args.steps:
+        print(f"FAILED [first_step] verl trained {len(record['steps'])} step(s), not {args.steps}", file=sys.stderr)
+        return 1
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -272,7 +272,7 @@ def lab_figures(lab: dict) -> dict:
 
 
 COLUMNS = (
-    "machine", "track", "rollout", "model", "status", "failed_layer", "error", "runs",
+    "machine", "track", "rollout", "engine", "model", "status", "failed_layer", "error", "runs",
     "smoke_run_id", "smoke_model", "smoke_steps", "smoke_steps_s", "smoke_wall_clock_s",
     "projected_lab_seconds_per_step", "projected_lab_wall_clock_s", "projected_lab_steps", "projected_for", "projection",
     "lab_run_id", "lab_model", "lab_ran", "lab_steps", "lab_wall_clock_s", "lab_seconds_per_step", "generation_s", "reward_s", "update_s",
@@ -291,7 +291,9 @@ def make_row(key: tuple[str, str, str, str], runs: list[dict]) -> dict:
     if status != "passed" and (smoke or lab):
         status = f"latest {status}"
     row = dict.fromkeys(COLUMNS)
-    row.update(machine=machine, track=track, rollout=rollout, model=model, status=status, failed_layer=layer, error=error, runs=len(runs))
+    # the trainer: TRL's GRPOTrainer (the lab), or a distributed engine that ran an exported bundle (grpolab.export.verl_result)
+    engine = (lab or last).get("engine") or "trl"
+    row.update(machine=machine, track=track, rollout=rollout, engine=engine, model=model, status=status, failed_layer=layer, error=error, runs=len(runs))
     if smoke:
         row.update(smoke_figures(smoke))
     if lab:
