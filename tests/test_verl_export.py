@@ -216,9 +216,10 @@ def test_run_sh_passes_every_override(hub_bundle, tmp_path):
     assert args[2:] == expected + ["trainer.logger=[console,file]"]
 
 
-def test_readme_says_what_maps_and_that_it_is_not_yet_run(hub_bundle):
+def test_readme_says_what_maps_how_far_it_was_run_and_what_comes_after(hub_bundle):
     readme = (hub_bundle / "README.md").read_text()
-    assert "validated offline, not yet run on a GPU" in readme
+    assert "run by verl on a CPU, not yet on a GPU" in readme
+    assert "IMAGE verl-result" in readme and "verl-metrics.jsonl" in readme
     for row in MAPPING:
         assert f"`{row.setting}`" in readme
         for key in row.verl_keys:
