@@ -88,3 +88,16 @@ def test_verls_row_stands_beside_the_trl_rows(tmp_path):
     assert verl["lab_steps"] == "2" and float(verl["lab_seconds_per_step"]) == verl_line["seconds_per_step"]
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "| clustercpu | verl+vllm |" in markdown
+
+
+def test_a_reward_returning_a_string_is_named_by_its_first_error(bundle, tmp_path):
+    """verl's output when the bundle's compute_score returned a string (broken by hand once; excerpt of the real run in
+    tests/verl_cpu_run/broken-reward-output.log): the driver's traceback names only the consequence, an empty
+    validation batch; the line names the cause, raised first in the agent loop's actor."""
+    output = RUN / "broken-reward-output.log"
+    assert "ValueError: Received an empty list as keys." in output.read_text()
+    record = record_verl_run(bundle, tmp_path / "absent.jsonl", tmp_path / "none", verl_exit_status=1, output_log=output,
+                             log_path=tmp_path / "runlog.jsonl", say=lambda _: None)
+    assert record["status"] == "failed" and record["failed_layer"] == "first_step"
+    assert "the first error in its output: (AgentLoopWorkerTQ) TypeError: can't assign a str to a torch.FloatTensor" in record["error"]
+    assert str(output) in record["error"]

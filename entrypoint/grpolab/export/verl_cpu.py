@@ -247,6 +247,16 @@ def cpu_overrides(steps: int) -> list[str]:
     ]
 
 
+def run_shown_and_kept(command: list[str], env: dict, output_log: Path) -> int:
+    """Run `command`, its output shown as it comes and kept in `output_log` (the run-log line quotes its first error)."""
+    with open(output_log, "wb") as kept, subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        for line in proc.stdout:
+            sys.stdout.buffer.write(line)
+            sys.stdout.buffer.flush()
+            kept.write(line)
+    return proc.returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grpolab.export.verl_cpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle", type=Path, help="the folder `invoke export --engine verl` wrote")
@@ -268,9 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     # run.sh calls `python3`: this environment's, as an activated venv or the image would give it
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, **cpu_environment(), "VERL_FILE_LOGGER_PATH": str(metrics_file), "PATH": path}
-    status = subprocess.run(command, env=env).returncode
+    output_log = work / "verl-output.log"
+    status = run_shown_and_kept(command, env, output_log)
     record = record_verl_run(bundle, metrics_file, checkpoints, verl_exit_status=status, wall_clock_s=round(time.monotonic() - started, 1),
-                             started_at=started_at)
+                             started_at=started_at, output_log=output_log)
     print(json.dumps(summary(record)))
     if record["status"] != "passed":
         print(f"FAILED [{record['failed_layer']}] {record['error']}", file=sys.stderr)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -45,6 +46,26 @@ VALIDATION_PREFIX, VALIDATION_SUFFIX = "val-core/", "/acc/mean@1"
 # verl's timers (trainer/ppo/v1/trainer_base.py) behind the lab's split of a step; verl also times old_log_prob, ref,
 # adv, update_weights and save_checkpoint, which the line keeps per step under "verl_timing_s"
 SPLIT = {"generation": "timing_s/gen", "reward": "timing_s/reward", "update": "timing_s/update_actor"}
+
+
+# The first line of verl's output that names an exception ("TypeError: can't assign a str to a torch.FloatTensor"):
+# in a Ray run the cause, raised in some actor, is printed long before the driver's own traceback, which names only
+# its consequence ("ValueError: Received an empty list as keys." for a reward that returned a string)
+FIRST_ERROR = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def first_error(output_log: Path | None) -> str | None:
+    """The first exception named in verl's output, with the Ray actor that printed it ("(AgentLoopWorkerTQ) TypeError: ...")."""
+    if output_log is None or not output_log.is_file():
+        return None
+    for line in output_log.read_text(errors="replace").splitlines():
+        line = ANSI.sub("", line)
+        found = FIRST_ERROR.search(line)
+        if found:
+            actor = re.match(r"\((\w+) pid=\d+\)", line)
+            return (f"({actor.group(1)}) " if actor else "") + f"{found.group(1)}: {found.group(2).strip()}"
+    return None
 
 
 class VerlResultError(Exception):
@@ -135,7 +156,7 @@ def heldout_pass_at_1(model_path: str, adapter: Path | None, rows: list[dict], s
 
 
 def verl_run_record(bundle: Path, metrics_file: Path, checkpoints: Path, verl_exit_status: int = 0, wall_clock_s: float | None = None,
-                    started_at: str | None = None, say=print) -> dict:
+                    started_at: str | None = None, output_log: Path | None = None, say=print) -> dict:
     """The run-log line of a verl run of `bundle`: passed when verl exited 0 and its steps, checkpoint and adapter are all
     there (then with pass@1 by our evaluator), else failed, naming what is missing."""
     exported = json.loads((bundle / "settings.json").read_text())
@@ -148,7 +169,8 @@ def verl_run_record(bundle: Path, metrics_file: Path, checkpoints: Path, verl_ex
         "model_identity": trained_model_identity(model, settings), "wall_clock_s": wall_clock_s,
         "rollout": {"path": ROLLOUT_PATH, "engine": ENGINE, "stale": False, "max_lag_steps": 0,
                     "lag_basis": "by verl's design, not measured: its sync trainer mode updates vLLM's weights before each step's generation"},
-        "verl": {"version": exported.get("verl"), "exit_status": verl_exit_status, "metrics_file": str(metrics_file), "bundle": str(bundle)},
+        "verl": {"version": exported.get("verl"), "exit_status": verl_exit_status, "metrics_file": str(metrics_file), "bundle": str(bundle),
+                 "output_log": str(output_log) if output_log else None},
     }  # fmt: skip
     try:
         # a failed verl may have stopped before its logger wrote anything: then its exit status is the news
@@ -156,7 +178,10 @@ def verl_run_record(bundle: Path, metrics_file: Path, checkpoints: Path, verl_ex
         record["steps"] = step_records(steps)
         record["verl"]["heldout_accuracy"] = validations  # verl's validation: before the first step, then after each test_freq
         if verl_exit_status != 0:
-            raise VerlResultError(f"verl exited {verl_exit_status} after {len(steps)} step(s): its own output says why")
+            cause = first_error(output_log)
+            raise VerlResultError(f"verl exited {verl_exit_status} after {len(steps)} step(s); "
+                                  + (f"the first error in its output: {cause}" if cause else "its own output says why")
+                                  + (f" (all of it: {output_log})" if output_log else ""))
         if not steps:
             raise VerlResultError(f"verl exited 0 but {metrics_file} holds no training step")
         summarise_steps(record)
