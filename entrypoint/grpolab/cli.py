@@ -147,7 +147,10 @@ def cmd_verl_result(args) -> int:
 
     try:
         record = record_verl_run(args.bundle, args.metrics or args.bundle / METRICS_FILE, args.checkpoints, verl_exit_status=args.verl_exit_status)
-    except (VerlResultError, OSError) as error:
+    except VerlResultError as error:  # not a bundle: nothing to record
+        print(f"\nFAILED [input] {error}", file=sys.stderr)
+        return EXIT_STATUS["input"]
+    except OSError as error:  # the run log could not be written
         print(f"\nFAILED [runlog] {error}", file=sys.stderr)
         return EXIT_STATUS["runlog"]
     print(json.dumps(summary(record)))
@@ -212,10 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def add(name, func, help_text, settings=True):
+    def add(name, func, help_text, settings=True, track=True):
         command = sub.add_parser(name, help=help_text, description=help_text, epilog=EXIT_CODES_HELP)
         command.set_defaults(func=func)
-        command.add_argument("--track", default=current_track_name(), help=track_help)
+        if track:
+            command.add_argument("--track", default=current_track_name(), help=track_help)
         if settings:
             command.add_argument("--config", type=Path, help="a TOML or JSON file of lab settings (flags win over it)")
             add_settings_flags(command)
@@ -284,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     result_help = ("A finished verl run of an exported bundle as a run-log line (kind lab, engine verl) beside the TRL lab's in "
                    "`grpolab report`: verl's step metrics, and held-out pass@1 by grpolab's evaluator before training and with the adapter "
                    "verl saved at its last step (taken out of the checkpoint by verl's own model merger). Prints the line's figures as JSON.")
-    result = add("verl-result", cmd_verl_result, result_help, settings=False)
+    result = add("verl-result", cmd_verl_result, result_help, settings=False, track=False)  # the bundle's settings.json names the track
     result.add_argument("bundle", type=Path, help="the bundle verl ran (its settings.json and held-out data are read)")
     result.add_argument("--metrics", type=Path, help="verl's file-logger output (default: BUNDLE/verl-metrics.jsonl, where the bundle's run.sh and ray.sh have verl write it)")
     result.add_argument("--checkpoints", type=Path, help="verl's trainer.default_local_dir (default: BUNDLE/checkpoints, where the bundle saves)")

@@ -30,6 +30,7 @@ import argparse
 import importlib.metadata
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -209,7 +210,13 @@ torch.distributed.init_process_group = _init_process_group_once_per_device
 
 def cpu_environment() -> dict[str, str]:
     """The environment verl and vLLM's CPU build need on a CPU, on top of the caller's."""
+    # vLLM's CPU worker runs its sampler through torch.compile (inductor) while it sizes the KV cache, even in eager
+    # mode, and inductor needs a C++ compiler, which the images do not carry (track clustercpu's image stopped at
+    # "InvalidCxxCompiler: No working C++ compiler found"); without one, torch.compile is off in every process, as
+    # the lab's vLLM path does (grpolab.rollouts.vllm_cpu.sampler_compilation). Where there is one, it is as vLLM has it.
+    no_compiler = shutil.which(os.environ.get("CXX") or "g++") is None
     return {
+        **({"TORCH_COMPILE_DISABLE": "1"} if no_compiler else {}),
         "VERL_USE_EXTERNAL_MODULES": MODULE,
         "VERL_PLATFORM": PLATFORM,
         # verl registers its FSDP engine for the devices "cuda" and "npu" only; the engine asks the platform for its

@@ -159,6 +159,8 @@ def verl_run_record(bundle: Path, metrics_file: Path, checkpoints: Path, verl_ex
                     started_at: str | None = None, output_log: Path | None = None, say=print) -> dict:
     """The run-log line of a verl run of `bundle`: passed when verl exited 0 and its steps, checkpoint and adapter are all
     there (then with pass@1 by our evaluator), else failed, naming what is missing."""
+    if not (bundle / "settings.json").is_file():
+        raise VerlResultError(f"{bundle} is not an exported bundle: it has no settings.json (`invoke export --engine verl` writes one)")
     exported = json.loads((bundle / "settings.json").read_text())
     settings = exported["settings"]
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
