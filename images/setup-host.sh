@@ -4,8 +4,8 @@
 # Debian 12/13, Ubuntu 22.04/24.04 as they ship (python3 without pip, "externally managed"), as root or as a
 # user with sudo: installs with apt what is missing (the Docker engine, Compose v2, mmdebstrap for the stand-in
 # base, debootstrap for stock-system checks, a Python that can make venvs; names per release in hostlab/hostpackages.py), starts the engine,
-# checks that you may use it, and makes the host tasks' own venv, .venvs/host, with `pip install -e
-# '.[host]'` (the system Python is never touched). macOS (track m, no containers): the host venv, then
+# checks that you may use it, and makes the host tasks' own venv, .venvs/host, with `uv pip install -e
+# '.[host]'` (uv hash-checked from lockfiles/uv.txt; the system Python is never touched). macOS (track m, no containers): the host venv, then
 # `invoke venv --track m`. Re-running it is safe and takes a second or two when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,8 +85,12 @@ make_host_venv() {
         rm -f "$STAMP"
     fi
     if ! cmp -s pyproject.toml "$STAMP"; then
-        log "host tasks: pip install -e '.[host]' into $VENV"
-        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[host]'
+        # uv installs the host tasks: it downloads in parallel and compiles no bytecode up front, where pip does both
+        # one package at a time. uv itself comes hash-checked from lockfiles/uv.txt through the venv's own pip. (Behind
+        # a TLS-intercepting proxy uv, like pip, takes the proxy's CA from SSL_CERT_FILE.)
+        log "host tasks: uv (lockfiles/uv.txt), then uv pip install -e '.[host]' into $VENV"
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r lockfiles/uv.txt
+        "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -e '.[host]'
         cp pyproject.toml "$STAMP"
     fi
 }
