@@ -2,7 +2,7 @@
 
 Track clustercpu's environment (.venvs/clustercpu, from its lock: verl, Ray, torch, transformers and peft at track
 cluster's versions, vLLM's CPU build at cluster's vLLM) exports the lab on the tiny model, then runs verl on it through
-grpolab.export.verl_cpu, which adds what a CPU needs to the bundle's unedited run.sh and writes the run-log line. The
+`grpolab verl-cpu` (grpolab/export/verl_cpu.py), which adds what a CPU needs to the bundle's unedited run.sh and writes the run-log line. The
 host reads that line from the run log; it knows nothing of verl.
 """
 
@@ -18,6 +18,7 @@ from grpolab.common.tracks import get_track
 from . import REPO, HostError
 from .console import say
 from .labrun import lab_env, make_venv, venv_python
+from .tools import resolved
 
 TRACK = "clustercpu"
 RUNLOG = REPO / "runs" / "runlog.jsonl"
@@ -31,13 +32,13 @@ def export_and_run(steps: int = 2, out: Path | None = None, bundle_edit=None) ->
     make_venv(TRACK)  # quick when .venvs/clustercpu already holds the lock
     python, env = str(venv_python(track)), lab_env(track)
     bundle = out or REPO / "runs" / f"export-verl-cpu-{time.strftime('%Y%m%dT%H%M%S')}"
-    exported = subprocess.run([python, "-m", "grpolab", "export", "--engine", "verl", "--track", TRACK, "--out", str(bundle)], env=env, cwd=REPO)
+    exported = subprocess.run(resolved([python, "-m", "grpolab", "export", "--engine", "verl", "--track", TRACK, "--out", str(bundle)]), env=env, cwd=REPO)
     if exported.returncode != 0:
         raise HostError(f"`grpolab export --engine verl --track {TRACK}` exited {exported.returncode} (output above)")
     if bundle_edit is not None:
         bundle_edit(bundle)
     before = len(read_runs(RUNLOG))
-    status = subprocess.run([python, "-m", "grpolab.export.verl_cpu", str(bundle), "--steps", str(steps)], env=env, cwd=REPO).returncode
+    status = subprocess.run(resolved([python, "-m", "grpolab", "verl-cpu", str(bundle), "--steps", str(steps)]), env=env, cwd=REPO).returncode
     lines = [line for line in read_runs(RUNLOG)[before:] if line.get("engine") == "verl"]
     if not lines:
         raise HostError(f"verl on the CPU exited {status} and wrote no run-log line to {RUNLOG} (output above)")

@@ -1,4 +1,4 @@
-"""Command line: grpolab {smoke,lab,estimate,memory-bench,bench,doctor,report,serve,export,verl-result,export-gguf,tiny-model}. Every setting of the lab is a flag."""
+"""Command line: grpolab {smoke,lab,estimate,memory-bench,bench,doctor,report,serve,export,verl-cpu,verl-result,export-gguf,tiny-model}. Every setting of the lab is a flag."""
 
 from __future__ import annotations
 
@@ -140,6 +140,12 @@ def cmd_export(args) -> int:
     path = export_bundle(settings, out, engine=args.engine, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
     print(f"{args.engine} bundle for {args.nodes} node(s) x {args.gpus_per_node} GPU(s): {path}\n  see {path}/README.md; launch with {path}/ray.sh head, then {path}/ray.sh submit")
     return 0
+
+
+def cmd_verl_cpu(args) -> int:
+    from .export.verl_cpu import main as run_on_the_cpu  # imports verl: only this command needs it
+
+    return run_on_the_cpu([str(args.bundle), "--steps", str(args.steps), *args.overrides])
 
 
 def cmd_verl_result(args) -> int:
@@ -293,6 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
     result.add_argument("--metrics", type=Path, help="verl's file-logger output (default: BUNDLE/verl-metrics.jsonl, where the bundle's run.sh and ray.sh have verl write it)")
     result.add_argument("--checkpoints", type=Path, help="verl's trainer.default_local_dir (default: BUNDLE/checkpoints, where the bundle saves)")
     result.add_argument("--verl-exit-status", type=int, default=0, help="verl's exit status, when it was not 0: the line records a failed run")
+    cpu_help = ("CPU ONLY (track clustercpu's environment): verl's own trainer on an exported bundle on this machine, with vLLM's "
+                "CPU build on Ray; what a CPU needs is added at run time, never written into the bundle. Then the run's "
+                "run-log line, as verl-result writes it, and its figures as JSON.")
+    verl_cpu = add("verl-cpu", cmd_verl_cpu, cpu_help, settings=False, track=False)
+    verl_cpu.add_argument("bundle", type=Path, help="the folder `grpolab export --engine verl` wrote")
+    verl_cpu.add_argument("--steps", type=int, default=2, help="GRPO steps to train (default 2)")
+    verl_cpu.add_argument("overrides", nargs=argparse.REMAINDER, help="more Hydra overrides for verl, after the CPU's")
     gguf = add("export-gguf", cmd_export_gguf, "Convert a model (a saved folder, or tiny) to GGUF for llama.cpp; the lab's llamacpp rollout path does this itself.", settings=False)
     gguf.add_argument("--model", default="tiny", help="a saved Hugging Face model folder, or tiny")
     gguf.add_argument("--out", required=True, help="the .gguf file to write")

@@ -21,7 +21,7 @@ Each run goes into BUNDLE/cpu-runs/<time>/ (verl's metrics file and checkpoint);
 run-log line like a cluster run's (grpolab.export.verl_result: pass@1 by our evaluator on verl's adapter), and one
 JSON summary is printed.
 
-usage: python -m grpolab.export.verl_cpu BUNDLE [--steps N] [HYDRA_OVERRIDE ...]
+usage: python -m grpolab verl-cpu BUNDLE [--steps N] [HYDRA_OVERRIDE ...]
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ def run_shown_and_kept(command: list[str], env: dict, output_log: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grpolab.export.verl_cpu", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m grpolab verl-cpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle", type=Path, help="the folder `invoke export --engine verl` wrote")
     parser.add_argument("--steps", type=int, default=2, help="GRPO steps to train (default 2)")
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides, after the CPU's")
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     bundle = args.bundle.resolve()
     run_sh = bundle / "run.sh"
     if not run_sh.is_file():
-        print(f"FAILED [export] {run_sh} does not exist: make the bundle with `invoke export --engine verl`", file=sys.stderr)
+        print(f"FAILED [input] {run_sh} does not exist: make the bundle with `invoke export --engine verl`", file=sys.stderr)
         return 2
     # Each run in a folder of its own: verl resumes from any checkpoint it finds in trainer.default_local_dir
     work = bundle / "cpu-runs" / time.strftime("%Y%m%dT%H%M%S")
