@@ -86,11 +86,15 @@ make_host_venv() {
     fi
     if ! cmp -s pyproject.toml "$STAMP"; then
         # uv installs the host tasks: it downloads in parallel and compiles no bytecode up front, where pip does both
-        # one package at a time. uv itself comes hash-checked from lockfiles/uv.txt through the venv's own pip. (Behind
-        # a TLS-intercepting proxy uv, like pip, takes the proxy's CA from SSL_CERT_FILE.)
+        # one package at a time. uv itself comes hash-checked from lockfiles/uv.txt through the venv's own pip.
         log "host tasks: uv (lockfiles/uv.txt), then uv pip install -e '.[host]' into $VENV"
         "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r lockfiles/uv.txt
-        "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" -e '.[host]'
+        # TLS as pip has it: a CA bundle named the way pip's is (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT), which
+        # carries a TLS-re-signing proxy's CA, else the platform's certificate store (uv's own roots know no proxy)
+        local ca_bundle=${SSL_CERT_FILE:-${REQUESTS_CA_BUNDLE:-${PIP_CERT:-}}}
+        local tls=(--system-certs)
+        [ -n "$ca_bundle" ] && tls=(--cert "$ca_bundle")
+        "$VENV/bin/uv" pip install --quiet "${tls[@]}" --python "$VENV/bin/python" -e '.[host]'
         cp pyproject.toml "$STAMP"
     fi
 }
