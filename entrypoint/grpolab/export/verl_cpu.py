@@ -270,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2, help="GRPO steps to train (default 2)")
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides, after the CPU's")
     args = parser.parse_intermixed_args(argv)
+    if args.steps < 1:  # verl would take 0 or fewer as its total and train nothing
+        print(f"FAILED [input] --steps {args.steps}: verl trains at least 1 step; use --steps 1 or more", file=sys.stderr)
+        return 2
     bundle = args.bundle.resolve()
     run_sh = bundle / "run.sh"
     if not run_sh.is_file():
