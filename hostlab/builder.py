@@ -266,6 +266,7 @@ def buildah_to_engine(image_id: str, name: str) -> str:
     One hand-over at a time on this machine (HANDOVER_LOCK)."""
     hex_id = image_id.removeprefix("sha256:")
     with one_handover_at_a_time():
+        replaced = engine_image_id(name)
         if engine_image_id(hex_id).removeprefix("sha256:") == hex_id:
             subprocess.run(resolved(["docker", "tag", hex_id, name]), check=True, capture_output=True)
             say(f"the Docker engine already holds {hex_id[:12]}: tagged {name}")
@@ -279,7 +280,24 @@ def buildah_to_engine(image_id: str, name: str) -> str:
     if engine_id.removeprefix("sha256:") != hex_id:
         raise HostError(f"the Docker engine holds {name} as {engine_id}, not as buildah built it ({image_id}): "
                         "the hand-over changed the image's config")
+    if replaced and replaced != engine_id:
+        drop_untagged(replaced, name)
     return engine_id
+
+
+def drop_untagged(image_id: str, was: str) -> None:
+    """The engine's image that `was` named before a rebuild, removed once no name is left on it: each rebuild
+    otherwise leaves a whole image behind, untagged (5-7 GB per track here; CI ran out of disk on them). One a
+    container still uses stays (the engine refuses), and is named."""
+    tags = subprocess.run(resolved(["docker", "image", "inspect", "--format", "{{len .RepoTags}}", image_id]),
+                          capture_output=True, text=True)  # fmt: skip
+    if tags.returncode != 0 or tags.stdout.strip() != "0":
+        return
+    gone = subprocess.run(resolved(["docker", "image", "rm", image_id]), capture_output=True, text=True)
+    if gone.returncode == 0:
+        say(f"removed the engine's previous {was} ({image_id.removeprefix('sha256:')[:12]}), untagged by this build")
+    else:
+        say(f"kept the engine's previous {was} ({image_id.removeprefix('sha256:')[:12]}), untagged: {gone.stderr.strip()[-200:]}")
 
 
 def buildah_layers(image_id: str) -> list[str]:

@@ -17,6 +17,7 @@ from . import REPO, HostError, engine
 from .build import build
 from .compose import compose_env, write_env_file
 from .console import say
+from .disk import DiskWatch, make_room, storage_paths
 from .kernels import verify_committed
 from .lockcli import check
 from .provenance import run_provenance
@@ -27,6 +28,10 @@ from .up import base_for, up
 from .verlcpu import TRACK as VERL_CPU_TRACK, export_and_run
 
 PYTEST_NO_TESTS = 5
+# What a run takes from the disk at most, with uv's cache already holding the locks' wheels: the images (each twice,
+# in buildah's store and the engine's), the venvs, pytest's runs. One run at 5329361 found 21 GiB free and ran out in
+# track cv's image; one at 0d9ffbc started with about 45 GiB free and passed. `DiskWatch` prints each run's figure.
+CI_DISK_NEED_GIB = 40
 KERNELS_TRACKS = ("s", "n")  # the course's NVIDIA tracks: their images are proven here before any GPU sees them
 
 
@@ -266,6 +271,21 @@ def run_ci(skip_image: bool = False) -> dict:
     that run the images; then the tests marked `docker`, which use those images."""
     timings: dict[str, float] = {}
     started = time.monotonic()
+    paths = storage_paths()
+    if not skip_image:
+        with _step(f"disk room for the builds ({CI_DISK_NEED_GIB} GiB, made from earlier runs' images where short)", timings):
+            make_room(CI_DISK_NEED_GIB, paths)
+    with DiskWatch(paths) as disk:
+        try:
+            _run_ci_steps(timings, skip_image)
+        finally:
+            say(disk.summary())
+    timings["total"] = round(time.monotonic() - started, 1)
+    say("\ninvoke test passed: " + ", ".join(f"{k} {v} s" for k, v in timings.items()))
+    return timings
+
+
+def _run_ci_steps(timings: dict, skip_image: bool) -> None:
     with _step("invoke lock --check", timings):
         if not check():
             raise HostError("a lock is missing, stale or tampered (see above)")
@@ -292,9 +312,6 @@ def run_ci(skip_image: bool = False) -> dict:
         run_verl_cpu_step(timings)
     with _step(f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above)", timings):
         run_pytest(ENGINE_TESTS)
-    timings["total"] = round(time.monotonic() - started, 1)
-    say("\ninvoke test passed: " + ", ".join(f"{k} {v} s" for k, v in timings.items()))
-    return timings
 
 
 def run_image_builds(timings: dict) -> None:

@@ -1,0 +1,63 @@
+"""CI's disk room (hostlab/disk.py): made by the cleanups in order only while short, a lack named before anything
+builds, and the lowest free space seen while a block runs. The cleanups here remove files of the test's own; the
+real ones (images, buildah's store) are never run by a test."""
+
+import os
+import time
+
+import pytest
+
+from hostlab import HostError
+from hostlab.disk import GIB, DiskWatch, filesystems, free_gib, least_free, make_room
+
+
+def reserve(path, gib: float):
+    """A file that holds `gib` of the disk at once (allocated, not written)."""
+    with open(path, "wb") as f:
+        os.posix_fallocate(f.fileno(), 0, int(gib * GIB))
+    return path
+
+
+def test_paths_on_one_filesystem_count_once_and_a_missing_path_counts_as_its_nearest_parent(tmp_path):
+    found = filesystems([tmp_path, tmp_path / "not" / "made" / "yet"])
+    assert list(found.values()) == [tmp_path]
+
+
+def test_no_cleanup_runs_when_there_is_room(tmp_path):
+    ran = []
+    free = make_room(0.0, [tmp_path], cleanups=(("anything", lambda: ran.append(1)),))
+    assert ran == []
+    assert free == pytest.approx(free_gib(tmp_path), abs=0.5)
+
+
+def test_cleanups_run_in_order_and_stop_once_the_room_is_there(tmp_path):
+    held = reserve(tmp_path / "held", 1.0)
+    need = least_free([tmp_path])[0] + 0.5  # met once the file is gone, and not before
+    ran = []
+    cleanups = (("the held file", lambda: (ran.append("held"), held.unlink())), ("more", lambda: ran.append("more")))
+    free = make_room(need, [tmp_path], cleanups=cleanups)
+    assert ran == ["held"]
+    assert free >= need
+
+
+def test_still_short_after_every_cleanup_is_one_error_naming_the_need_and_what_was_tried(tmp_path):
+    ran = []
+    cleanups = (("first thing", lambda: ran.append(1)), ("second thing", lambda: ran.append(2)))
+    with pytest.raises(HostError) as refused:
+        make_room(10**7, [tmp_path], cleanups=cleanups)
+    assert ran == [1, 2]
+    message = str(refused.value)
+    assert "this needs 10000000 GiB" in message
+    assert "after removing first thing; second thing" in message
+    assert "free some space there" in message
+
+
+def test_the_watch_sees_space_taken_and_given_back_inside_the_block(tmp_path):
+    with DiskWatch([tmp_path], every_s=0.05) as watch:
+        held = reserve(tmp_path / "held", 1.0)
+        seen = watch.looks
+        while watch.looks < seen + 2:  # a whole look after the file was made
+            time.sleep(0.01)
+        held.unlink()
+    assert watch.start_gib - watch.low_gib >= 0.9
+    assert "this run used up to" in watch.summary()
