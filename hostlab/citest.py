@@ -30,7 +30,8 @@ from .verlcpu import TRACK as VERL_CPU_TRACK, export_and_run
 PYTEST_NO_TESTS = 5
 # What a run takes from the disk at most, with uv's cache already holding the locks' wheels: the images (each twice,
 # in buildah's store and the engine's), the venvs, pytest's runs. One run at 5329361 found 21 GiB free and ran out in
-# track cv's image; one at 0d9ffbc started with about 45 GiB free and passed. `DiskWatch` prints each run's figure.
+# track cv's image. At 26bf699, every image built from nothing, the run took up to 35.4 GiB (45.3 free at its start,
+# 10.0 at its lowest, in track cv's image commit). `DiskWatch` prints each run's figure.
 CI_DISK_NEED_GIB = 40
 KERNELS_TRACKS = ("s", "n")  # the course's NVIDIA tracks: their images are proven here before any GPU sees them
 
