@@ -33,11 +33,11 @@ def _output(cmd: list[str]) -> str:
 
 
 def storage_paths() -> list[Path]:
-    """Where CI writes its bulk: the clone, uv's cache, buildah's store and the Docker engine's (those that answer)."""
+    """Where CI writes its bulk: the clone, uv's cache, buildah's store, the Docker engine's, buildah's cache mounts."""
     candidates = [REPO, Path(_output(["uv", "cache", "dir"]) or Path.home() / ".cache" / "uv")]
     candidates.append(Path(_output(["buildah", "info", "--format", "{{.store.GraphRoot}}"]) or "/var/lib/containers/storage"))
     candidates.append(Path(_output(["docker", "info", "--format", "{{.DockerRootDir}}"]) or "/var/lib/docker"))
-    return candidates
+    return [*candidates, buildah_cache_mounts()]
 
 
 def filesystems(paths: list[Path]) -> dict[int, Path]:
@@ -84,16 +84,28 @@ def _remove_buildah_store() -> None:
     _run_all(["buildah", "rm", "--all"], ["buildah", "rmi", "--all", "--force"])
 
 
+def buildah_cache_mounts() -> Path:
+    """Where buildah keeps the folders of `RUN --mount=type=cache` (the images' uv cache): under TMPDIR."""
+    return Path(os.environ.get("TMPDIR") or "/var/tmp") / "buildah-cache"
+
+
+def _remove_buildah_cache_mounts() -> None:
+    shutil.rmtree(buildah_cache_mounts(), ignore_errors=True)
+
+
 def _prune_uv_cache() -> None:
     _run_all(["uv", "cache", "prune"])
 
 
-# Cheapest to lose first. Every one is something a build or `uv pip sync` makes again; none touches another project.
+# Cheapest to lose first. Every one is something a build or `uv pip sync` makes again (uv's unused entries are
+# needed by nothing). Only CI runs these, on a machine of its own: the first and the last reach past this project
+# (every exited container and untagged image; every build's cache mounts).
 CLEANUPS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("exited containers, and images that nothing tags or uses (Docker engine and buildah)", _remove_leftovers),
     ("the Docker engine's copies of the grpolab images (buildah keeps them; a build hands them over again, about a minute each)", _remove_engine_copies),
     ("buildah's store: its layer cache and the stand-in base (the builds then start from nothing, minutes each)", _remove_buildah_store),
     ("uv's cache entries that nothing uses any more (uv cache prune)", _prune_uv_cache),
+    ("buildah's cache mounts, the images' own uv cache (the builds then download their wheels again)", _remove_buildah_cache_mounts),
 )
 
 

@@ -3,11 +3,14 @@ builds, and the lowest free space seen while a block runs. The cleanups here rem
 real ones (images, buildah's store) are never run by a test."""
 
 import os
+import shutil
+import subprocess
 import time
 
 import pytest
 
 from hostlab import HostError
+from hostlab.builder import drop_untagged
 from hostlab.disk import GIB, DiskWatch, filesystems, free_gib, least_free, make_room
 
 
@@ -61,3 +64,42 @@ def test_the_watch_sees_space_taken_and_given_back_inside_the_block(tmp_path):
         held.unlink()
     assert watch.start_gib - watch.low_gib >= 0.9
     assert "this run used up to" in watch.summary()
+
+
+def engine_images() -> list[str]:
+    if shutil.which("docker") is None:
+        return []
+    out = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, timeout=60)
+    return out.stdout.split() if out.returncode == 0 else []
+
+
+BASES = [name for name in engine_images() if name.startswith("grpolab-base:")]
+
+
+def image_from(base: str, label: str, tag: str) -> str:
+    """A new image of the engine's (the base with one label more; nothing runs), tagged `tag`: its id."""
+    container = subprocess.run(["docker", "create", base, "true"], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        subprocess.run(["docker", "commit", "--change", f"LABEL grpolab.test={label}", container, tag], capture_output=True, check=True)
+    finally:
+        subprocess.run(["docker", "rm", container], capture_output=True)
+    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(not BASES, reason="no stand-in base in the Docker engine here (invoke base makes it)")
+def test_a_rebuild_removes_the_engines_previous_image_of_its_tag_unless_another_name_holds_it():
+    name, other = "grpolab-test-drop:t", "grpolab-test-drop:kept"
+    try:
+        first = image_from(BASES[0], f"first-{os.getpid()}", name)
+        image_from(BASES[0], f"second-{os.getpid()}", name)  # the rebuild: `name` moves, the first is left untagged
+        drop_untagged(first, name)
+        assert subprocess.run(["docker", "image", "inspect", first], capture_output=True).returncode != 0
+
+        third = image_from(BASES[0], f"third-{os.getpid()}", name)
+        subprocess.run(["docker", "tag", third, other], check=True)
+        image_from(BASES[0], f"fourth-{os.getpid()}", name)
+        drop_untagged(third, name)  # still named `other`: kept
+        assert subprocess.run(["docker", "image", "inspect", third], capture_output=True).returncode == 0
+    finally:
+        subprocess.run(["docker", "image", "rm", "--force", name, other], capture_output=True)
