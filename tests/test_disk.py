@@ -78,12 +78,12 @@ BASES = [name for name in engine_images() if name.startswith("grpolab-base:")]
 
 def image_from(base: str, label: str, tag: str) -> str:
     """A new image of the engine's (the base with one label more; nothing runs), tagged `tag`: its id."""
-    container = subprocess.run(["docker", "create", base, "true"], capture_output=True, text=True, check=True).stdout.strip()
+    container = subprocess.run(["docker", "create", base, "true"], capture_output=True, text=True, check=True, timeout=300).stdout.strip()
     try:
-        subprocess.run(["docker", "commit", "--change", f"LABEL grpolab.test={label}", container, tag], capture_output=True, check=True)
+        subprocess.run(["docker", "commit", "--change", f"LABEL grpolab.test={label}", container, tag], capture_output=True, check=True, timeout=300)
     finally:
-        subprocess.run(["docker", "rm", container], capture_output=True)
-    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True, check=True).stdout.strip()
+        subprocess.run(["docker", "rm", container], capture_output=True, timeout=300)
+    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True, check=True, timeout=300).stdout.strip()
 
 
 @pytest.mark.docker
@@ -94,12 +94,12 @@ def test_a_rebuild_removes_the_engines_previous_image_of_its_tag_unless_another_
         first = image_from(BASES[0], f"first-{os.getpid()}", name)
         image_from(BASES[0], f"second-{os.getpid()}", name)  # the rebuild: `name` moves, the first is left untagged
         drop_untagged(first, name)
-        assert subprocess.run(["docker", "image", "inspect", first], capture_output=True).returncode != 0
+        assert subprocess.run(["docker", "image", "inspect", first], capture_output=True, timeout=300).returncode != 0
 
         third = image_from(BASES[0], f"third-{os.getpid()}", name)
-        subprocess.run(["docker", "tag", third, other], check=True)
+        subprocess.run(["docker", "tag", third, other], check=True, timeout=300)
         image_from(BASES[0], f"fourth-{os.getpid()}", name)
         drop_untagged(third, name)  # still named `other`: kept
-        assert subprocess.run(["docker", "image", "inspect", third], capture_output=True).returncode == 0
+        assert subprocess.run(["docker", "image", "inspect", third], capture_output=True, timeout=300).returncode == 0
     finally:
-        subprocess.run(["docker", "image", "rm", "--force", name, other], capture_output=True)
+        subprocess.run(["docker", "image", "rm", "--force", name, other], capture_output=True, timeout=300)
