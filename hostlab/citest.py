@@ -265,11 +265,12 @@ def run_cv_colocate_steps(timings: dict) -> None:
 
 
 def run_ci(skip_image: bool = False) -> dict:
-    """lock --check; the kernels tables of tracks s and n, read again from their locked wheels where the lock or the
-    reader moved; then the images built (track c on the stand-in base where no registry answers, its llama.cpp
-    image, track cv) beside the tests not marked `docker`; then, those tests done, the README's main command for
-    real, `invoke up --track c` (its build now the cached one), with the run-log line it wrote, and the other steps
-    that run the images; then the tests marked `docker`, which use those images."""
+    """Room on the disk (CI_DISK_NEED_GIB); lock --check; the kernels tables of tracks s and n, read again from their
+    locked wheels where the lock or the reader moved; then the images built (track c on the stand-in base where no
+    registry answers, its llama.cpp image, track cv) beside the tests not marked `docker`; then, those tests done,
+    the README's main command for real, `invoke up --track c` (its build now the cached one), with the run-log line
+    it wrote, and the other steps that run the images; then verl's step, and beside it the tests marked `docker`,
+    which use those images. The lowest free disk space is printed at the end, passed or failed."""
     timings: dict[str, float] = {}
     started = time.monotonic()
     paths = storage_paths()
