@@ -23,7 +23,6 @@ from .builder import (
     base_into_buildah,
     buildah_build,
     buildah_layers,
-    buildah_to_engine,
     buildx_build,
     choose_builder,
     commit_time,
@@ -35,6 +34,7 @@ from .compose import compose_env, write_env_file
 from .console import say, stream, warn
 from .debianpins import SUITE, check_debian_lock, pins_arg
 from .detect import HostFacts, detect_track, host_problems
+from .handover import buildah_to_engine
 from .imagerecord import enforce
 from .lockfile import lock_path, lock_sha256, parse_lock
 from .locks import check_lock

@@ -13,7 +13,7 @@ Who sets the times (docs/locks-and-images.md, "Reproducible images"):
 - buildah (Debian's and Ubuntu's archives: `apt-get install buildah`): `--timestamp` sets the created times and every
   file's mtime in the layers it commits. Debian 12's Docker engine (20.10, BuildKit 0.8) cannot: it knows no
   SOURCE_DATE_EPOCH and stamps each layer's history with the wall clock. buildah builds into its own store; the
-  image is then handed to the engine whole (`buildah push ... docker-daemon:`), which keeps its id.
+  image is then handed to the engine, which keeps its id (`hostlab/handover.py`: the layers the engine lacks).
 - buildx: the engine's own BuildKit where it can do the same (Docker >= 26 with the containerd image store):
   SOURCE_DATE_EPOCH and rewrite-timestamp, the image written to a file and loaded. Preferred where it works: nothing
   to install, no second copy of the image. Checked on Debian 13's Docker 26.1.5 by images/buildkit-repro-check.sh.
@@ -23,7 +23,6 @@ Who sets the times (docs/locks-and-images.md, "Reproducible images"):
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -165,7 +164,7 @@ def engine_layers(name: str) -> list[str]:
     return json.loads(out.stdout)
 
 
-def _buildah(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+def run_buildah(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     out = subprocess.run(resolved(["buildah", *args]), capture_output=True, text=True)
     if check and out.returncode != 0:
         raise HostError(f"`buildah {' '.join(args[:3])} ...` failed: {out.stderr.strip()[-800:]}")
@@ -173,7 +172,7 @@ def _buildah(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def buildah_has_image(image_id: str) -> bool:
-    return _buildah("inspect", "--type", "image", image_id.removeprefix("sha256:"), check=False).returncode == 0
+    return run_buildah("inspect", "--type", "image", image_id.removeprefix("sha256:"), check=False).returncode == 0
 
 
 def base_into_buildah(engine_image_id: str) -> str:
@@ -182,7 +181,7 @@ def base_into_buildah(engine_image_id: str) -> str:
     hex_id = engine_image_id.removeprefix("sha256:")
     if not buildah_has_image(hex_id):
         say(f"copying the base image {hex_id[:12]} from the Docker engine into buildah's store")
-        _buildah("pull", "--quiet", f"docker-daemon:sha256:{hex_id}")
+        run_buildah("pull", "--quiet", f"docker-daemon:sha256:{hex_id}")
     return hex_id
 
 
@@ -220,16 +219,16 @@ def without_history(image_id: str, epoch: int, tag: str | None = None) -> str:
     time), and a config with no history. The history buildah 1.28 writes names each step's parent image in a comment
     ("FROM 9ba1e8057149"), and those ids (of its intermediate and temporary images) came out new each build: two
     builds from nothing had every layer the same and still two ids."""
-    container = _buildah("from", "--pull-never", image_id.removeprefix("sha256:")).stdout.strip().splitlines()[-1]
+    container = run_buildah("from", "--pull-never", image_id.removeprefix("sha256:")).stdout.strip().splitlines()[-1]
     try:
         iidfile = Path(tempfile.mkdtemp(prefix="grpolab-iid-")) / "iid"
-        _buildah("commit", "--quiet", "--omit-history", "--timestamp", str(epoch), "--iidfile", str(iidfile), container)
+        run_buildah("commit", "--quiet", "--omit-history", "--timestamp", str(epoch), "--iidfile", str(iidfile), container)
         stripped = iidfile.read_text().strip()
         shutil.rmtree(iidfile.parent, ignore_errors=True)
     finally:
-        _buildah("rm", container, check=False)
+        run_buildah("rm", container, check=False)
     if tag:
-        _buildah("tag", stripped.removeprefix("sha256:"), tag)
+        run_buildah("tag", stripped.removeprefix("sha256:"), tag)
     return stripped
 
 
@@ -238,71 +237,9 @@ def engine_image_id(name: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
-# Two `buildah push ... docker-daemon:` of one 6 GB image at once both exited 0 here and left the engine without
-# the image (buildah 1.28.2, Docker 20.10.24; one push alone: 42 s, loaded whole). Hand-overs on this machine take
-# turns through this lock, and the second then finds the image there and only tags it.
-HANDOVER_LOCK = Path(tempfile.gettempdir()) / f"grpolab-handover-{os.getuid()}.lock"  # per user: a lock file another user made cannot be opened
-
-
-@contextmanager
-def one_handover_at_a_time():
-    with open(HANDOVER_LOCK, "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say("another build is handing an image to the Docker engine: waiting for it to finish")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def buildah_to_engine(image_id: str, name: str) -> str:
-    """Hand the image to the Docker engine under `name` (docker load underneath; the config, and so the id, stay as
-    they are). The engine's id for it, which must be buildah's. An image the engine already holds is only tagged; any
-    other is sent whole, every layer (about a minute for track c's 6.3 GB here, most of a code-change rebuild: the
-    engine's own builder, `--builder docker`, rebuilds a code change in seconds, without the same-bytes promise).
-    One hand-over at a time on this machine (HANDOVER_LOCK)."""
-    hex_id = image_id.removeprefix("sha256:")
-    with one_handover_at_a_time():
-        replaced = engine_image_id(name)
-        if engine_image_id(hex_id).removeprefix("sha256:") == hex_id:
-            subprocess.run(resolved(["docker", "tag", hex_id, name]), check=True, capture_output=True)
-            say(f"the Docker engine already holds {hex_id[:12]}: tagged {name}")
-        else:
-            say(f"handing {hex_id[:12]} to the Docker engine as {name}")
-            _buildah("push", "--quiet", hex_id, f"docker-daemon:{name}")
-        engine_id = engine_image_id(name)
-    if not engine_id:
-        raise HostError(f"buildah handed {image_id} to the Docker engine as {name} and exited 0, but the engine does not hold it: "
-                        f"run the build again; if it happens again, `docker load` of `buildah push {hex_id[:12]} docker-archive:FILE` shows the engine's error")
-    if engine_id.removeprefix("sha256:") != hex_id:
-        raise HostError(f"the Docker engine holds {name} as {engine_id}, not as buildah built it ({image_id}): "
-                        "the hand-over changed the image's config")
-    if replaced and replaced != engine_id:
-        drop_untagged(replaced, name)
-    return engine_id
-
-
-def drop_untagged(image_id: str, was: str) -> None:
-    """The engine's image that `was` named before a rebuild, removed once no name is left on it: each rebuild
-    otherwise leaves a whole image behind, untagged (5-7 GB per track here; CI ran out of disk on them). One a
-    container still uses stays (the engine refuses), and is named."""
-    tags = subprocess.run(resolved(["docker", "image", "inspect", "--format", "{{len .RepoTags}}", image_id]),
-                          capture_output=True, text=True)  # fmt: skip
-    if tags.returncode != 0 or tags.stdout.strip() != "0":
-        return
-    gone = subprocess.run(resolved(["docker", "image", "rm", image_id]), capture_output=True, text=True)
-    if gone.returncode == 0:
-        say(f"removed the engine's previous {was} ({image_id.removeprefix('sha256:')[:12]}), untagged by this build")
-    else:
-        say(f"kept the engine's previous {was} ({image_id.removeprefix('sha256:')[:12]}), untagged: {gone.stderr.strip()[-200:]}")
-
-
 def buildah_layers(image_id: str) -> list[str]:
     """The image's layers' diff ids, bottom first."""
-    info = json.loads(_buildah("inspect", "--type", "image", image_id.removeprefix("sha256:")).stdout)
+    info = json.loads(run_buildah("inspect", "--type", "image", image_id.removeprefix("sha256:")).stdout)
     return list(info["OCIv1"]["rootfs"]["diff_ids"])
 
 
@@ -333,5 +270,5 @@ def fresh_store(folder: Path):
 def buildah_forget(*image_ids: str) -> None:
     """Remove images from buildah's store (its cache of them too): for a build from nothing."""
     for image_id in image_ids:
-        _buildah("rmi", "--force", image_id.removeprefix("sha256:"), check=False)
-    _buildah("rmi", "--prune", check=False)
+        run_buildah("rmi", "--force", image_id.removeprefix("sha256:"), check=False)
+    run_buildah("rmi", "--prune", check=False)

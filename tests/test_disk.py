@@ -10,8 +10,8 @@ import time
 import pytest
 
 from hostlab import HostError
-from hostlab.builder import drop_untagged
 from hostlab.disk import GIB, DiskWatch, filesystems, free_gib, least_free, make_room
+from hostlab.handover import drop_untagged
 
 
 def reserve(path, gib: float):

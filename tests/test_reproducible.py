@@ -30,7 +30,6 @@ from hostlab.builder import (  # noqa: E402
     buildah_build,
     buildah_forget,
     buildah_layers,
-    buildah_to_engine,
     buildx_build,
     choose_builder,
     commit_time,
@@ -39,6 +38,7 @@ from hostlab.builder import (  # noqa: E402
     fresh_store,
     lab_inputs,
 )
+from hostlab.handover import buildah_to_engine  # noqa: E402
 from hostlab.compose import compose_env  # noqa: E402
 from hostlab.imagediff import explain  # noqa: E402
 from hostlab.imagerecord import compare_with_record, input_hashes, write_record  # noqa: E402
