@@ -269,8 +269,8 @@ def run_ci(skip_image: bool = False) -> dict:
     locked wheels where the lock or the reader moved; then the images built (track c on the stand-in base where no
     registry answers, its llama.cpp image, track cv) beside the tests not marked `docker`; then, those tests done,
     the README's main command for real, `invoke up --track c` (its build now the cached one), with the run-log line
-    it wrote, and the other steps that run the images; then verl's step, and beside it the tests marked `docker`,
-    which use those images. The lowest free disk space is printed at the end, passed or failed."""
+    it wrote, and the other steps that run the images; then verl's step; beside these two, from their start, the
+    tests marked `docker`, which use those images. The lowest free disk space is printed at the end, passed or failed."""
     timings: dict[str, float] = {}
     started = time.monotonic()
     paths = storage_paths()
@@ -313,17 +313,19 @@ def _run_ci_steps(timings: dict, skip_image: bool) -> None:
         with _step(f"pytest -m {ENGINE_TESTS!r} (the engine's tests)", timings):
             run_pytest(ENGINE_TESTS)
         return
-    run_image_steps(timings)
-    # The engine's tests beside verl: they mostly wait on apt, pip, debootstrap and buildah's commits, and verl on the
-    # CPU. One after the other at 26bf699: verl 345.4 s, then these 416.7 s.
-    engine_tests = BackgroundPytest(REPO / ".cache" / "tests" / "pytest-engine.log", ENGINE_TESTS, "verl's run")
+    # The engine's tests from here on, beside the steps that run the images and verl's: they mostly wait on apt, pip,
+    # debootstrap and buildah's commits, and use the images built above and builds of their own, never this clone's
+    # .env or runs/. Beside verl alone (at 00ef3ee) the CPUs were idle 37 % of that part and the tests ran on for
+    # 106 s after verl; at 26bf699, one after the other, verl took 345.4 s and these 416.7 s.
+    engine_tests = BackgroundPytest(REPO / ".cache" / "tests" / "pytest-engine.log", ENGINE_TESTS, "the image steps and verl's run")
     try:
+        run_image_steps(timings)
         run_verl_cpu_step(timings)
     except BaseException:
         engine_tests.stop()
         raise
     waited = time.monotonic()
-    name = f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above, beside verl from its start)"
+    name = f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above, beside the image steps and verl from their start)"
     timings[name] = engine_tests.wait()
     timings["waiting for them after verl"] = round(time.monotonic() - waited, 1)
     say(f"=== {name}: ok in {timings[name]} s")
