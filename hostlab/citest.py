@@ -374,8 +374,12 @@ def run_verl_cpu_step(timings: dict) -> None:
     vLLM's CPU build, a weight sync after each step), its run-log line checked and its row in the report. Alone: it
     keeps both cores busy for minutes."""
     with _step(f"invoke verl-cpu (verl's main_ppo trains the exported bundle {VERL_CPU_STEPS} GRPO steps on the CPU; run-log line, report row)", timings):
+        hydra_outputs = set((REPO / "outputs").glob("*/*"))
         export_and_run(VERL_CPU_STEPS)
         check_report(VERL_CPU_TRACK)
+        left = sorted(set((REPO / "outputs").glob("*/*")) - hydra_outputs)
+        if left:  # Hydra's folder belongs in the run's own folder (BUNDLE/cpu-runs/<time>/outputs/)
+            raise HostError(f"verl's run left Hydra's {left[0]} in the clone: the runner must start verl in the run's folder")
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["colocate"]:  # by hand: python -m hostlab.citest colocate

@@ -255,8 +255,11 @@ def cpu_overrides(steps: int) -> list[str]:
 
 
 def run_shown_and_kept(command: list[str], env: dict, output_log: Path) -> int:
-    """Run `command`, its output shown as it comes and kept in `output_log` (the run-log line quotes its first error)."""
-    with open(output_log, "wb") as kept, subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+    """Run `command` in the folder `output_log` is in, its output shown as it comes and kept in `output_log` (the
+    run-log line quotes its first error). That folder, not the caller's: Hydra, verl's configuration, writes an
+    outputs/<date>/<time>/ folder into the working folder, and runs from the clone's root left them there."""
+    with open(output_log, "wb") as kept, subprocess.Popen(command, env=env, cwd=output_log.parent, stdout=subprocess.PIPE,
+                                                          stderr=subprocess.STDOUT) as proc:  # fmt: skip
         for line in proc.stdout:
             sys.stdout.buffer.write(line)
             sys.stdout.buffer.flush()
