@@ -17,6 +17,7 @@ from . import REPO, HostError, engine
 from .build import build
 from .compose import compose_env, write_env_file
 from .console import say
+from .cpuuse import CpuUse
 from .disk import DiskWatch, make_room, storage_paths
 from .kernels import verify_committed
 from .lockcli import check
@@ -273,27 +274,30 @@ def run_ci(skip_image: bool = False) -> dict:
     tests marked `docker`, which use those images. The lowest free disk space is printed at the end, passed or failed."""
     timings: dict[str, float] = {}
     started = time.monotonic()
+    cpu = CpuUse()
     paths = storage_paths()
     if not skip_image:
         with _step(f"disk room for the builds ({CI_DISK_NEED_GIB} GiB, made from earlier runs' images where short)", timings):
             make_room(CI_DISK_NEED_GIB, paths)
     with DiskWatch(paths) as disk:
         try:
-            _run_ci_steps(timings, skip_image)
+            _run_ci_steps(timings, skip_image, cpu)
         finally:
             say(disk.summary())
+            say(cpu.summary())
     timings["total"] = round(time.monotonic() - started, 1)
     say("\ninvoke test passed: " + ", ".join(f"{k} {v} s" for k, v in timings.items()))
     return timings
 
 
-def _run_ci_steps(timings: dict, skip_image: bool) -> None:
+def _run_ci_steps(timings: dict, skip_image: bool, cpu: CpuUse) -> None:
     with _step("invoke lock --check", timings):
         if not check():
             raise HostError("a lock is missing, stale or tampered (see above)")
     for track in KERNELS_TRACKS:
         with _step(f"kernels table of track {track} (the locked wheels read again only if the lock or the reader changed since the table was made)", timings):
             verify_committed(track)
+    cpu.part("disk room, lock --check, kernels tables")
     engine_free = BackgroundPytest(REPO / ".cache" / "tests" / "pytest-engine-free.log")
     try:
         if not skip_image:
@@ -309,6 +313,7 @@ def _run_ci_steps(timings: dict, skip_image: bool) -> None:
     timings[name] = engine_free.wait()
     timings["waiting for it after the builds"] = round(time.monotonic() - waited, 1)
     say(f"=== {name}: ok in {timings[name]} s")
+    cpu.part("the builds beside the tests not marked docker")
     if skip_image:
         with _step(f"pytest -m {ENGINE_TESTS!r} (the engine's tests)", timings):
             run_pytest(ENGINE_TESTS)
@@ -329,6 +334,7 @@ def _run_ci_steps(timings: dict, skip_image: bool) -> None:
     timings[name] = engine_tests.wait()
     timings["waiting for them after verl"] = round(time.monotonic() - waited, 1)
     say(f"=== {name}: ok in {timings[name]} s")
+    cpu.part("the image steps and verl's run beside the tests marked docker")
 
 
 def run_image_builds(timings: dict) -> None:
