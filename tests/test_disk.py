@@ -90,16 +90,17 @@ def image_from(base: str, label: str, tag: str) -> str:
 @pytest.mark.skipif(not BASES, reason="no stand-in base in the Docker engine here (invoke base makes it)")
 def test_a_rebuild_removes_the_engines_previous_image_of_its_tag_unless_another_name_holds_it():
     name, other = "grpolab-test-drop:t", "grpolab-test-drop:kept"
+    made = []
     try:
-        first = image_from(BASES[0], f"first-{os.getpid()}", name)
-        image_from(BASES[0], f"second-{os.getpid()}", name)  # the rebuild: `name` moves, the first is left untagged
-        drop_untagged(first, name)
-        assert subprocess.run(["docker", "image", "inspect", first], capture_output=True, timeout=300).returncode != 0
+        made.append(image_from(BASES[0], f"first-{os.getpid()}", name))
+        made.append(image_from(BASES[0], f"second-{os.getpid()}", name))  # the rebuild: `name` moves, the first is left untagged
+        drop_untagged(made[0], name)
+        assert subprocess.run(["docker", "image", "inspect", made[0]], capture_output=True, timeout=300).returncode != 0
 
-        third = image_from(BASES[0], f"third-{os.getpid()}", name)
-        subprocess.run(["docker", "tag", third, other], check=True, timeout=300)
-        image_from(BASES[0], f"fourth-{os.getpid()}", name)
-        drop_untagged(third, name)  # still named `other`: kept
-        assert subprocess.run(["docker", "image", "inspect", third], capture_output=True, timeout=300).returncode == 0
-    finally:
-        subprocess.run(["docker", "image", "rm", "--force", name, other], capture_output=True, timeout=300)
+        made.append(image_from(BASES[0], f"third-{os.getpid()}", name))
+        subprocess.run(["docker", "tag", made[2], other], check=True, timeout=300)
+        made.append(image_from(BASES[0], f"fourth-{os.getpid()}", name))
+        drop_untagged(made[2], name)  # still named `other`: kept
+        assert subprocess.run(["docker", "image", "inspect", made[2]], capture_output=True, timeout=300).returncode == 0
+    finally:  # every image it made, the untagged second one too
+        subprocess.run(["docker", "image", "rm", "--force", name, other, *made], capture_output=True, timeout=300)
