@@ -17,11 +17,8 @@ def test_a_part_counts_the_work_done_in_it_against_what_the_cpus_had():
         pass
     elapsed = time.monotonic() - started
     use.part("busy")
-    time.sleep(0.3)
-    use.part("asleep")
-    (name, busy, had), (_, _, had_asleep) = use.parts
+    [(name, busy, had)] = use.parts
     assert name == "busy" and 0.45 <= busy <= had
     assert had == pytest.approx(elapsed * os.cpu_count(), rel=0.25)  # every CPU's seconds, not one's
-    assert had_asleep == pytest.approx(0.3 * os.cpu_count(), rel=0.35)
     summary = use.summary().splitlines()
     assert summary[0].startswith(f"CPU ({os.cpu_count()} here): busy ") and summary[1].startswith("  busy: busy ")
