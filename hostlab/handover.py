@@ -131,11 +131,11 @@ def send_missing_layers(hex_id: str, name: str) -> bool:
     """The image to the engine as `name`, without the layers the engine holds at the bottom of one of its images.
     False, having sent nothing, where that would not pay (the engine lacks most of the image's bytes) or where this
     way does not apply or failed; the caller then sends the whole image."""
+    if engine_keeps_images_in_containerd():
+        return False
     manifest = json.loads(json.loads(run_buildah("inspect", "--type", "image", hex_id).stdout)["Manifest"])
     layers = [layer["digest"] for layer in manifest["layers"]]  # uncompressed in buildah's store: each one's diff id
     sizes = [int(layer.get("size", 0)) for layer in manifest["layers"]]
-    if engine_keeps_images_in_containerd():
-        return False
     held = held_bottom(layers, engine_chains())
     sent_bytes, held_bytes = sum(sizes[held:]), sum(sizes[:held])
     if held_bytes <= sent_bytes:
@@ -173,8 +173,9 @@ def _load_missing(hex_id: str, name: str, held_layers: list[str], folder: Path) 
 
     written = json.loads(blob(json.loads((folder / "index.json").read_text())["manifests"][-1]["digest"]).read_text())
     config = blob(written["config"]["digest"]).read_bytes()
-    if hashlib.sha256(config).hexdigest() != hex_id:
-        raise HostError(f"buildah wrote {hex_id[:12]}'s config with other bytes (digest {hashlib.sha256(config).hexdigest()[:12]})")
+    config_digest = hashlib.sha256(config).hexdigest()
+    if config_digest != hex_id:
+        raise HostError(f"buildah wrote {hex_id[:12]}'s config with other bytes (digest {config_digest[:12]})")
     diff_ids = json.loads(config)["rootfs"]["diff_ids"]
     files = [f"{diff.removeprefix('sha256:')}/layer.tar" for diff in diff_ids]
     archive = [{"Config": f"{hex_id}.json", "RepoTags": [name], "Layers": files}]
