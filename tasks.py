@@ -121,6 +121,24 @@ def build(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_re
                     builder=choose_builder(builder), rollout=rollout)  # fmt: skip
 
 
+@task(
+    help={
+        "track": "the track whose lock names the packages (default c)",
+        "into": "the folder that gets wheels/ and sdist/ (replaced)",
+        "base": "the base image (default: the track's, or the stand-in where no registry answers)",
+    }
+)
+def source_wheels(c, into, track="c", base=None):
+    """Compile the lock's source-only packages (llama-cpp-python) as the track's image does, with buildah, and copy the
+    wheels and sdists out: a venv here installs the image's own compile (CI's does). Cached with the image's build."""
+    from pathlib import Path
+
+    from hostlab.sourcewheels import source_wheels as copy_source_wheels
+
+    with user_errors():
+        copy_source_wheels(track, Path(into).expanduser(), base=base)
+
+
 @task(help={"track": "m (macOS) or c (Linux, CPU)"})
 def venv(c, track="c"):
     """A native venv in .venvs/<track> from the track's lock (no Docker)."""

@@ -69,6 +69,22 @@ def source_build_args(track: Track, lock_dir: Path = REPO / "lockfiles") -> dict
     }
 
 
+def image_build_args(track: Track, base_image: str, base_digest: str, repo: Path = REPO) -> dict[str, str]:
+    """Every build arg the Dockerfile takes for the track on that base, from the repository as it stands."""
+    lock_dir = repo / "lockfiles"
+    return {
+        "TRACK": track.name,
+        "PYTHON_VERSION": track.python,
+        "BASE_IMAGE": base_image,
+        "BASE_DIGEST": base_digest,
+        "LOCK_SHA256": lock_sha256(lock_path(track, lock_dir)),
+        "GIT_REVISION": git_revision(repo),
+        "TRACK_ENV": track_env_file(track),
+        **source_build_args(track, lock_dir),
+        **runtime_build_args(track, lock_dir),
+    }
+
+
 @dataclass
 class BuildResult:
     image: str
@@ -428,18 +444,7 @@ def build(
     builder = builder or choose_builder()
     epochs = {"deps": commit_time(repo, deps_inputs(track)), "lab": commit_time(repo, lab_inputs(track))}
     base_id = engine.image_or_none(base_image).id
-    args = {
-        "TRACK": track.name,
-        "PYTHON_VERSION": track.python,
-        "BASE_IMAGE": base_image,
-        "BASE_DIGEST": base_digest,
-        "LOCK_SHA256": sha,
-        "GIT_REVISION": git_revision(repo),
-        "TRACK_ENV": track_env_file(track),
-        **source_build_args(track, lock_dir),
-        **runtime_build_args(track, lock_dir),
-        **(build_args or {}),
-    }
+    args = {**image_build_args(track, base_image, base_digest, repo), **(build_args or {})}
     if builder.reproducible:
         made = run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds)
         tail, deps_id, deps_layers, handover_s = made.tail, made.deps_image_id, made.deps_layers, made.handover_s

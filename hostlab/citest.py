@@ -354,7 +354,7 @@ def run_image_builds(timings: dict) -> None:
     track_c = get_track("c")
     with _step("invoke build --track c (the stand-in base where no registry answers, then the image)", timings):
         build("c", base=base_for(track_c))
-    with _step("invoke build --track c --rollout llamacpp (llama.cpp compiled into an image of its own)", timings):
+    with _step("invoke build --track c --rollout llamacpp (llama.cpp in an image of its own; its compile cached where .ci/run made it for the test venv)", timings):
         build("c", base=base_for(track_c), rollout="llamacpp")
     for track in REPRODUCIBLE_TRACKS:
         if record_moved(track):

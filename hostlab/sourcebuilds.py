@@ -16,7 +16,7 @@ from .lockfile import Lock
 # Where the source-builds stage finds the files of images/ that SOURCE_BUILD_FILE_NAMES names (the Dockerfile binds
 # them there), so that a build option can name one by a path that is the same on every machine.
 SOURCE_BUILD_FILES = "/tmp/source-build-files"
-SOURCE_BUILD_FILE_NAMES = ("llama-cpp-libraries-only.cmake",)
+SOURCE_BUILD_FILE_NAMES = ("llama-cpp-libraries-only.cmake", "pre-c23-strtol.h")
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,9 @@ SOURCE_BUILDS = {
                          "GGML_BMI2=ON", "GGML_OPENMP=OFF", "LLAVA_BUILD=OFF",
                          f"CMAKE_PROJECT_llama.cpp_INCLUDE={SOURCE_BUILD_FILES}/llama-cpp-libraries-only.cmake")
         )
+        # Every C and C++ file keeps glibc's pre-C23 strtol and sscanf (images/pre-c23-strtol.h), so the libraries
+        # load with Debian 12's glibc 2.36 too: CI's test venv installs this compile instead of making its own.
+        + tuple(f"cmake.define.CMAKE_{lang}_FLAGS=-include{SOURCE_BUILD_FILES}/pre-c23-strtol.h" for lang in ("C", "CXX"))
         # llama.cpp's pkg-config file names the install prefix, which scikit-build-core makes a random temporary
         # folder: two builds gave two files (and two RECORDs), nothing else differed. No Python user reads it.
         + ("wheel.exclude=lib/pkgconfig/",),  # fmt: skip

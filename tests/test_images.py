@@ -140,9 +140,11 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
         "uv.txt",
         "verify-locked.py",
     ]
-    # the files the compile's options name (llama.cpp's libraries only), as images/ has them
-    assert [p.name for p in (tmp_path / "source-build-files").iterdir()] == ["llama-cpp-libraries-only.cmake"]
-    assert (tmp_path / "source-build-files" / "llama-cpp-libraries-only.cmake").read_bytes() == (REPO / "images" / "llama-cpp-libraries-only.cmake").read_bytes()
+    # the files the compile's options name (llama.cpp's libraries only; glibc's pre-C23 strtol), as images/ has them
+    names = ["llama-cpp-libraries-only.cmake", "pre-c23-strtol.h"]
+    assert sorted(p.name for p in (tmp_path / "source-build-files").iterdir()) == names
+    for name in names:
+        assert (tmp_path / "source-build-files" / name).read_bytes() == (REPO / "images" / name).read_bytes()
     assert (tmp_path / "build.txt").read_bytes() == (REPO / "lockfiles" / "c.build.txt").read_bytes()  # the tools that compile
     assert not list(tmp_path.rglob("__pycache__"))
     assert (tmp_path / "kernels.json").read_text() == "{}\n"  # track c serves no GPU: an empty table
@@ -334,6 +336,27 @@ def test_llama_cpp_compiled_into_the_image_without_a_compiler_left():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split()[0] == parse_lock(lock_path(get_track("c")).read_text()).version("llama-cpp-python")
+
+
+@pytest.mark.docker
+@needs_image(LLAMACPP_IMAGE)
+def test_the_test_venv_loads_the_very_llama_cpp_the_image_compiled(tmp_path):
+    # .ci/run installs the wheel `invoke source-wheels` copies out of the image's source-builds stage: one compile per
+    # machine, and the tests run the image's own libraries. They load here (this process imported them), on Debian 12's
+    # glibc 2.36, because the compile keeps glibc's pre-C23 strtol and sscanf (images/pre-c23-strtol.h).
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not in this venv (.ci/run installs it)")
+    here = Path(llama_cpp.__file__).parent / "lib"
+    container = subprocess.run(["docker", "create", LLAMACPP_IMAGE], capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    try:
+        site = f"/opt/venv/lib/python{get_track('c').python}/site-packages/llama_cpp/lib"
+        subprocess.run(["docker", "cp", f"{container}:{site}", str(tmp_path / "image")], capture_output=True, timeout=120, check=True)
+    finally:
+        subprocess.run(["docker", "rm", container], capture_output=True, timeout=60)
+    names = sorted(p.name for p in (tmp_path / "image").glob("lib*.so"))
+    assert "libllama.so" in names and "libggml-cpu.so" in names
+    differ = [name for name in names if (tmp_path / "image" / name).read_bytes() != (here / name).read_bytes()]
+    assert differ == [], f"this venv's llama.cpp libraries are not the image's compile: {differ} differ"
+    assert llama_cpp.llama_supports_mmap()
 
 
 @pytest.mark.docker

@@ -2,8 +2,8 @@
 parity with the HF model, and a short TRL GRPOTrainer run sampling through rollout_func with the
 staleness ledger (the lag grows without refresh and stays below K with refresh_every=K).
 
-Needs llama-cpp-python (a CPU build of its libraries from its sdist took 114 s on 2 idle cores; CI installs the cached wheel:
-`pip install --no-index --find-links ~/.cache/grpolab/wheels llama-cpp-python`). The GGUF converter comes
+Needs llama-cpp-python, an sdist: CI installs the compile of track c's llama.cpp image (`invoke source-wheels --track c
+--into DIR`, then `uv pip install DIR/wheels/*.whl`; about 2 minutes on 2 cores the first time, cached with the image). The GGUF converter comes
 from the llama-cpp-python sdist (see grpolab/model/gguf.py).
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install --no-index --find-links ~/.cache/grpolab/wheels llama-cpp-python)")
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (.ci/run installs the image's compile: invoke source-wheels --track c)")
 
 from grpolab.common.errors import LayerFailure  # noqa: E402
 from grpolab.model.gguf import check_gguf, export_gguf, uses_qwen2_pretokenizer  # noqa: E402
