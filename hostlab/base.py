@@ -91,6 +91,15 @@ def check_can_make(arch: str) -> None:
         )
 
 
+def mmdebstrap_env(epoch: int | None) -> dict[str, str]:
+    """The environment mmdebstrap runs in: the caller's, less Python's own variables, plus its fixed TMPDIR and the
+    base's time. The packages' maintainer scripts inherit it, and python3's byte-compiles debpython: with
+    PYTHONDONTWRITEBYTECODE=1 in the caller's shell, five of its .pyc files came out hash-checked rather than
+    timestamped, and the base had another id (191a3179 against 696f3cfd, same pins, same commit)."""
+    kept = {name: value for name, value in os.environ.items() if not name.startswith("PYTHON")}
+    return {**kept, "TMPDIR": "/tmp", **({"SOURCE_DATE_EPOCH": str(epoch)} if epoch is not None else {})}
+
+
 def mmdebstrap(arch: str, variant: str, include: list[str], target: Path, epoch: int | None, redo: str, hooks: tuple[str, ...] = ()) -> None:
     """Make a rootfs tar with mmdebstrap; a pinned version the archive lost is one line naming it."""
     cmd = ["mmdebstrap", f"--variant={variant}", f"--architectures={arch}", f"--include={','.join(include)}"]
@@ -98,7 +107,7 @@ def mmdebstrap(arch: str, variant: str, include: list[str], target: Path, epoch:
     # TMPDIR=/tmp: mmdebstrap makes its working folders there, and apt, dropping to its _apt user to download, must
     # reach them. Under a TMPDIR inside a folder only root may enter (a buildah store of its own, as the benches make
     # one) apt downloaded as root instead, two of its folders came out owned by root, and the base had another id.
-    env = {**os.environ, "TMPDIR": "/tmp", **({"SOURCE_DATE_EPOCH": str(epoch)} if epoch is not None else {})}
+    env = mmdebstrap_env(epoch)
     # The pins are a hundred words: echoed as their count, so that the command stays readable.
     shown = [f"--include=<{len(include)} pins>" if part.startswith("--include=") and len(include) > 10 else part for part in cmd]
     status, tail = stream(cmd, env=env, shown=(f"SOURCE_DATE_EPOCH={epoch} " if epoch is not None else "") + shlex.join(shown))

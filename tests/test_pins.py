@@ -253,16 +253,19 @@ def test_the_committed_runtime_pins_install_exactly_and_nothing_unpinned_does():
 @can_make_bases
 def test_the_stand_in_base_made_twice_is_the_same_image_holding_exactly_its_pins(monkeypatch, tmp_path):
     """The second time from a TMPDIR inside a folder only root may enter (as the benches' buildah stores of their own
-    have it), where apt's _apt user cannot reach mmdebstrap's folders: the same id all the same."""
+    have it), where apt's _apt user cannot reach mmdebstrap's folders, and with PYTHONDONTWRITEBYTECODE=1 in the
+    environment (which once changed how python3's postinst byte-compiled): the same id all the same."""
     name = "grpolab-test:stand-in-twice"
     private = tmp_path / "private"
     (private / "tmp").mkdir(parents=True)
     private.chmod(0o700)
     try:
         ids = []
+        monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
         for private_tmpdir in (False, True):
             if private_tmpdir:
                 monkeypatch.setenv("TMPDIR", str(private / "tmp"))
+                monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
             build_standin(host_arch(), force=True, name=name)
             ids.append(image_id(name))
         assert ids[0] == ids[1]
