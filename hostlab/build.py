@@ -333,8 +333,7 @@ def run_two_stage_build(
     with tempfile.TemporaryDirectory(prefix="grpolab-context-") as tmp:
         (Path(tmp) / "context").mkdir()
         context = stage_context(track, repo, Path(tmp) / "context")
-        base = base_into_buildah(base_id) if builder.name == "buildah" else args["BASE_IMAGE"]
-        stage_args = {**args, "BASE_IMAGE": base, "BASE_NAME": args["BASE_IMAGE"]}
+        stage_args = builder_stage_args(builder, args, base_id)
         deps_id, deps_ref, tail = build_target(builder, track, dockerfile, context, "deps", epochs["deps"], stage_args, ca)
         lab_tag = image_name(track) if with_source_builds else image
         lab_id, lab_ref, lab_tail = build_target(builder, track, dockerfile, context, "lab", epochs["lab"],
@@ -351,6 +350,14 @@ def run_two_stage_build(
     else:
         deps_layers = engine_layers(deps_ref)
     return TwoStageBuild(lab_id, deps_id, deps_layers, tail + lab_tail, handover_s)
+
+
+def builder_stage_args(builder: Builder, args: dict[str, str], base_id: str) -> dict[str, str]:
+    """The build args each stage's build gets: the base as this builder's FROM takes it (buildah: the engine's base
+    copied into its store, by id), and its name as the track gives it for the label. `invoke source-wheels` builds the
+    compile stage with these too, so that the two builds share buildah's cache."""
+    base = base_into_buildah(base_id) if builder.name == "buildah" else args["BASE_IMAGE"]
+    return {**args, "BASE_IMAGE": base, "BASE_NAME": args["BASE_IMAGE"]}
 
 
 def add_source_builds(

@@ -20,8 +20,8 @@ from pathlib import Path
 from grpolab.common.tracks import get_track
 
 from . import REPO, HostError, engine
-from .build import build_target, ca_bundle_path, check_base_python, choose_base, image_build_args, stage_context
-from .builder import base_into_buildah, choose_builder, commit_time, deps_inputs, run_buildah
+from .build import build_target, builder_stage_args, ca_bundle_path, check_base_python, choose_base, image_build_args, stage_context
+from .builder import choose_builder, commit_time, deps_inputs, run_buildah
 from .console import say
 from .lockfile import lock_path, parse_lock
 from .sourcebuilds import source_builds
@@ -47,8 +47,7 @@ def source_wheels(track_name: str, into: Path, base: str | None = None, repo: Pa
     with tempfile.TemporaryDirectory(prefix="grpolab-context-") as tmp:
         (Path(tmp) / "context").mkdir()
         context = stage_context(track, repo, Path(tmp) / "context")
-        base_id = base_into_buildah(engine.image_or_none(base_image).id)
-        stage_args = {**args, "BASE_IMAGE": base_id, "BASE_NAME": args["BASE_IMAGE"]}
+        stage_args = builder_stage_args(builder, args, engine.image_or_none(base_image).id)
         _, compiled, _ = build_target(builder, track, repo / "images" / "Dockerfile", context, "source-builds", epoch, stage_args, ca)
     written = copy_out(compiled, ("wheels", "sdist"), into)
     say(f"{len(written)} file(s) in {into} after {time.monotonic() - started:.0f} s: "
