@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -244,6 +246,15 @@ def code_files(repo: Path, folder: str) -> list[str]:
     return sorted({name for name in out.stdout.split("\0") if name and (repo / name).is_file()})
 
 
+@contextmanager
+def staged_context(track: Track, repo: Path) -> Iterator[Path]:
+    """The build context `stage_context` makes, in a folder of its own inside a temporary one (the builder writes its
+    id files beside it), removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="grpolab-context-") as tmp:
+        (Path(tmp) / "context").mkdir()
+        yield stage_context(track, repo, Path(tmp) / "context")
+
+
 def git_revision(repo: Path) -> str:
     out = subprocess.run(
         resolved(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=40"]), capture_output=True, text=True
@@ -301,8 +312,8 @@ def build_command(
 
 def run_build(cli: engine.BuildCli, track: Track, repo: Path, cmd: list[str]) -> list[str]:
     """Run the build with a freshly staged context; the log's last lines. A failure says why."""
-    with tempfile.TemporaryDirectory(prefix="grpolab-context-") as context:
-        cmd = cmd + [str(stage_context(track, repo, Path(context)))]
+    with staged_context(track, repo) as context:
+        cmd = cmd + [str(context)]
         status, tail = stream(cmd, env={**os.environ, **dict(cli.env)})
     if status != 0:
         raise HostError(explain_failure(tail, track))
@@ -330,9 +341,7 @@ def run_two_stage_build(
     if ca:
         say(f"CA bundle {ca} goes to the build as a secret (in no layer)")
     dockerfile = repo / "images" / "Dockerfile"
-    with tempfile.TemporaryDirectory(prefix="grpolab-context-") as tmp:
-        (Path(tmp) / "context").mkdir()
-        context = stage_context(track, repo, Path(tmp) / "context")
+    with staged_context(track, repo) as context:
         stage_args = builder_stage_args(builder, args, base_id)
         deps_id, deps_ref, tail = build_target(builder, track, dockerfile, context, "deps", epochs["deps"], stage_args, ca)
         lab_tag = image_name(track) if with_source_builds else image

@@ -13,14 +13,13 @@ import io
 import shutil
 import subprocess
 import tarfile
-import tempfile
 import time
 from pathlib import Path
 
 from grpolab.common.tracks import get_track
 
 from . import REPO, HostError, engine
-from .build import build_target, builder_stage_args, ca_bundle_path, check_base_python, choose_base, image_build_args, stage_context
+from .build import build_target, builder_stage_args, ca_bundle_path, check_base_python, choose_base, image_build_args, staged_context
 from .builder import choose_builder, commit_time, deps_inputs, run_buildah
 from .console import say
 from .lockfile import lock_path, parse_lock
@@ -44,9 +43,7 @@ def source_wheels(track_name: str, into: Path, base: str | None = None, repo: Pa
     epoch = commit_time(repo, deps_inputs(track))
     say(f"compiling {', '.join(builds)} as track {track.name}'s image does (its source-builds stage; buildah's cache "
         "keeps it, so `invoke build --rollout llamacpp` and later runs take it from there)")  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="grpolab-context-") as tmp:
-        (Path(tmp) / "context").mkdir()
-        context = stage_context(track, repo, Path(tmp) / "context")
+    with staged_context(track, repo) as context:
         stage_args = builder_stage_args(builder, args, engine.image_or_none(base_image).id)
         _, compiled, _ = build_target(builder, track, repo / "images" / "Dockerfile", context, "source-builds", epoch, stage_args, ca)
     written = copy_out(compiled, ("wheels", "sdist"), into)
