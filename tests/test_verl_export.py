@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from grpolab.export import verl as export_verl
 from grpolab.task import rewards
-from grpolab.export.verl import MAPPING, NOT_MAPPED, ExportRefused, check_covered, export_bundle
+from grpolab.export.verl import export_bundle
+from grpolab.export.verl_mapping import MAPPING, NOT_MAPPED, VERL_VERSION, ExportRefused, check_covered
 from grpolab.settings.lab_settings import LabSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,7 +161,7 @@ def test_overrides_map_the_lab(hub_bundle):
 
 
 def test_override_values_use_hydra_grammar():
-    from grpolab.export.verl import format_override
+    from grpolab.export.verl_mapping import format_override
 
     assert format_override("k", True) == "k=true" and format_override("k", 1e-05) == "k=1e-05"
     assert format_override("k", ["q_proj", "v_proj"]) == "k=[q_proj,v_proj]"
@@ -275,7 +275,7 @@ def test_bundle_passes_verl_own_checks(verl_python, tiny_model_path, tmp_path):
     bundle = export_bundle(settings, tmp_path / "bundle")
     status, report, stderr = run_check(verl_python, bundle, "--samples", "3")
     assert status == 0 and report["passed"], f"{report.get('error')}\n{stderr}"
-    assert report["verl"] == export_verl.VERL_VERSION
+    assert report["verl"] == VERL_VERSION
     # beta 0: no reference model; verl's model config reads the tiny model that travels in the bundle
     assert report["validate"] == {"reference_model": False, "critic": False, "model_architectures": ["Qwen3ForCausalLM"]}
     assert report["rows"] == {"train": settings.train_size, "heldout": settings.heldout_size}  # no prompt dropped
@@ -354,5 +354,5 @@ def test_bundle_passes_verl_own_checks_in_the_cluster_image(tiny_model_path, tmp
     lines = done.stdout.strip().splitlines()
     report = json.loads(lines[-1]) if lines else {}
     assert done.returncode == 0 and report.get("passed"), f"{report.get('error')}\n{done.stderr[-3000:]}"
-    assert report["verl"] == export_verl.VERL_VERSION and report["reward_function"] == "/bundle/reward.py:compute_score"
+    assert report["verl"] == VERL_VERSION and report["reward_function"] == "/bundle/reward.py:compute_score"
     assert report["validate"]["model_architectures"] == ["Qwen3ForCausalLM"]

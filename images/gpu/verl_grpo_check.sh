@@ -42,7 +42,7 @@ echo "GPUs: $GPUS; python: $PY; logs in $LOGS"
 # 1. verl and vLLM, the versions the export was checked against.
 if timeout 180 "$PY" - >"$LOGS/1-versions.txt" 2>&1 <<'EOF'
 import verl, vllm
-from grpolab.export.verl import VERL_VERSION
+from grpolab.export.verl_mapping import VERL_VERSION
 print(f"verl {verl.__version__}, vllm {vllm.__version__}")
 assert verl.__version__ == VERL_VERSION, f"verl {verl.__version__}, but the export was checked against {VERL_VERSION}"
 EOF

@@ -35,7 +35,7 @@ from ..common.runlog import append_run, new_run_id
 from ..environment.fingerprint import environment_fingerprint
 from ..model.identity import model_identity
 from ..task.evaluate import pass_at_1
-from .verl import DATA_FILES
+from .verl_mapping import DATA_FILES
 
 ENGINE = "verl"
 METRICS_FILE = "verl-metrics.jsonl"  # in the bundle, where its run.sh and ray.sh have verl's file logger write
