@@ -11,14 +11,13 @@ from pathlib import Path
 PROC_STAT = Path("/proc/stat")
 
 
-def cpu_seconds() -> tuple[float, float] | None:
-    """(busy, in all) CPU-seconds since boot, every CPU together; idle and waiting on the disk are not busy. None
+def cpu_ticks() -> tuple[int, int] | None:
+    """(busy, in all) clock ticks since boot, every CPU together; idle and waiting on the disk are not busy. None
     where there is no /proc/stat (not Linux)."""
     if not PROC_STAT.is_file():
         return None
     ticks = [int(value) for value in PROC_STAT.read_text().splitlines()[0].split()[1:9]]  # user nice system idle iowait irq softirq steal
-    per_second = os.sysconf("SC_CLK_TCK")
-    return (sum(ticks) - ticks[3] - ticks[4]) / per_second, sum(ticks) / per_second
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
 class CpuUse:
@@ -26,14 +25,17 @@ class CpuUse:
 
     def __init__(self) -> None:
         self.parts: list[tuple[str, float, float]] = []
-        self._mark = cpu_seconds()
+        self._mark = cpu_ticks()
 
     def part(self, name: str) -> None:
         """Ends the part that started at the last call (or at the start) and names it."""
-        now = cpu_seconds()
+        now = cpu_ticks()
         if now is None or self._mark is None:
             return
-        self.parts.append((name, now[0] - self._mark[0], now[1] - self._mark[1]))
+        # Subtracted in whole ticks, then divided: a part whose every tick was busy says busy == had exactly (as
+        # seconds since boot, the two differences could round apart and say busy > had).
+        per_second = os.sysconf("SC_CLK_TCK")
+        self.parts.append((name, (now[0] - self._mark[0]) / per_second, (now[1] - self._mark[1]) / per_second))
         self._mark = now
 
     def summary(self) -> str:
