@@ -281,8 +281,8 @@ def run_ci(skip_image: bool = False) -> dict:
     locked wheels where the lock or the reader moved; then the images built (track c on the stand-in base where no
     registry answers, its llama.cpp image, track cv) beside the tests not marked `docker`; then, those tests done,
     the README's main command for real, `invoke up --track c` (its build now the cached one), with the run-log line
-    it wrote, and the other steps that run the images; then verl's step; beside these two, from their start, the
-    tests marked `docker`, which use those images. The lowest free disk space is printed at the end, passed or failed."""
+    it wrote, and the other steps that run the images; then verl's step. The tests marked `docker`, which use those
+    images, start as the builds end, beside the rest of the others and then these steps. The lowest free disk space is printed at the end, passed or failed."""
     timings: dict[str, float] = {}
     started = time.monotonic()
     cpu = CpuUse()
@@ -310,42 +310,43 @@ def _run_ci_steps(timings: dict, skip_image: bool, cpu: CpuUse) -> None:
             verify_committed(track)
     cpu.part("disk room, lock --check, kernels tables")
     engine_free = BackgroundPytest(REPO / ".cache" / "tests" / "pytest-engine-free.log")
+    engine_tests = None
     try:
         if not skip_image:
             run_image_builds(timings)
-    except BaseException:
-        engine_free.stop()
-        raise
-    # Waited for before any step runs torch: beside these tests, whose torch keeps both cores busy, `invoke up`'s lab
-    # ran at 2.7-6.1 s a step against its 0.14 alone (measured here: two OpenMP pools on 2 cores wait on each other).
-    say(f"\n=== pytest -m {ENGINE_FREE_TESTS!r}, beside the builds: waiting for it")
-    waited = time.monotonic()
-    name = f"pytest -m {ENGINE_FREE_TESTS!r} (beside the builds, from its start)"
-    timings[name] = engine_free.wait()
-    timings["waiting for it after the builds"] = round(time.monotonic() - waited, 1)
-    say(f"=== {name}: ok in {timings[name]} s")
-    cpu.part("the builds beside the tests not marked docker")
-    if skip_image:
-        with _step(f"pytest -m {ENGINE_TESTS!r} (the engine's tests)", timings):
-            run_pytest(ENGINE_TESTS)
-        return
-    # The engine's tests from here on, beside the steps that run the images and verl's: they mostly wait on apt, pip,
-    # debootstrap and buildah's commits, and use the images built above and builds of their own, never this clone's
-    # .env or runs/. Beside verl alone (at 00ef3ee) the CPUs were idle 37 % of that part and the tests ran on for
-    # 106 s after verl; at 26bf699, one after the other, verl took 345.4 s and these 416.7 s.
-    engine_tests = BackgroundPytest(REPO / ".cache" / "tests" / "pytest-engine.log", ENGINE_TESTS, "the image steps and verl's run")
-    try:
+            # The engine's tests from here on, once the images they use are built: they mostly wait on apt, pip,
+            # debootstrap and buildah's commits, and use those images and builds of their own, never this clone's .env
+            # or runs/. Started after the tests not marked docker (at e1c792a), they left one core idle for the
+            # 168 s those ran on alone after the builds.
+            engine_tests = BackgroundPytest(REPO / ".cache" / "tests" / "pytest-engine.log", ENGINE_TESTS,
+                                            "the rest of the tests not marked docker, then the image steps and verl's run")  # fmt: skip
+        # Waited for before any step runs torch: beside these tests, whose torch keeps both cores busy, `invoke up`'s
+        # lab ran at 2.7-6.1 s a step against its 0.14 alone (measured here: two OpenMP pools on 2 cores wait on each
+        # other).
+        say(f"\n=== pytest -m {ENGINE_FREE_TESTS!r}, beside the builds: waiting for it")
+        waited = time.monotonic()
+        name = f"pytest -m {ENGINE_FREE_TESTS!r} (beside the builds, from its start)"
+        timings[name] = engine_free.wait()
+        timings["waiting for it after the builds"] = round(time.monotonic() - waited, 1)
+        say(f"=== {name}: ok in {timings[name]} s")
+        cpu.part("the builds, then the engine's tests, beside the tests not marked docker")
+        if skip_image:
+            with _step(f"pytest -m {ENGINE_TESTS!r} (the engine's tests)", timings):
+                run_pytest(ENGINE_TESTS)
+            return
         run_image_steps(timings)
         run_verl_cpu_step(timings)
     except BaseException:
-        engine_tests.stop()
+        for half in (engine_free, engine_tests):
+            if half:
+                half.stop()
         raise
     waited = time.monotonic()
-    name = f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above, beside the image steps and verl from their start)"
+    name = f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above, from the builds' end)"
     timings[name] = engine_tests.wait()
     timings["waiting for them after verl"] = round(time.monotonic() - waited, 1)
     say(f"=== {name}: ok in {timings[name]} s")
-    cpu.part("the image steps and verl's run beside the tests marked docker")
+    cpu.part("the image steps and verl's run beside what remained of the engine's tests")
 
 
 def run_image_builds(timings: dict) -> None:
