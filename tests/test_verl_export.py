@@ -316,6 +316,10 @@ def test_export_command_line_refuses_and_writes(tmp_path):
     assert made.returncode == 0, made.stderr
     overrides = (tmp_path / "b" / "overrides.txt").read_text()
     assert "trainer.nnodes=2" in overrides and "trainer.n_gpus_per_node=4" in overrides
+    (tmp_path / "a-file").write_text("")  # a bundle folder that cannot be made, even by root
+    unwritable = subprocess.run([sys.executable, "-m", "grpolab", "export", "--out", str(tmp_path / "a-file" / "bundle")], env=env, capture_output=True, text=True, timeout=300)
+    assert unwritable.returncode == 15 and "Traceback" not in unwritable.stderr, unwritable.stderr
+    assert f"FAILED [runlog] could not write the verl bundle at {tmp_path / 'a-file' / 'bundle'}: Not a directory" in unwritable.stderr
 
 
 def cluster_image_current() -> str:

@@ -137,7 +137,13 @@ def cmd_export(args) -> int:
 
     _, settings = settings_from(args)
     out = args.out or f"runs/export-{args.engine}"
-    path = export_bundle(settings, out, engine=args.engine, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
+    try:
+        path = export_bundle(settings, out, engine=args.engine, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
+    except OSError as error:  # the bundle's folder cannot be made or written: the runs/ layer's verdict, as for a run
+        left = f"; remove what this attempt left in {out} first" if Path(out).exists() else ""
+        print(f"\nFAILED [runlog] could not write the {args.engine} bundle at {error.filename or out}: {error.strerror or error}\n"
+              f"  what to do: export into a folder you can write (--out DIR){left}", file=sys.stderr)  # fmt: skip
+        return EXIT_STATUS["runlog"]
     print(f"{args.engine} bundle for {args.nodes} node(s) x {args.gpus_per_node} GPU(s): {path}\n  see {path}/README.md; launch with {path}/ray.sh head, then {path}/ray.sh submit")
     return 0
 
