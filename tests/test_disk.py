@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hostlab import HostError
-from hostlab.disk import GIB, DiskWatch, filesystems, free_gib, least_free, make_room
+from hostlab.disk import CLEANUPS, GIB, DiskWatch, filesystems, free_gib, least_free, make_room
 from hostlab.handover import drop_untagged
 
 
@@ -120,3 +120,27 @@ def test_a_rebuild_removes_the_engines_previous_image_of_its_tag_unless_another_
         assert subprocess.run(["docker", "image", "inspect", made[2]], capture_output=True, timeout=300).returncode == 0
     finally:  # every image it made, the untagged second one too
         subprocess.run(["docker", "image", "rm", "--force", name, other, *made], capture_output=True, timeout=300)
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(shutil.which("buildah") is None, reason="no buildah here (images/setup-host.sh installs it)")
+def test_the_first_cleanup_keeps_buildahs_layer_cache_which_goes_only_with_its_store(tmp_path, monkeypatch):
+    """An untagged buildah image is a step of its layer cache (the compile `invoke source-wheels` made for the test venv
+    is one): the cleanup of leftovers keeps it, the cleanup of buildah's store removes it. On a buildah store of the
+    test's own, with the engine out of reach, so nothing of the machine's is touched."""
+    (leftovers, remove_leftovers), (store, remove_store) = CLEANUPS[0], CLEANUPS[2]
+    assert "buildah's store" in store and "untagged" in leftovers
+    conf = tmp_path / "storage.conf"
+    conf.write_text(f'[storage]\ndriver = "vfs"\ngraphroot = "{tmp_path / "root"}"\nrunroot = "{tmp_path / "run"}"\n')
+    monkeypatch.setenv("CONTAINERS_STORAGE_CONF", str(conf))
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-engine.sock'}")
+
+    def buildah(*args: str) -> str:
+        return subprocess.run(["buildah", *args], capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+
+    cached = buildah("commit", "--quiet", buildah("from", "scratch"))  # no name: as each cached step of a --layers build
+    assert cached in buildah("images", "--all", "--quiet", "--no-trunc")
+    remove_leftovers()
+    assert cached in buildah("images", "--all", "--quiet", "--no-trunc"), "the leftovers' cleanup took buildah's layer cache"
+    remove_store()
+    assert buildah("images", "--all", "--quiet", "--no-trunc") == ""
