@@ -316,8 +316,9 @@ def _run_ci_steps(timings: dict, skip_image: bool, cpu: CpuUse) -> None:
             run_image_builds(timings)
             # The engine's tests from here on, once the images they use are built: they mostly wait on apt, pip,
             # debootstrap and buildah's commits, and use those images and builds of their own, never this clone's .env
-            # or runs/. Started after the tests not marked docker (at e1c792a), they left one core idle for the
-            # 168 s those ran on alone after the builds.
+            # or runs/. Started after the tests not marked docker, they left one core idle while those ran on alone
+            # after the builds: 168 s at e1c792a, and 270 s at fe7d46d right after the README's first command (track
+            # c's build cached), the case the README names.
             engine_tests = BackgroundPytest(REPO / ".cache" / "tests" / "pytest-engine.log", ENGINE_TESTS,
                                             "the rest of the tests not marked docker, then the image steps and verl's run")  # fmt: skip
         # Waited for before any step runs torch: beside these tests, whose torch keeps both cores busy, `invoke up`'s
