@@ -42,7 +42,12 @@ class CpuUse:
         if not self.parts:
             return "CPU: not measured (no /proc/stat here)"
         busy, had = sum(part[1] for part in self.parts), sum(part[2] for part in self.parts)
-        lines = [f"CPU ({os.cpu_count()} here): busy {busy:,.0f} of {had:,.0f} CPU-seconds ({100 * busy / had:.0f} %)"]
-        lines += [f"  {name}: busy {part_busy:,.0f} of {part_had:,.0f} ({100 * part_busy / part_had:.0f} %)"
+        lines = [f"CPU ({os.cpu_count()} here): busy {_seconds(busy)} of {_seconds(had)} CPU-seconds ({100 * busy / had:.0f} %)"]
+        lines += [f"  {name}: busy {_seconds(part_busy)} of {_seconds(part_had)} ({100 * part_busy / part_had:.0f} %)"
                   for name, part_busy, part_had in self.parts if part_had > 0]  # fmt: skip
         return "\n".join(lines)
+
+
+def _seconds(cpu_s: float) -> str:
+    """Whole CPU-seconds, and tenths under 10: a part of a second or two said "busy 0 of 0 (49 %)"."""
+    return f"{cpu_s:,.0f}" if cpu_s >= 10 else f"{cpu_s:.1f}"

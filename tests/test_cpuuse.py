@@ -38,3 +38,4 @@ def test_a_part_busy_in_every_tick_is_busy_for_all_it_had(tmp_path, monkeypatch)
     stat.write_text(f"cpu  {408608741 + 49} 0 0 {idle} 0 0 0 0 0 0\n")
     use.part("every tick busy")
     assert use.parts == [("every tick busy", 0.49, 0.49)]
+    assert use.summary().splitlines()[1] == "  every tick busy: busy 0.5 of 0.5 (100 %)"
