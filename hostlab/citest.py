@@ -325,11 +325,7 @@ def _run_ci_steps(timings: dict, skip_image: bool, cpu: CpuUse) -> None:
         # lab ran at 2.7-6.1 s a step against its 0.14 alone (measured here: two OpenMP pools on 2 cores wait on each
         # other).
         say(f"\n=== pytest -m {ENGINE_FREE_TESTS!r}, beside the builds: waiting for it")
-        waited = time.monotonic()
-        name = f"pytest -m {ENGINE_FREE_TESTS!r} (beside the builds, from its start)"
-        timings[name] = engine_free.wait()
-        timings["waiting for it after the builds"] = round(time.monotonic() - waited, 1)
-        say(f"=== {name}: ok in {timings[name]} s")
+        _wait_for(engine_free, f"pytest -m {ENGINE_FREE_TESTS!r} (beside the builds, from its start)", "waiting for it after the builds", timings)
         cpu.part("the builds, then the engine's tests, beside the tests not marked docker")
         if skip_image:
             with _step(f"pytest -m {ENGINE_TESTS!r} (the engine's tests)", timings):
@@ -342,12 +338,17 @@ def _run_ci_steps(timings: dict, skip_image: bool, cpu: CpuUse) -> None:
             if half:
                 half.stop()
         raise
-    waited = time.monotonic()
-    name = f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above, from the builds' end)"
-    timings[name] = engine_tests.wait()
-    timings["waiting for them after verl"] = round(time.monotonic() - waited, 1)
-    say(f"=== {name}: ok in {timings[name]} s")
+    _wait_for(engine_tests, f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above, from the builds' end)",
+              "waiting for them after verl", timings)  # fmt: skip
     cpu.part("the image steps and verl's run beside what remained of the engine's tests")
+
+
+def _wait_for(half: BackgroundPytest, name: str, waiting: str, timings: dict) -> None:
+    """A background half's own seconds under `name`, and how long this waited for it under `waiting`."""
+    waited = time.monotonic()
+    timings[name] = half.wait()
+    timings[waiting] = round(time.monotonic() - waited, 1)
+    say(f"=== {name}: ok in {timings[name]} s")
 
 
 def run_image_builds(timings: dict) -> None:
