@@ -141,9 +141,8 @@ def cmd_export(args) -> int:
         path = export_bundle(settings, out, engine=args.engine, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
     except OSError as error:  # the bundle's folder cannot be made or written: the runs/ layer's verdict, as for a run
         left = f"; remove what this attempt left in {out} first" if Path(out).exists() else ""
-        print(f"\nFAILED [runlog] could not write the {args.engine} bundle at {error.filename or out}: {error.strerror or error}\n"
-              f"  what to do: export into a folder you can write (--out DIR){left}", file=sys.stderr)  # fmt: skip
-        return EXIT_STATUS["runlog"]
+        raise LayerFailure("runlog", f"could not write the {args.engine} bundle at {error.filename or out}: {error.strerror or error}",
+                           f"export into a folder you can write (--out DIR){left}") from error  # fmt: skip
     print(f"{args.engine} bundle for {args.nodes} node(s) x {args.gpus_per_node} GPU(s): {path}\n  see {path}/README.md; launch with {path}/ray.sh head, then {path}/ray.sh submit")
     return 0
 
