@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from grpolab.task import rewards
 from grpolab.export.verl import export_bundle
-from grpolab.export.verl_mapping import MAPPING, NOT_MAPPED, VERL_VERSION, ExportRefused, check_covered
+from grpolab.export.verl_mapping import MAPPING, NOT_MAPPED, VERL_VERSION, ExportRefused, check_covered, format_override
 from grpolab.settings.lab_settings import LabSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,8 +161,6 @@ def test_overrides_map_the_lab(hub_bundle):
 
 
 def test_override_values_use_hydra_grammar():
-    from grpolab.export.verl_mapping import format_override
-
     assert format_override("k", True) == "k=true" and format_override("k", 1e-05) == "k=1e-05"
     assert format_override("k", ["q_proj", "v_proj"]) == "k=[q_proj,v_proj]"
     assert format_override("k", "Qwen/Qwen3-1.7B") == "k=Qwen/Qwen3-1.7B"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..settings.lab_settings import LabSettings
+from ..task.rewards import REWARD_COLUMNS, REWARD_FUNCS
 
 SUPPORTED_ENGINES = ("verl",)
 VERL_VERSION = "0.9.1"  # the version this mapping is checked against; the cluster track pins the same
@@ -219,8 +220,6 @@ def _experiment_name(settings: LabSettings) -> str:
 
 def refusals(settings: LabSettings, engine: str, nodes: int, gpus_per_node: int) -> list[str]:
     """Every reason the export cannot carry these settings, as sentences; empty when it can."""
-    from ..task.rewards import REWARD_COLUMNS, REWARD_FUNCS
-
     reasons = []
     if engine not in SUPPORTED_ENGINES:
         reasons.append(f"unknown engine {engine!r}: the supported engines are {', '.join(SUPPORTED_ENGINES)}")
