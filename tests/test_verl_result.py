@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
+from grpolab.cli import main
+from grpolab.common.errors import EXIT_STATUS
 from grpolab.common.runlog import read_runs
 from grpolab.export.verl import export_bundle
 from grpolab.export.verl_result import read_metrics, record_verl_run, step_records, summarise_steps
@@ -101,3 +103,20 @@ def test_a_reward_returning_a_string_is_named_by_its_first_error(bundle, tmp_pat
     assert record["status"] == "failed" and record["failed_layer"] == "first_step"
     assert "the first error in its output: (AgentLoopWorkerTQ) TypeError: can't assign a str to a torch.FloatTensor" in record["error"]
     assert str(output) in record["error"]
+
+
+def test_the_command_line_says_what_failed_in_which_layer(bundle, tmp_path, monkeypatch, capsys):
+    """`grpolab verl-result` on a folder that is no bundle: one FAILED [input] line, exit 2, nothing recorded. On a
+    bundle whose runs folder cannot be written: the lab's own [runlog] verdict and what to do, exit 15. No traceback."""
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("GRPOLAB_RUNS_DIR", str(runs))
+    assert main(["verl-result", str(tmp_path)]) == EXIT_STATUS["input"]
+    said = capsys.readouterr().err
+    assert f"FAILED [input] {tmp_path} is not an exported bundle: it has no settings.json" in said and "Traceback" not in said
+    assert not runs.exists()
+
+    runs.write_text("a file where the runs folder should be\n")
+    assert main(["verl-result", str(bundle), "--verl-exit-status", "1"]) == EXIT_STATUS["runlog"]
+    said = capsys.readouterr().err
+    assert "FAILED [runlog] could not write the run log:" in said and "what to do: make runs/ (or GRPOLAB_RUNS_DIR) writable" in said
+    assert "Traceback" not in said

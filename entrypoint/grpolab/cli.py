@@ -155,15 +155,14 @@ def cmd_verl_cpu(args) -> int:
 
 def cmd_verl_result(args) -> int:
     from .export.verl_result import METRICS_FILE, VerlResultError, record_verl_run, summary
+    from .run.checks import runlog_failure
 
     try:
         record = record_verl_run(args.bundle, args.metrics or args.bundle / METRICS_FILE, args.checkpoints, verl_exit_status=args.verl_exit_status)
-    except VerlResultError as error:  # not a bundle: nothing to record
-        print(f"\nFAILED [input] {error}", file=sys.stderr)
-        return EXIT_STATUS["input"]
-    except OSError as error:  # the run log could not be written
-        print(f"\nFAILED [runlog] {error}", file=sys.stderr)
-        return EXIT_STATUS["runlog"]
+    except VerlResultError as error:  # not a bundle: nothing to record (the message says what to do)
+        raise LayerFailure("input", str(error)) from None
+    except OSError as error:  # the run log could not be written: the lab's own verdict for that
+        raise runlog_failure(error) from error
     print(json.dumps(summary(record)))
     return 0 if record["status"] == "passed" else EXIT_STATUS[record["failed_layer"]]
 
