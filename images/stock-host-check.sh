@@ -58,7 +58,7 @@ echo "timings: first_run_s=$(seconds "$t0" "$t1") rerun_s=$(seconds "$t1" "$t2")
 '
 
 check_suite() {
-    local suite=$1 name=grpolab-stock-check-$1 out status
+    local suite=$1 name=grpolab-stock-check-$1 out status previous
     stock_image "$suite"
     mkdir -p "$cache/$suite/apt/partial" "$cache/$suite/pip" "$repo/bench"
     docker rm -f -v "$name" >/dev/null 2>&1 || true
@@ -76,7 +76,13 @@ check_suite() {
     docker start -a "$name" 2>&1 | tee "$out" || status=$?
     [ "$status" -eq 0 ] && status=$(docker inspect -f '{{.State.ExitCode}}' "$name")
     if [ "$status" -eq 0 ]; then
+        previous=$(docker image inspect -f '{{.Id}}' "grpolab-stock:$suite-set-up" 2>/dev/null || true)
         docker commit "$name" "grpolab-stock:$suite-set-up" >/dev/null
+        # The commit moves the tag; the image an earlier check left (1.2-1.4 GB) would stay untagged on every
+        # re-run. Removed once no name is left on it; one a container still uses stays (the engine refuses).
+        if [ -n "$previous" ] && [ "$(docker image inspect -f '{{len .RepoTags}}' "$previous" 2>/dev/null)" = 0 ]; then
+            docker image rm "$previous" >/dev/null 2>&1 || log "kept the earlier grpolab-stock:$suite-set-up (${previous:7:12}): a container uses it"
+        fi
     fi
     docker rm -f -v "$name" >/dev/null
     if [ "$status" -ne 0 ]; then
