@@ -453,8 +453,6 @@ def build(
     base_image, base_digest = choose_base(track, base)
     check_base_python(base_image, track)
     ca = ca_bundle_path(ca_bundle)
-    lock = lock_path(track, lock_dir)
-    sha = lock_sha256(lock)
     default_image, with_source_builds = image_for_rollout(track, rollout, lock_dir)
     image = tag or default_image
     builder = builder or choose_builder()
@@ -478,7 +476,7 @@ def build(
         image=image,
         track=track.name,
         size_bytes=int(built.attrs.get("Size", 0)),
-        lock_sha256=sha,
+        lock_sha256=args["LOCK_SHA256"],  # what the image's label says
         seconds=time.monotonic() - started,
         base=base_image,
         base_digest=base_digest,

@@ -3,9 +3,12 @@
 import json
 
 import pytest
+import torch
 
+from grpolab.export.verl_result import eval_dtype
 from grpolab.memory.estimate import ALLOCATOR_RETAINED_FRACTION, estimate_memory, lora_trainable_parameters, os_reserved_default_gb, run_estimate
-from grpolab.model.shape import QWEN3_MODELS, UnknownModel, model_shape, parameters_from_shape
+from grpolab.model.shape import QWEN3_MODELS, UnknownModel, dtype_on, model_shape, parameters_from_shape, weights_dtype
+from grpolab.run.training import torch_dtype
 from grpolab.settings.lab_settings import LabSettings
 
 
@@ -144,6 +147,18 @@ def test_auto_dtype_follows_the_track():
     assert estimate_memory("Qwen/Qwen3-1.7B", lesson_settings(dtype="auto", track="s"), 16).dtype == "bfloat16"
     cpu = estimate_memory("Qwen/Qwen3-1.7B", lesson_settings(dtype="auto", track="c"), 16)
     assert cpu.dtype == "float32" and round(cpu.term("Policy weights"), 1) == 6.8
+
+
+def test_auto_dtype_is_one_rule_for_the_estimate_the_trainer_and_verls_evaluation():
+    """"auto" loads bf16 on CUDA and ROCm (torch's "cuda") and float32 on MPS and the CPU, wherever it is decided:
+    the estimate by the track's device, the trainer by the device it opened, verl-result by what torch finds."""
+    assert [dtype_on("auto", device) for device in ("cuda", "mps", "cpu")] == ["bfloat16", "float32", "float32"]
+    assert dtype_on("float16", "cpu") == "float16"  # a dtype named is kept on every device
+    assert [weights_dtype("auto", track) for track in ("s", "n", "x", "m", "c")] == ["bfloat16"] * 3 + ["float32"] * 2
+    assert torch_dtype(lesson_settings(dtype="auto", track="c"), "cpu") is torch.float32
+    assert torch_dtype(lesson_settings(dtype="auto", track="s"), "cuda") is torch.bfloat16
+    assert eval_dtype({"dtype": "auto"}) is eval_dtype({}) is (torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+    assert eval_dtype({"dtype": "bfloat16"}) is torch.bfloat16
 
 
 def test_render_and_json():

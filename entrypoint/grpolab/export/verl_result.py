@@ -34,6 +34,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ..common.runlog import append_run, new_run_id
 from ..environment.fingerprint import environment_fingerprint
 from ..model.identity import model_identity
+from ..model.shape import dtype_on
 from ..task.evaluate import pass_at_1
 from .verl_mapping import DATA_FILES
 
@@ -126,10 +127,7 @@ def heldout_rows(bundle: Path) -> list[dict]:
 
 def eval_dtype(settings: dict) -> torch.dtype:
     """The lab's dtype for the evaluation: the bundle's setting; "auto" as the lab reads it (bf16 on CUDA, else float32)."""
-    name = settings.get("dtype") or "auto"
-    if name == "auto":
-        name = "bfloat16" if torch.cuda.is_available() else "float32"
-    return getattr(torch, name)
+    return getattr(torch, dtype_on(settings.get("dtype") or "auto", "cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def bundle_model_path(bundle: Path, settings: dict) -> str:

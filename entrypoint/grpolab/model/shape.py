@@ -172,16 +172,23 @@ def model_shape(model: str | dict) -> ModelShape:
     )
 
 
+def dtype_on(dtype: str, device_type: str) -> str:
+    """The dtype the weights load in on `device_type`: `dtype` itself, or for "auto" bf16 on CUDA and ROCm (torch
+    calls both "cuda") and float32 on MPS and the CPU (see settings/lab_settings.py). The one place that rule lives."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if device_type == "cuda" else "float32"
+
+
 def weights_dtype(dtype: str, track_name: str) -> str:
-    """The dtype the weights load in: `dtype` itself, or for "auto" bf16 on CUDA/ROCm and float32 on MPS and CPU
-    (see settings/lab_settings.py), decided by the track `track_name`."""
+    """dtype_on the device the track `track_name` expects, for estimates made before any device is opened."""
     if dtype != "auto":
         return dtype
     try:
         device = get_track(track_name).expected_device
     except Exception:  # noqa: BLE001 - an unknown track or no table: the lesson's BF16
         return "bfloat16"
-    return "bfloat16" if device == "cuda" else "float32"
+    return dtype_on(dtype, device)
 
 
 # --- the model's context ---------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.errors import LayerFailure
+from ..model.shape import dtype_on
 from ..settings.lab_settings import LabSettings
 
 # PEFT 0.21 (get_peft_model: `getattr(model, "is_gradient_checkpointing", True)`) and TRL 1.16 (its
@@ -49,11 +50,7 @@ class StepRecord:
 def torch_dtype(settings: LabSettings, device_type: str):
     import torch
 
-    name = settings.dtype
-    if name == "auto":
-        # bf16 where the accelerator has it (CUDA and ROCm); float32 on MPS (the lesson's Track M) and CPU.
-        name = "bfloat16" if device_type == "cuda" else "float32"
-    return getattr(torch, name)
+    return getattr(torch, dtype_on(settings.dtype, device_type))
 
 
 def load_tokenizer(model_path: str):
