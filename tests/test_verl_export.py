@@ -16,9 +16,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import datasets
 import pyarrow.parquet as pq
 import pytest
 from grpolab.task import rewards
+from grpolab.export import verl
 from grpolab.export.verl import export_bundle
 from grpolab.export.verl_mapping import MAPPING, NOT_MAPPED, VERL_VERSION, ExportRefused, check_covered, format_override
 from grpolab.settings.lab_settings import LabSettings
@@ -87,14 +89,11 @@ def test_every_refusal_is_listed_at_once(tmp_path):
 
 
 def test_dataset_without_answer_column_is_refused(tmp_path, monkeypatch):
-    import datasets
-    from grpolab.task import problems as data
-
     def no_answers(name, train_size, heldout_size, seed=0):
         rows = {"prompt": [[{"role": "user", "content": "What is 1 plus 2?"}]], "solution": ["3"]}
         return datasets.Dataset.from_dict(rows), datasets.Dataset.from_dict(rows)
 
-    monkeypatch.setattr(data, "load_lab_datasets", no_answers)
+    monkeypatch.setattr(verl, "load_lab_datasets", no_answers)  # a dataset of the user's, without the answer column
     with pytest.raises(ExportRefused, match="'answer'"):
         export_bundle(lab(), tmp_path / "bundle")
 

@@ -31,7 +31,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..model.tiny import verify_tiny_model
 from ..settings.lab_settings import LabSettings
+from ..task import rewards
+from ..task.problems import load_lab_datasets
 from .verl_mapping import (
     ANSWER_COLUMN,
     BUNDLE_PLACEHOLDER,
@@ -65,8 +71,6 @@ def export_bundle(settings: LabSettings, out_dir, engine: str = "verl", nodes: i
     out = Path(out_dir).resolve()
     if out.exists() and any(out.iterdir()):
         raise ExportRefused(f"{out} is not empty: export into a new folder (or remove the old bundle first)")
-
-    from ..task.problems import load_lab_datasets
 
     train, heldout = load_lab_datasets(settings.dataset, settings.train_size, settings.heldout_size, settings.seed)
     for split, dataset in (("train", train), ("heldout", heldout)):
@@ -106,8 +110,6 @@ def _bundle_model(settings: LabSettings, out: Path) -> str:
     """The model path the cluster uses: the built-in tiny model travels in the bundle, anything else by name."""
     if settings.model != TINY_MODEL:
         return settings.model
-    from ..model.tiny import verify_tiny_model
-
     source = verify_tiny_model()
     shutil.copytree(source, out / "model")
     return f"{BUNDLE_PLACEHOLDER}/model"
@@ -125,9 +127,6 @@ def verl_row(row: dict, split: str, index: int, data_source: str) -> dict:
 
 
 def _write_parquet(dataset, split: str, data_source: str, path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     rows = [verl_row(row, split, i, data_source) for i, row in enumerate(dataset)]
     pq.write_table(pa.Table.from_pylist(rows), path)
 
@@ -175,8 +174,6 @@ def {name}(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
 
 def reward_module_source(reward_weights: dict[str, float]) -> str:
     """reward.py: the text of grpolab/rewards.py, then `compute_score`. It must import only the standard library."""
-    from ..task import rewards
-
     source = inspect.getsource(rewards)
     outside = _non_stdlib_imports(source)
     if outside:
