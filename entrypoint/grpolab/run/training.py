@@ -325,17 +325,19 @@ def time_weight_syncs(trainer) -> None:
     trainer.vllm_generation.sync_weights = timed_sync
 
 
-def release_vllm_engine(trainer) -> None:
+def release_vllm_engine(trainer) -> bool:
     """Shut down a colocated vLLM engine the trainer started (TRL keeps it at trainer.vllm_generation.llm), so that a
-    trainer built after it in this process does not run beside it, holding the memory and the cores of both."""
+    trainer built after it in this process does not run beside it, holding the memory and the cores of both. Whether
+    there was one."""
     generation = getattr(trainer, "vllm_generation", None)
     llm = getattr(generation, "llm", None)
     if llm is None:
-        return
+        return False
     engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     if hasattr(engine_core, "shutdown"):
         engine_core.shutdown()
     generation.llm = None
+    return True
 
 
 def as_number(value) -> float:
