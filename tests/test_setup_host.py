@@ -190,10 +190,10 @@ def stock_check():
 def test_the_readmes_first_command_works_on_stock_debian(stock_check, suite):
     # An image under the set-up tag, as an earlier check leaves it (an empty one: made in a second): this check's
     # commit takes the tag, and the image left without a name must go, not stay on the disk run after run.
-    subprocess.run(["docker", "image", "rm", f"grpolab-stock:{suite}-set-up"], capture_output=True)  # a real earlier one: gone now, not left by this test
-    earlier = subprocess.run(["docker", "import", "-", f"grpolab-stock:{suite}-set-up"], input=EMPTY_TAR, capture_output=True, check=True).stdout
+    subprocess.run(["docker", "image", "rm", f"grpolab-stock:{suite}-set-up"], capture_output=True, timeout=120)  # a real earlier one: gone now, not left by this test
+    earlier = subprocess.run(["docker", "import", "-", f"grpolab-stock:{suite}-set-up"], input=EMPTY_TAR, capture_output=True, check=True, timeout=120).stdout
     out = stock_check(suite).stdout
-    assert subprocess.run(["docker", "image", "inspect", earlier.decode().strip()], capture_output=True).returncode != 0
+    assert subprocess.run(["docker", "image", "inspect", earlier.decode().strip()], capture_output=True, timeout=120).returncode != 0
     assert f"PASS: {suite}: first run" in out
     assert "Available tasks:" in out  # `invoke --list` after the README's activation line
     record = json.loads((STOCK_RESULTS / f"stock-host-{suite}.json").read_text())
