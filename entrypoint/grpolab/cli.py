@@ -11,6 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from .common.errors import EXIT_STATUS, LayerFailure
+from .common.runlog import runlog_failure
 from .settings.lab_settings import ROLLOUT_PATHS, LabSettings, setting_help
 
 EXIT_CODES_HELP = "exit status: " + ", ".join(f"{code} {layer}" for layer, code in EXIT_STATUS.items()) + ", 0 passed"
@@ -155,7 +156,6 @@ def cmd_verl_cpu(args) -> int:
 
 def cmd_verl_result(args) -> int:
     from .export.verl_result import METRICS_FILE, VerlResultError, record_verl_run, summary
-    from .run.checks import runlog_failure
 
     try:
         record = record_verl_run(args.bundle, args.metrics or args.bundle / METRICS_FILE, args.checkpoints, verl_exit_status=args.verl_exit_status)

@@ -21,6 +21,7 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .errors import LayerFailure
 from .paths import runlog_path
 
 # Version of a run-log line's fields, written into every line as "schema". Lines without it are schema 1
@@ -31,6 +32,15 @@ from .paths import runlog_path
 # 5 added "engine" and the lab line of an exported bundle's run on a distributed engine (grpolab.export.verl_result:
 # engine "verl", rollout path "verl+vllm", verl's own figures under "verl"). A line without "engine" is TRL's.
 SCHEMA_VERSION = 5
+
+
+def runlog_failure(error: OSError) -> LayerFailure:
+    """The runlog layer's verdict on a run log that could not be written, and what to do."""
+    return LayerFailure(
+        "runlog", f"could not write the run log: {error}",
+        "make runs/ (or GRPOLAB_RUNS_DIR) writable by this user and free some disk space; in a container, "
+        "check the runs volume's owner",
+    )  # fmt: skip
 
 
 def new_run_id() -> str:

@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 
 from ..common.errors import LayerFailure
+from ..common.runlog import append_run, runlog_failure
 from ..common.gpucode import device_kernels, driver_too_old, image_table_path, load_table
 from ..environment.trl_range import describe_range, vllm_in_trl_range
 from ..settings.lab_settings import LabSettings
@@ -173,18 +174,8 @@ def check_rollout(settings: LabSettings, track: Track, device_type: str, model_p
 # --- runlog (6. the run log) ----------------------------------------------------------------------------
 
 
-def runlog_failure(error: OSError) -> LayerFailure:
-    return LayerFailure(
-        "runlog", f"could not write the run log: {error}",
-        "make runs/ (or GRPOLAB_RUNS_DIR) writable by this user and free some disk space; in a container, "
-        "check the runs volume's owner",
-    )  # fmt: skip
-
-
 def check_runlog(record: dict, log_path=None) -> Path:
     """Append the run's line; the runlog layer's failure when it cannot be written or serialised."""
-    from ..common.runlog import append_run
-
     try:
         return append_run(record, log_path)
     except OSError as error:

@@ -13,7 +13,7 @@ from .diskspace import LineRoom, disk_full_failure, free_bytes, is_disk_full, ru
 from ..common.errors import LayerFailure
 from ..model.identity import model_identity
 from ..common.paths import runlog_path
-from ..common.runlog import SCHEMA_VERSION, append_start, describe_unfinished, new_run_id, unfinished_runs
+from ..common.runlog import SCHEMA_VERSION, append_start, describe_unfinished, new_run_id, runlog_failure, unfinished_runs
 from ..settings.lab_settings import LabSettings
 
 
@@ -49,8 +49,8 @@ def log_refused(kind: str, track: str, given: dict, failure: LayerFailure, warni
     try:
         path = check_runlog(record, log_path)
         say(f"run log: failed -> {path} ({record['run_id']})")
-    except LayerFailure as runlog_failure:
-        say(str(runlog_failure))
+    except LayerFailure as unwritable:  # the input verdict stands; the log's failure is only said
+        say(str(unwritable))
 
 
 def as_given(value):
@@ -66,8 +66,6 @@ def log_start(record: dict, settings: LabSettings, log_path=None, say=print) -> 
     """Name earlier runs that never finished, write this run's start record (so that a run killed where nothing
     can be caught, SIGKILL, still shows, as unfinished), and hold room for its last line on the log's disk. A log we
     can't write, or a disk without that room, fails now, before training."""
-    from .checks import runlog_failure
-
     path = Path(log_path or runlog_path())
     room = LineRoom(path, record["run_id"], run_log_line_bytes(settings))
     try:
