@@ -81,8 +81,8 @@ def buildah_to_engine(image_id: str, name: str) -> str:
 
 
 def drop_untagged(image_id: str, was: str) -> None:
-    """The engine's image that `was` named before a rebuild, removed once no name is left on it: each rebuild
-    otherwise leaves a whole image behind, untagged (5-7 GB per track here; CI ran out of disk on them). One a
+    """The engine's image that `was` named before a rebuild (or images/stock-host-check.sh's commit), removed once no
+    name is left on it: each rebuild otherwise leaves a whole image behind, untagged (5-7 GB per track here; CI ran out of disk on them). One a
     container still uses stays (the engine refuses), and is named."""
     tags = subprocess.run(resolved(["docker", "image", "inspect", "--format", "{{len .RepoTags}}", image_id]),
                           capture_output=True, text=True)  # fmt: skip
@@ -90,7 +90,7 @@ def drop_untagged(image_id: str, was: str) -> None:
         return
     gone = subprocess.run(resolved(["docker", "image", "rm", image_id]), capture_output=True, text=True)
     if gone.returncode == 0:
-        say(f"removed the engine's previous {was} ({image_id.removeprefix('sha256:')[:12]}), untagged by this build")
+        say(f"removed the engine's previous {was} ({image_id.removeprefix('sha256:')[:12]}), which no name held any more")
     else:
         say(f"kept the engine's previous {was} ({image_id.removeprefix('sha256:')[:12]}), untagged: {gone.stderr.strip()[-200:]}")
 

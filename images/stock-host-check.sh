@@ -79,9 +79,10 @@ check_suite() {
         previous=$(docker image inspect -f '{{.Id}}' "grpolab-stock:$suite-set-up" 2>/dev/null || true)
         docker commit "$name" "grpolab-stock:$suite-set-up" >/dev/null
         # The commit moves the tag; the image an earlier check left (1.2-1.4 GB) would stay untagged on every
-        # re-run. Removed once no name is left on it; one a container still uses stays (the engine refuses).
-        if [ -n "$previous" ] && [ "$(docker image inspect -f '{{len .RepoTags}}' "$previous" 2>/dev/null)" = 0 ]; then
-            docker image rm "$previous" >/dev/null 2>&1 || log "kept the earlier grpolab-stock:$suite-set-up (${previous:7:12}): a container uses it"
+        # re-run. The builds' own rule removes it: once no name is left on it, unless a container still uses it.
+        if [ -n "$previous" ]; then
+            (cd "$repo" && python3 -c 'import sys; from hostlab.handover import drop_untagged; drop_untagged(*sys.argv[1:])' \
+                "$previous" "grpolab-stock:$suite-set-up")
         fi
     fi
     docker rm -f -v "$name" >/dev/null
