@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hostlab.citest import ENGINE_FREE_ENV, ENGINE_FREE_TESTS, ENGINE_TESTS, NO_ENGINE_SOCKET
+from hostlab.citest import ENGINE_FREE_TESTS, ENGINE_TESTS, NO_ENGINE_SOCKET, engine_free_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ def run_half(tmp_path: Path, marks: str, engine_free: bool) -> subprocess.Comple
     (tmp_path / "test_some.py").write_text(SOME_TESTS)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "tests") + ":" + str(REPO / "entrypoint") + ":" + str(REPO)}
     if engine_free:
-        env.update({ENGINE_FREE_ENV: "1", "DOCKER_HOST": NO_ENGINE_SOCKET})
+        env = engine_free_env(env)
     # Our conftest as a plugin (it is the tests' conftest by name), the project's markers as pyproject.toml declares them.
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path),
                            "-m", marks, "-q", "-rA", str(tmp_path / "test_some.py")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
@@ -46,3 +46,10 @@ def test_the_engine_free_half_fails_a_test_that_skips_for_want_of_the_engine(tmp
     # The other half, with the engine in reach, takes the marked test; run by hand (no variable set) nothing fails.
     assert "1 skipped, 3 deselected" in run_half(tmp_path, ENGINE_TESTS, engine_free=False).stdout
     assert "1 passed, 3 skipped" in run_half(tmp_path, "docker or not docker", engine_free=False).stdout
+
+
+def test_the_engine_free_half_reaches_no_engine_and_its_openmp_threads_sleep_unless_told_otherwise():
+    env = engine_free_env({"PATH": "/usr/bin", "DOCKER_HOST": "unix:///run/docker.sock"})
+    assert env["DOCKER_HOST"] == NO_ENGINE_SOCKET and env["PATH"] == "/usr/bin"
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert engine_free_env({"OMP_WAIT_POLICY": "ACTIVE"})["OMP_WAIT_POLICY"] == "ACTIVE"  # the caller's choice stands
