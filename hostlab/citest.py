@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 
 from grpolab.report.table import run_report
 from grpolab.common.runlog import read_runs
@@ -67,7 +68,7 @@ NO_ENGINE_SOCKET = "unix:///nonexistent/grpolab-ci-engine-free-tests.sock"
 ENGINE_FREE_ENV = "GRPOLAB_TESTS_WITHOUT_ENGINE"  # tests/conftest.py: a skip for want of the engine fails there
 
 
-def engine_free_env(environ: dict) -> dict:
+def engine_free_env(environ: Mapping[str, str]) -> dict:
     """The engine-free half's environment: the engine out of reach, and torch's OpenMP threads sleeping at a barrier
     instead of spinning (unless the caller chose a wait policy). That half always runs beside the builds and the engine's
     tests, so a spinning thread waits on one the other work has pushed off its core, and burns the core that work
@@ -99,7 +100,7 @@ class BackgroundPytest:
     def __init__(self, log_path, marks: str = ENGINE_FREE_TESTS, beside: str = "the builds"):
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path, self.started, self.marks = log_path, time.monotonic(), marks
-        env = engine_free_env(dict(os.environ)) if marks == ENGINE_FREE_TESTS else None
+        env = engine_free_env(os.environ) if marks == ENGINE_FREE_TESTS else None
         say(f"pytest -m {marks!r} started beside {beside}; its output: {log_path}")
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(resolved(pytest_command(marks)), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -82,8 +82,8 @@ def buildah_to_engine(image_id: str, name: str) -> str:
 
 def drop_untagged(image_id: str, was: str) -> None:
     """The engine's image that `was` named before a rebuild (or images/stock-host-check.sh's commit), removed once no
-    name is left on it: each rebuild otherwise leaves a whole image behind, untagged (5-7 GB per track here; CI ran out of disk on them). One a
-    container still uses stays (the engine refuses), and is named."""
+    name is left on it: each rebuild otherwise leaves a whole image behind, untagged (5-7 GB per track here; CI ran out
+    of disk on them). One a container still uses stays (the engine refuses), and is named."""
     tags = subprocess.run(resolved(["docker", "image", "inspect", "--format", "{{len .RepoTags}}", image_id]),
                           capture_output=True, text=True)  # fmt: skip
     if tags.returncode != 0 or tags.stdout.strip() != "0":

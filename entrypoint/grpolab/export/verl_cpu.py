@@ -44,6 +44,7 @@ import torch.distributed
 from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry
 
+from ..environment.machine import usable_cores
 from .verl_result import record_verl_run, summary
 
 PLATFORM = "grpolab-cpu"
@@ -244,11 +245,11 @@ def cpu_overrides(steps: int) -> list[str]:
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.ref.strategy=fsdp2",
         # verl's defaults of 8 agent-loop workers, 8 reward-loop workers and 8 data-loader processes, each its own
-        # Python process, on 2 cores. The reward loop keeps one worker per core (up to verl's 8): with 8 on 2 cores,
+        # Python process, on 2 cores. The reward loop keeps one worker per usable core (up to verl's 8): with 8 on 2 cores,
         # 2 steps took 156.8 s and 212 CPU-s, with 2 139.3 s and 174 CPU-s at the same 2.01 s of generation a step;
         # with 1, generation took 3.01 s a step
         "actor_rollout_ref.rollout.agent.num_workers=1",
-        f"reward.num_workers={min(VERL_REWARD_WORKERS, os.cpu_count() or 1)}",
+        f"reward.num_workers={min(VERL_REWARD_WORKERS, max(1, usable_cores()))}",
         "data.dataloader_num_workers=0",
         "actor_rollout_ref.rollout.enforce_eager=true",
         "actor_rollout_ref.rollout.free_cache_engine=false",
