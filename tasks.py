@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from invoke import Exit, task
 
 from hostlab import REPO, HostError, TracksFileError, UnknownTrack
-from hostlab.console import say
+from hostlab.host.console import say
 
 
 @contextmanager
@@ -34,7 +34,7 @@ def user_errors():
 )
 def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False, provenance=False, base=None, side_locks=False):
     """Make lockfiles/<track>.txt with uv (hashed) and the locks beside it (build tools, Debian pins), or --check them."""
-    from hostlab import lockcli
+    from hostlab.run import lock as lockcli
 
     with user_errors():
         if base:
@@ -49,7 +49,7 @@ def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False,
         elif prove:
             lockcli.prove(track)
         elif provenance:
-            from hostlab.provenance import run_provenance
+            from hostlab.locks.provenance import run_provenance
 
             if not run_provenance(track):
                 raise Exit(code=1)
@@ -66,8 +66,8 @@ def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False,
 )
 def kernels(c, track=None, json=False, readme=False):
     """Which GPUs each image runs on, read from its locked wheels: libraries, CUDA build, SASS/PTX per GPU (~4 GB download once)."""
-    from hostlab import kernels as gpu_kernels
-    from hostlab import kernelsreadme
+    from hostlab.kernels import readme as kernelsreadme
+    from hostlab.kernels import table as gpu_kernels
 
     with user_errors():
         if readme:
@@ -80,7 +80,7 @@ def kernels(c, track=None, json=False, readme=False):
 @task(help={"arch": "amd64 or arm64 (default: this host's)", "force": "remake it even if it exists"})
 def base(c, arch=None, force=False):
     """Make the stand-in base image (mmdebstrap trixie + python3, every package pinned) for builds without a registry."""
-    from hostlab.base import build_standin
+    from hostlab.images.standin import build_standin
 
     with user_errors():
         build_standin(arch, force)
@@ -107,9 +107,9 @@ def base(c, arch=None, force=False):
 def build(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False, builder=None,
           check_reproducible=False, record=False, rollout=None):  # fmt: skip
     """Build the track's image and record it in .env for `docker compose run lab`; compare it with the commit's record."""
-    from hostlab.build import build as build_image
-    from hostlab.builder import choose_builder
-    from hostlab.reprocheck import check_reproducible as check
+    from hostlab.images.build import build as build_image
+    from hostlab.images.builders import choose_builder
+    from hostlab.images.reproducible import check_reproducible as check
 
     with user_errors():
         if record and not check_reproducible:
@@ -133,7 +133,7 @@ def source_wheels(c, into, track="c", base=None):
     wheels and sdists out: a venv here installs the image's own compile (CI's does). Cached with the image's build."""
     from pathlib import Path
 
-    from hostlab.sourcewheels import source_wheels as copy_source_wheels
+    from hostlab.images.sourcewheels import source_wheels as copy_source_wheels
 
     with user_errors():
         copy_source_wheels(track, Path(into).expanduser(), base=base)
@@ -142,7 +142,7 @@ def source_wheels(c, into, track="c", base=None):
 @task(help={"track": "m (macOS) or c (Linux, CPU)"})
 def venv(c, track="c"):
     """A native venv in .venvs/<track> from the track's lock (no Docker)."""
-    from hostlab.labrun import make_venv
+    from hostlab.run.lab import make_venv
 
     with user_errors():
         make_venv(track)
@@ -153,7 +153,7 @@ def venv(c, track="c"):
                        "llamacpp builds the image with llama.cpp compiled in, which the track's image leaves out"})
 def up(c, track=None, rollout=None):
     """The main job: build the track's image (stand-in base when no registry), then the smoke test and the lab."""
-    from hostlab.up import up as run_up
+    from hostlab.run.up import up as run_up
 
     with user_errors():
         status = run_up(track, rollout)
@@ -172,7 +172,7 @@ def up(c, track=None, rollout=None):
 )
 def serve(c, gpu="1", port=8000, detach=False, wait=900, expose=False):
     """Start `vllm serve` with TRL's server-mode flags (Compose service `vllm`) for the image last built."""
-    from hostlab.serve import serve as start_server
+    from hostlab.run.serve import serve as start_server
 
     with user_errors():
         status = start_server(gpu=str(gpu), port=int(port), detach=detach, wait_s=float(wait), expose=expose)
@@ -194,7 +194,7 @@ LAB_HELP = {
 def _lab(command, track, args, **options):
     import shlex
 
-    from hostlab.labrun import run_lab
+    from hostlab.run.lab import run_lab
 
     with user_errors():
         status = run_lab(command, track, options, shlex.split(args or ""))
@@ -248,7 +248,7 @@ def verl_cpu(c, steps=2, out=None):
     rollout on Ray, and write its run-log line (pass@1 by our evaluator on verl's adapter) for `invoke report`."""
     from pathlib import Path
 
-    from hostlab.verlcpu import export_and_run
+    from hostlab.run.verl_cpu import export_and_run
 
     with user_errors():
         export_and_run(int(steps), Path(out).resolve() if out else None)
@@ -256,7 +256,7 @@ def verl_cpu(c, steps=2, out=None):
 
 @task(
     help={
-        "logs": "run logs or folders holding them, space-separated (default: runs/runlog.jsonl)",
+        "logs": "run logs or folders holding them, space-separated (default: runs/runlog.jsonl, and $GRPOLAB_RUNS_DIR's)",
         "all": "one row per run, failed ones included (default: latest passing per machine, track, rollout path, model)",
         "against_lesson": "beside each row, what the lesson predicts for that track",
         "out": "output folder (default: runs/report)",
@@ -270,9 +270,12 @@ def report(c, logs="", all=False, against_lesson=False, out=None):
     from grpolab.report.table import run_report
 
     from hostlab import REPO
+    from hostlab.host.runs import image_runlog, venv_runlog
 
-    # The images and the host tasks write the run log to the repository's runs/, wherever invoke is started.
-    paths = [Path(p) for p in shlex.split(logs)] or [REPO / "runs" / "runlog.jsonl"]
+    # Runs in the images land in the repository's runs/ (Compose mounts it); runs in a venv where the lab writes
+    # (runs/, or GRPOLAB_RUNS_DIR). Both by default, each once, those that exist.
+    found = [log for log in dict.fromkeys([image_runlog(), venv_runlog()]) if log.exists()] or [image_runlog()]
+    paths = [Path(p) for p in shlex.split(logs)] or found
     status = run_report(paths, out=Path(out) if out else REPO / "runs" / "report", against_lesson=against_lesson, every_run=all)
     if status:
         raise Exit(code=status)
@@ -308,10 +311,10 @@ def bench(c, build=False, learning=False, stale=False, memory=False, case=None, 
     (--versus-trl) the lab against plain TRL with each observer's cost, or (--projection) the smoke test's projection
     of the lab against the lab's measurement, or (--cold-up) the README's first command from nothing. Each result is bench/KIND[-CASE].json, with its commit, locks, model
     and machine; docs/benchmarks.md is made from them."""
-    from hostlab import bench as benchmarks
-    from hostlab.benchdocs import write_page
-    from hostlab.coldupbench import cold_up_bench
-    from hostlab.projectionbench import projection_bench
+    from hostlab.bench import labs as benchmarks
+    from hostlab.bench.coldup import cold_up_bench
+    from hostlab.bench.docs import write_page
+    from hostlab.bench.projection import projection_bench
 
     with user_errors():
         if docs:
@@ -325,7 +328,7 @@ def bench(c, build=False, learning=False, stale=False, memory=False, case=None, 
         elif stale:
             benchmarks.stale_bench()
         elif colocate and case:
-            from hostlab.colocatebench import FIXED, ROUNDS, VARIANTS, colocate_size_bench
+            from hostlab.bench.colocate import FIXED, ROUNDS, VARIANTS, colocate_size_bench
 
             colocate_size_bench(case, int(rounds or ROUNDS), tuple(VARIANTS) if causes else FIXED)
         elif colocate:
@@ -341,7 +344,7 @@ def bench(c, build=False, learning=False, stale=False, memory=False, case=None, 
 @task(help={"skip_image": "only lock --check and pytest (no `invoke up`)"})
 def test(c, skip_image=False):
     """What CI runs: lock --check, `invoke kernels` for s and n, `invoke up --track c` for real with its run-log line checked, then pytest."""
-    from hostlab.citest import run_ci
+    from hostlab.ci.testcommand import run_ci
 
     with user_errors():
         run_ci(skip_image=skip_image)

@@ -2,7 +2,7 @@
 # Install exactly the Debian packages a track's lock pins (lockfiles/<track>.debian.txt), or refuse in one line.
 # Usage: sh apt-install-pinned.sh TRACK SUITE PACKAGE=VERSION...
 # images/Dockerfile runs it for the source-builds stage's compilers and for the runtime libraries the image keeps;
-# `invoke build` passes the pins (hostlab/debianpins.py). Nothing to do without pins.
+# `invoke build` passes the pins (hostlab/locks/debian.py). Nothing to do without pins.
 #
 # Debian's archive keeps one version of each package per suite, so a pin stops working the day the archive moves on:
 # the build then stops here, naming the package and what to do, rather than installing whatever is current. apt is

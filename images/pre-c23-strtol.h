@@ -1,4 +1,4 @@
-/* Force-included into every C and C++ file of llama.cpp's compile (hostlab/sourcebuilds.py), so that one compile
+/* Force-included into every C and C++ file of llama.cpp's compile (hostlab/locks/sourcebuilds.py), so that one compile
    serves both the image and the test venv on a Debian 12 host.
 
    From glibc 2.38 on, a file compiled with _GNU_SOURCE (which g++ always defines) has strtol, strtoul, sscanf and

@@ -3,7 +3,7 @@
 #
 # Debian 12/13, Ubuntu 22.04/24.04 as they ship (python3 without pip, "externally managed"), as root or as a
 # user with sudo: installs with apt what is missing (the Docker engine, Compose v2, mmdebstrap for the stand-in
-# base, debootstrap for stock-system checks, a Python that can make venvs; names per release in hostlab/hostpackages.py), starts the engine,
+# base, debootstrap for stock-system checks, a Python that can make venvs; names per release in hostlab/host/packages.py), starts the engine,
 # checks that you may use it, and makes the host tasks' own venv, .venvs/host, with `uv pip install -e
 # '.[host]'` (uv hash-checked from lockfiles/uv.txt; the system Python is never touched). macOS (track m, no containers): the host venv, then
 # `invoke venv --track m`. Re-running it is safe and takes a second or two when nothing changed.
@@ -118,7 +118,7 @@ install_compose_fallback() {
 setup_linux() {
     command -v python3 >/dev/null || apt_install python3  # to read the plan below; stock systems have it
     local plan python
-    plan=$(python3 hostlab/hostpackages.py plan) || exit 1
+    plan=$(python3 hostlab/host/packages.py plan) || exit 1
     field() { sed -n "s/^$1: //p" <<<"$plan"; }
     [ -z "$(field note)" ] || log "$(field note)"
     if [ -n "$(field apt)" ]; then
@@ -127,7 +127,7 @@ setup_linux() {
     fi
     start_engine
     check_engine_access
-    python=$(python3 hostlab/hostpackages.py python | sed 's/^python: //') || exit 1
+    python=$(python3 hostlab/host/packages.py python | sed 's/^python: //') || exit 1
     make_host_venv "$python"
     [ "$(field compose_fallback)" = no ] || install_compose_fallback
     docker compose version || fail "Compose v2 does not run here: install Docker's docker-compose-plugin, then $AGAIN"
@@ -138,7 +138,7 @@ setup_macos() {
         fail "Xcode's command line tools are missing (llama-cpp-python compiles at install):" \
             "run \`xcode-select --install\`, then $AGAIN."
     local python
-    python=$(python3 hostlab/hostpackages.py macos-python | sed 's/^python: //') || exit 1
+    python=$(python3 hostlab/host/packages.py macos-python | sed 's/^python: //') || exit 1
     make_host_venv "$python"
     log "track m: invoke venv --track m (a native venv from lockfiles/m.txt)"
     PATH="$PWD/$VENV/bin:$PATH" invoke venv --track m

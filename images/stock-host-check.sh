@@ -10,7 +10,7 @@
 # bench/stock-host-<suite>.json.
 #
 # Ubuntu's archive is not reachable from our machines, so Ubuntu is not checked here: what differs there
-# (docker-compose-v2, python3.11 on 22.04) is the table in hostlab/hostpackages.py, which has its own test.
+# (docker-compose-v2, python3.11 on 22.04) is the table in hostlab/host/packages.py, which has its own test.
 #
 # Downloads are cached between runs (apt's .debs and pip's cache under ~/.cache/grpolab/stock-host/); apt and
 # pip still do every install. Behind a TLS-re-signing proxy the host's CA bundle (SSL_CERT_FILE, else Debian's
@@ -81,7 +81,7 @@ check_suite() {
         # The commit moves the tag; the image an earlier check left (1.2-1.4 GB) would stay untagged on every
         # re-run. The builds' own rule removes it: once no name is left on it, unless a container still uses it.
         if [ -n "$previous" ]; then
-            (cd "$repo" && python3 -c 'import sys; from hostlab.handover import drop_untagged; drop_untagged(*sys.argv[1:])' \
+            (cd "$repo" && python3 -c 'import sys; from hostlab.images.handover import drop_untagged; drop_untagged(*sys.argv[1:])' \
                 "$previous" "grpolab-stock:$suite-set-up")
         fi
     fi
@@ -100,7 +100,7 @@ record() {
     rerun=$(sed -n 's/.*rerun_s=\([0-9.]*\).*/\1/p' "$out")
     compose=$(sed -n 's/^Docker Compose version //p' "$out" | tail -1)
     printf '{"suite": "%s", "first_run_s": %.1f, "rerun_s": %.2f, "compose": "%s"}\n' "$suite" "$first" "$rerun" "$compose" \
-        | (cd "$repo" && python3 -m hostlab.benchdocs stock-host --case "$suite" --bench-dir "${GRPOLAB_BENCH_DIR:-$repo/bench}")
+        | (cd "$repo" && python3 -m hostlab.bench.docs stock-host --case "$suite" --bench-dir "${GRPOLAB_BENCH_DIR:-$repo/bench}")
     log "PASS: $suite: first run ${first} s, re-run ${rerun} s, invoke --list ok, Compose $compose"
 }
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hostlab.citest import ENGINE_FREE_ENV
+from hostlab.ci.testcommand import ENGINE_FREE_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "entrypoint"))
@@ -131,7 +131,7 @@ def lab_in_training(env: dict, runs: Path, steps: int = 500, timeout_s: float = 
 
 
 # `invoke test` runs the tests not marked `docker` beside its image builds, with the engine out of reach
-# (hostlab.citest: DOCKER_HOST names no socket there, ENGINE_FREE_ENV set). A test in that half that skips for want
+# (hostlab.ci.testcommand: DOCKER_HOST names no socket there, ENGINE_FREE_ENV set). A test in that half that skips for want
 # of the engine, an image, buildah or the stand-in would then run in neither half: it fails instead, asking for the mark.
 WANTS_THE_ENGINE = re.compile(r"engine|docker|buildah|stand-in|image \S+ not built|no \S+ image here", re.IGNORECASE)
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hostlab.benchdocs import DOCS_PAGE, render
-from hostlab.benchrecord import BENCH_DIR, missing_provenance, provenance, result_path, stamped_from_git, write_result
-from hostlab.lockfile import parse_lock
+from hostlab.bench.docs import DOCS_PAGE, render
+from hostlab.bench.record import BENCH_DIR, missing_provenance, provenance, result_path, stamped_from_git, write_result
+from hostlab.locks.lockfile import parse_lock
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,11 +1,11 @@
-"""`invoke test`'s two halves of pytest (hostlab.citest): between them they select every test, and a test that would
+"""`invoke test`'s two halves of pytest (hostlab.ci.testcommand): between them they select every test, and a test that would
 skip in the engine-free half for want of the engine fails there instead (tests/conftest.py), so none runs in neither."""
 
 import subprocess
 import sys
 from pathlib import Path
 
-from hostlab.citest import ENGINE_FREE_TESTS, ENGINE_TESTS, NO_ENGINE_SOCKET, engine_free_env
+from hostlab.ci.testcommand import ENGINE_FREE_TESTS, ENGINE_TESTS, NO_ENGINE_SOCKET, engine_free_env
 
 REPO = Path(__file__).resolve().parents[1]
 

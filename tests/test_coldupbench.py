@@ -4,7 +4,9 @@ root, and how it sets the host's caches aside and always puts them back. The ben
 
 import pytest
 
-from hostlab import HostError, coldupbench
+from hostlab import HostError
+
+from hostlab.bench import coldup as coldupbench
 
 
 def test_it_refuses_without_root_before_touching_anything(monkeypatch, tmp_path):

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-s
 from grpolab.common.tracks import load_tracks  # noqa: E402
 
 from hostlab import REPO  # noqa: E402
-from hostlab.compose import compose_env, read_env_file, recorded_track, write_env_file  # noqa: E402
+from hostlab.images.compose import compose_env, read_env_file, recorded_track, write_env_file  # noqa: E402
 
 CONTAINER_TRACKS = [t for t in load_tracks().values() if t.is_container]
 SERVICES = {"lab": ["lab", "--smoke", "always"], "smoke": ["smoke"], "doctor": ["doctor"]}
@@ -51,7 +51,7 @@ def render(env: dict, tmp_path: Path, shell_env: dict | None = None, profiles: t
 @needs_compose
 @pytest.mark.parametrize("track", CONTAINER_TRACKS, ids=lambda t: t.name)
 def test_compose_config_renders_per_track(track, tmp_path, monkeypatch):
-    monkeypatch.setattr("hostlab.compose.device_gids", lambda: {"VIDEO_GID": "44", "RENDER_GID": "993"})
+    monkeypatch.setattr("hostlab.images.compose.device_gids", lambda: {"VIDEO_GID": "44", "RENDER_GID": "993"})
     env = compose_env(track, f"grpolab:{track.name}", uid_gid=(1234, 2345))
     config = render(env, tmp_path)
     assert set(config["services"]) == set(SERVICES)
@@ -81,7 +81,7 @@ def test_compose_config_renders_per_track(track, tmp_path, monkeypatch):
 @needs_compose
 @pytest.mark.parametrize("track", CONTAINER_TRACKS, ids=lambda t: t.name)
 def test_vllm_server_services_only_where_server_mode_runs(track, tmp_path, monkeypatch):
-    monkeypatch.setattr("hostlab.compose.device_gids", lambda: {"VIDEO_GID": "44", "RENDER_GID": "993"})
+    monkeypatch.setattr("hostlab.images.compose.device_gids", lambda: {"VIDEO_GID": "44", "RENDER_GID": "993"})
     env = compose_env(track, f"grpolab:{track.name}", uid_gid=(1234, 2345))
     services = render(env, tmp_path, profiles=("server",))["services"]
     if track.name not in ("s", "n", "cv"):  # no vLLM in the image

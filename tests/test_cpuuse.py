@@ -1,12 +1,12 @@
-"""The CPU-seconds `invoke test` prints for each of its parts (hostlab/cpuuse.py), read from /proc/stat."""
+"""The CPU-seconds `invoke test` prints for each of its parts (hostlab/ci/cpuuse.py), read from /proc/stat."""
 
 import os
 import time
 
 import pytest
 
-from hostlab import cpuuse
-from hostlab.cpuuse import CpuUse, cpu_ticks
+from hostlab.ci import cpuuse
+from hostlab.ci.cpuuse import CpuUse, cpu_ticks
 
 pytestmark = pytest.mark.skipif(cpu_ticks() is None, reason="no /proc/stat: not Linux")
 

@@ -1,4 +1,4 @@
-"""CI's disk room (hostlab/disk.py): made by the cleanups in order only while short, a lack named before anything
+"""CI's disk room (hostlab/ci/room.py): made by the cleanups in order only while short, a lack named before anything
 builds, and the lowest free space seen while a block runs. The cleanups here remove files of the test's own; the
 real ones (images, buildah's store) are never run by a test."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from hostlab import HostError
-from hostlab.disk import CLEANUPS, GIB, DiskWatch, filesystems, free_gib, least_free, make_room
-from hostlab.handover import drop_untagged
+from hostlab.ci.room import CLEANUPS, GIB, DiskWatch, filesystems, free_gib, least_free, make_room
+from hostlab.images.handover import drop_untagged
 
 
 def reserve(path, gib: float):

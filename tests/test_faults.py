@@ -192,7 +192,9 @@ def _engine_message(docker_host: str, uid: int | None, answers) -> None:
     """In a forked child (as `uid` when given): engine.client()'s error, sent back through `answers`."""
     import docker  # noqa: F401  imported before dropping privileges
 
-    from hostlab import HostError, engine
+    from hostlab import HostError
+
+    from hostlab.host import engine
 
     os.environ["DOCKER_HOST"] = docker_host
     if uid is not None:
@@ -255,7 +257,7 @@ def committed_copy(tmp_path: Path) -> Path:
     import shutil
 
     from grpolab.common.tracks import get_track
-    from hostlab.builder import commit_time, deps_inputs
+    from hostlab.images.builders import commit_time, deps_inputs
 
     for name in ("entrypoint", "images", "lockfiles"):
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -275,9 +277,11 @@ def committed_copy(tmp_path: Path) -> Path:
 def test_a_version_changed_by_hand_is_refused_before_downloading_naming_the_line(tmp_path):
     from grpolab.common.tracks import get_track
 
-    from hostlab import HostError, engine
-    from hostlab.build import build
-    from hostlab.locks import check_lock
+    from hostlab import HostError
+
+    from hostlab.host import engine
+    from hostlab.images.build import build
+    from hostlab.locks.resolve import check_lock
 
     repo = committed_copy(tmp_path)
     lock = repo / "lockfiles" / "c.txt"
@@ -386,7 +390,7 @@ def test_a_full_cache_while_the_gguf_converter_is_written_keeps_nothing_half_wri
 
 # --------------------------------------------------------- invoke build interrupted, failing, or run twice at once
 def _engine_and_image(name: str):
-    from hostlab import engine
+    from hostlab.host import engine
 
     if not engine.running():
         pytest.skip("no Docker engine reachable (CI starts one)")
@@ -400,7 +404,7 @@ def build_copy(tmp_path: Path) -> Path:
 
     from grpolab.common.tracks import get_track
 
-    from hostlab.compose import compose_env, write_env_file
+    from hostlab.images.compose import compose_env, write_env_file
 
     _engine_and_image("grpolab:c")
     repo = committed_copy(tmp_path / "repo")
@@ -411,9 +415,9 @@ def build_copy(tmp_path: Path) -> Path:
 
 
 def build_in_a_process(repo: Path, tag: str, extra_env: dict | None = None) -> subprocess.Popen:
-    from hostlab.base import host_arch, standin_name
+    from hostlab.images.standin import host_arch, standin_name
 
-    code = (f"from hostlab.build import build; build('c', base={standin_name(host_arch())!r}, repo=__import__('pathlib')"
+    code = (f"from hostlab.images.build import build; build('c', base={standin_name(host_arch())!r}, repo=__import__('pathlib')"
             f".Path({str(repo)!r}), tag={tag!r}, skip_host_check=True)")  # fmt: skip
     env = {**PYTHON_ENV, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "entrypoint")]), **(extra_env or {})}
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -456,8 +460,8 @@ def test_a_build_failing_midway_keeps_env_naming_the_last_image(tmp_path):
 
 @pytest.mark.docker
 def test_two_builds_of_the_same_track_at_once_both_finish_whole(tmp_path):
-    from hostlab import engine
-    from hostlab.compose import read_env_file
+    from hostlab.host import engine
+    from hostlab.images.compose import read_env_file
 
     repo = build_copy(tmp_path)
     builds = [build_in_a_process(repo, "grpolab-test:concurrent") for _ in range(2)]

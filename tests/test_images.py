@@ -16,12 +16,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-s
 
 from grpolab.common.tracks import get_track  # noqa: E402
 
-from hostlab import REPO, HostError, engine  # noqa: E402
-from hostlab.base import host_arch, standin_name  # noqa: E402
-from hostlab.build import build, explain_failure, image_for_rollout, image_name, measured_source_build, runtime_build_args, source_build_args, stage_context, track_env_file  # noqa: E402
-from hostlab.builder import engine_layers  # noqa: E402
-from hostlab.up import up  # noqa: E402
-from hostlab.lockfile import lock_path, lock_sha256, parse_lock  # noqa: E402
+from hostlab import REPO, HostError
+
+from hostlab.host import engine  # noqa: E402
+from hostlab.images.standin import host_arch, standin_name  # noqa: E402
+from hostlab.images.build import build, explain_failure, image_for_rollout, image_name, runtime_build_args, source_build_args, stage_context, track_env_file  # noqa: E402
+from hostlab.images.builders import engine_layers  # noqa: E402
+from hostlab.run.up import up  # noqa: E402
+from hostlab.locks.lockfile import lock_path, lock_sha256, parse_lock  # noqa: E402
 
 DOCKERFILE = REPO / "images" / "Dockerfile"
 ENTRYPOINT = REPO / "entrypoint" / "container-entrypoint.sh"
@@ -422,7 +424,7 @@ def test_files_in_mounted_runs_belong_to_the_host_user(tmp_path):
 @pytest.mark.docker
 @needs_engine
 def test_stand_in_rootfs_loads_with_its_own_platform_and_time(tmp_path):
-    from hostlab.base import load_rootfs
+    from hostlab.images.standin import load_rootfs
 
     layer = tmp_path / "rootfs.tar"
     with tarfile.open(layer, "w") as tar:
@@ -451,7 +453,7 @@ class _FakeImage:
 
 @pytest.mark.parametrize("standin_present", [True, False])
 def test_unpullable_pinned_base(monkeypatch, capsys, standin_present):
-    from hostlab import build as build_module
+    from hostlab.images import build as build_module
 
     track = get_track("c")
     monkeypatch.setattr(
@@ -465,10 +467,3 @@ def test_unpullable_pinned_base(monkeypatch, capsys, standin_present):
         with pytest.raises(HostError) as err:
             build_module.choose_base(track, None)
         assert "registry unreachable" in str(err.value) and "invoke base" in str(err.value)
-
-
-def test_the_llamacpp_images_build_says_how_long_it_took_when_measured(tmp_path):
-    assert measured_source_build(tmp_path) == ""  # never measured: no figure at all
-    record = {"then_llamacpp": {"image_build_s": 201.0}, "provenance": {"commit": "0123456789abcdef", "machine": {"cores": 2, "cpu_model": "AMD EPYC"}}}
-    (tmp_path / "cold-up.json").write_text(json.dumps(record))
-    assert measured_source_build(tmp_path) == " (cold, 3.4 min on the 2-core AMD EPYC of bench/cold-up.json, commit 0123456)"

@@ -129,7 +129,7 @@ def wrong_way_imports(graph: dict[str, set[str]]) -> list[str]:
 
 def test_the_import_graph_has_no_circle():
     graph = import_graph()
-    assert len(graph) > 60 and "grpolab.run.pipeline" in graph and "hostlab.locks" in graph  # the walk found the project
+    assert len(graph) > 60 and "grpolab.run.pipeline" in graph and "hostlab.locks.resolve" in graph  # the walk found the project
     assert circles(graph) == []
 
 
@@ -189,3 +189,63 @@ def test_importing_a_submodule_runs_its_package_first(tmp_path):
     (package / "rollouts" / "vllm_cpu.py").write_text("terms = []\n")
     (package / "rollouts" / "vllm.py").write_text("def share():\n    from ..estimate import estimate\n")
     assert circles(import_graph(tmp_path)) == [["grpolab.estimate", "grpolab.rollouts", "grpolab.rollouts.vllm"]]
+
+
+# The host side's subpackages, bottom to top, as LAYERS is for the lab: each may import its own modules, the package
+# `hostlab` itself (REPO, HostError) and the subpackages listed before it. `tasks` (the invoke tasks) sits on top.
+HOST_LAYERS = [
+    "hostlab",  # REPO and HostError
+    "hostlab.host", "hostlab.locks", "hostlab.kernels", "hostlab.images", "hostlab.run", "hostlab.ci", "hostlab.bench",
+    "tasks",
+]
+
+
+def host_layer_of(module: str) -> str:
+    held = [layer for layer in HOST_LAYERS if module == layer or module.startswith(layer + ".")]
+    return max(held, key=len)
+
+
+def wrong_way_host_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from a host module to a host module of a subpackage above its own in HOST_LAYERS."""
+    rank = {layer: n for n, layer in enumerate(HOST_LAYERS)}
+    host = [module for module in graph if module == "tasks" or module.startswith("hostlab")]
+    return sorted(f"{module} ({host_layer_of(module)}) imports {down} ({host_layer_of(down)})"
+                  for module in host for down in graph[module] if down == "tasks" or down.startswith("hostlab")
+                  if rank[host_layer_of(down)] > rank[host_layer_of(module)])
+
+
+def test_every_host_module_sits_in_a_layer_and_imports_only_its_own_or_lower_layers():
+    graph = import_graph()
+    host = [module for module in graph if module == "tasks" or module.startswith("hostlab")]
+    # A module directly in hostlab/ belongs to no concern: it must go in a subpackage (or HOST_LAYERS gets a line).
+    assert [module for module in host if host_layer_of(module) == "hostlab" and module != "hostlab"] == []
+    assert {host_layer_of(module) for module in host} == set(HOST_LAYERS)  # the list is not stale
+    assert wrong_way_host_imports(graph) == []
+
+
+def test_no_product_module_imports_the_benchmarks():
+    """Measurement stays apart: only the benchmarks themselves (and tasks.py's bench tasks) import hostlab.bench."""
+    graph = import_graph()
+    importers = sorted(module for module, downs in graph.items()
+                       if module != "tasks" and not module.startswith("hostlab.bench")
+                       and any(down == "hostlab.bench" or down.startswith("hostlab.bench.") for down in downs))
+    assert importers == []
+
+
+def test_a_host_import_up_the_layers_is_found(tmp_path):
+    """The checker itself: a lock module that imports the image builder fails."""
+    (tmp_path / "entrypoint" / "grpolab").mkdir(parents=True)
+    (tmp_path / "entrypoint" / "grpolab" / "__init__.py").write_text("")
+    (tmp_path / "tasks.py").write_text("")
+    for sub in ("locks", "images"):
+        (tmp_path / "hostlab" / sub).mkdir(parents=True)
+        (tmp_path / "hostlab" / sub / "__init__.py").write_text("")
+    (tmp_path / "hostlab" / "__init__.py").write_text("")
+    (tmp_path / "hostlab" / "images" / "build.py").write_text("from ..locks.lockfile import parse_lock\n")
+    (tmp_path / "hostlab" / "locks" / "lockfile.py").write_text("def parse_lock():\n    pass\n")
+    assert wrong_way_host_imports(import_graph(tmp_path)) == []
+    (tmp_path / "hostlab" / "locks" / "lockfile.py").write_text("def parse_lock():\n    from ..images import build\n")
+    assert wrong_way_host_imports(import_graph(tmp_path)) == [
+        "hostlab.locks.lockfile (hostlab.locks) imports hostlab.images (hostlab.images)",
+        "hostlab.locks.lockfile (hostlab.locks) imports hostlab.images.build (hostlab.images)",
+    ]

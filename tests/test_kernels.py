@@ -18,10 +18,12 @@ from grpolab.run.checks import kernels_note  # noqa: E402
 from grpolab.common.errors import LayerFailure  # noqa: E402
 from grpolab.common.tracks import get_track  # noqa: E402
 
-from hostlab import HostError, kernels, kernelsreadme  # noqa: E402
-from hostlab.lockedwheels import fetch, locked_files  # noqa: E402
-from hostlab.lockfile import LOCK_DIR, parse_lock  # noqa: E402
-from hostlab.sharedobjects import SharedObject, cuda_code, fatbin_code, read_elf  # noqa: E402
+from hostlab import HostError
+
+from hostlab.kernels import table as kernels, readme as kernelsreadme  # noqa: E402
+from hostlab.locks.wheels import fetch, locked_files  # noqa: E402
+from hostlab.locks.lockfile import LOCK_DIR, parse_lock  # noqa: E402
+from hostlab.kernels.elf import SharedObject, cuda_code, fatbin_code, read_elf  # noqa: E402
 
 
 # --- the rules of CUDA compatibility -----------------------------------------------------------------------
@@ -236,7 +238,8 @@ def test_smoke_stops_on_a_driver_older_than_the_tables_cuda():
 
 # --- `invoke lock` keeps the lock it had when the new one is refused ----------------------------------------
 def test_a_refused_lock_leaves_the_old_one_in_place(tmp_path, monkeypatch):
-    from hostlab import HostError, lockcli
+    from hostlab import HostError
+    from hostlab.run import lock as lockcli
 
     lock = tmp_path / "s.txt"
     lock.write_text("the lock that was there\n")

@@ -19,7 +19,7 @@ from grpolab.common.errors import LayerFailure  # noqa: E402
 from grpolab.model.gguf import check_gguf, export_gguf, uses_qwen2_pretokenizer  # noqa: E402
 from grpolab.rollouts.llamacpp import LlamaCppRollout, encode_prompts  # noqa: E402
 from grpolab.rollouts.llamacpp_inprocess import InProcessLlama  # noqa: E402
-from hostlab.sourcebuilds import SOURCE_BUILD_FILES, SOURCE_BUILDS  # noqa: E402
+from hostlab.locks.sourcebuilds import SOURCE_BUILD_FILES, SOURCE_BUILDS  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,10 @@ from grpolab.common.tracks import get_track, load_tracks  # noqa: E402
 from packaging.requirements import Requirement  # noqa: E402
 from packaging.version import Version  # noqa: E402
 
-from hostlab import REPO, HostError, locks, sidelocks  # noqa: E402
-from hostlab.lockcli import check  # noqa: E402
+from hostlab import REPO, HostError
+
+from hostlab.locks import resolve as locks, side as sidelocks  # noqa: E402
+from hostlab.run.lock import check  # noqa: E402
 
 TRACKS = load_tracks()
 LOCKED = [t for t in TRACKS.values() if locks.lock_path(t).exists()]
@@ -366,8 +368,8 @@ def test_the_test_tools_lock_is_hashed_current_and_agrees_with_track_cs_lock(tmp
 
     from grpolab.common.tracks import get_track
 
-    from hostlab.locks import parse_body
-    from hostlab.sidelocks import check_test_tools_lock
+    from hostlab.locks.resolve import parse_body
+    from hostlab.locks.side import check_test_tools_lock
 
     track = get_track("c")
     assert check_test_tools_lock(track).ok

@@ -271,7 +271,7 @@ def test_uv_is_found_beside_the_running_python_when_path_has_none(tmp_path):
     if not (BIN / "uv").exists():
         pytest.skip(f"no uv in {BIN}: the test venv was made without the host tasks' packages")
     _, env = python_without_uv(tmp_path)
-    proc = subprocess.run([sys.executable, "-c", "from hostlab.console import run; run(['uv', '--version'])"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-c", "from hostlab.host.console import run; run(['uv', '--version'])"], cwd=REPO,
                           env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 0 and "$ uv --version" in proc.stdout and "uv 0." in proc.stdout, proc.stdout + proc.stderr
 
@@ -286,36 +286,36 @@ def test_uv_missing_beside_python_and_on_path_is_one_error_line_from_invoke(tmp_
 
 
 def test_every_host_subprocess_of_uv_docker_debootstrap_git_is_found_by_hostlab_tools():
-    """Every call in hostlab/ and tasks.py that starts a program finds it with hostlab.tools (`resolved`, or console.run
+    """Every call in hostlab/ and tasks.py that starts a program finds it with hostlab.host.tools (`resolved`, or console.run
     and console.stream, which resolve), or is one of the exceptions named here with the reason."""
     import re
 
-    exceptions = {  # (file, what the call starts): why it does not go through hostlab.tools
-        ("hostlab/engine.py", "[path, "): "build_cli tries every docker CLI it finds (PATH, /usr/bin, /usr/local/bin) for one with buildx",
-        ("hostlab/hostpackages.py", "[path, "): "setup-host probes the Python it found on PATH and in sbin, skipping the venv's",
-        ("hostlab/hostpackages.py", "[docker, "): "setup-host asks the docker it found (or not) for its plugins: it installs what is missing",
-        ("hostlab/detect.py", '["nvidia-smi"'): "track detection, only when shutil.which finds nvidia-smi",
-        ("hostlab/labrun.py", "argv"): "a lab command: the track's venv Python (lab_command)",
-        ("hostlab/bench.py", "argv"): "a lab command: the track's venv Python (lab_command)",
-        ("hostlab/projectionbench.py", "[python, "): "the track's venv Python, writing the shape folder",
-        ("hostlab/colocatebench.py", "[str(python), "): "the track's venv Python, writing the shape folder",
-        ("hostlab/colocatebench.py", "argv"): "a lab command: the track's venv Python (lab_command)",
-        ("hostlab/buildlocks.py", "[python, "): "the throwaway venv's Python, asking an sdist's build backend what it needs",
-        ("hostlab/sharedobjects.py", "[cuobjdump(), "): "NVIDIA's cuobjdump, from the nvidia-cuda-cuobjdump package beside this Python, else PATH",
-        ("hostlab/builder.py", "[path, "): "choose_builder asks the buildah shutil.which found for its version (none found: the engine's builder)",
-        ("hostlab/imagediff.py", "[diffoscope, "): "diffoscope only where shutil.which finds it (optional: without it the first differing bytes are shown)",
+    exceptions = {  # (file, what the call starts): why it does not go through hostlab.host.tools
+        ("hostlab/host/engine.py", "[path, "): "build_cli tries every docker CLI it finds (PATH, /usr/bin, /usr/local/bin) for one with buildx",
+        ("hostlab/host/packages.py", "[path, "): "setup-host probes the Python it found on PATH and in sbin, skipping the venv's",
+        ("hostlab/host/packages.py", "[docker, "): "setup-host asks the docker it found (or not) for its plugins: it installs what is missing",
+        ("hostlab/host/detect.py", '["nvidia-smi"'): "track detection, only when shutil.which finds nvidia-smi",
+        ("hostlab/run/lab.py", "argv"): "a lab command: the track's venv Python (lab_command)",
+        ("hostlab/bench/labs.py", "argv"): "a lab command: the track's venv Python (lab_command)",
+        ("hostlab/bench/projection.py", "[python, "): "the track's venv Python, writing the shape folder",
+        ("hostlab/bench/colocate.py", "[str(python), "): "the track's venv Python, writing the shape folder",
+        ("hostlab/bench/colocate.py", "argv"): "a lab command: the track's venv Python (lab_command)",
+        ("hostlab/locks/buildtools.py", "[python, "): "the throwaway venv's Python, asking an sdist's build backend what it needs",
+        ("hostlab/kernels/elf.py", "[cuobjdump(), "): "NVIDIA's cuobjdump, from the nvidia-cuda-cuobjdump package beside this Python, else PATH",
+        ("hostlab/images/builders.py", "[path, "): "choose_builder asks the buildah shutil.which found for its version (none found: the engine's builder)",
+        ("hostlab/images/diff.py", "[diffoscope, "): "diffoscope only where shutil.which finds it (optional: without it the first differing bytes are shown)",
     }
     unresolved = []
-    for path in [*sorted((REPO / "hostlab").glob("*.py")), REPO / "tasks.py"]:
+    for path in [*sorted((REPO / "hostlab").rglob("*.py")), REPO / "tasks.py"]:
         name = path.relative_to(REPO).as_posix()
         text = path.read_text()
         for call in re.finditer(r"subprocess\.(?:run|Popen|call|check_call|check_output)\(\s*(.{0,60})", text):
             started = call[1]
-            if name == "hostlab/console.py" or started.startswith(("resolved(", "[sys.executable")):
+            if name == "hostlab/host/console.py" or started.startswith(("resolved(", "[sys.executable")):
                 continue
             if not any(name == file and started.startswith(what) for file, what in exceptions):
                 unresolved.append(f"{name}: subprocess.{call[0].split('.')[1]}")
-    assert unresolved == [], "start these through hostlab.tools.resolved (or console.run): " + "; ".join(unresolved)
+    assert unresolved == [], "start these through hostlab.host.tools.resolved (or console.run): " + "; ".join(unresolved)
 
 
 # ------------------------------------------------------------------------------------------ the tracks table

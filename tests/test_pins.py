@@ -21,10 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-s
 
 from grpolab.common.tracks import get_track  # noqa: E402
 
-from hostlab import REPO, HostError, engine, lockcli  # noqa: E402
-from hostlab.base import PACKAGES, base_epoch, build_standin, host_arch, image_id, standin_name  # noqa: E402
-from hostlab.build import runtime_build_args, source_build_args  # noqa: E402
-from hostlab.buildlocks import (  # noqa: E402
+from hostlab import REPO, HostError
+
+from hostlab.host import engine
+
+from hostlab.run import lock as lockcli  # noqa: E402
+from hostlab.images.standin import PACKAGES, base_epoch, build_standin, host_arch, image_id, standin_name  # noqa: E402
+from hostlab.images.build import runtime_build_args, source_build_args  # noqa: E402
+from hostlab.locks.buildtools import (  # noqa: E402
     FORMAT,
     HOOK,
     build_lock_path,
@@ -34,7 +38,7 @@ from hostlab.buildlocks import (  # noqa: E402
     unmet_requirements,
     unpack_sdist,
 )
-from hostlab.debianpins import (  # noqa: E402
+from hostlab.locks.debian import (  # noqa: E402
     base_lock_path,
     check_base_lock,
     check_debian_lock,
@@ -42,12 +46,12 @@ from hostlab.debianpins import (  # noqa: E402
     read_debian_lock,
     render_body,
 )
-from hostlab.labrun import find_python  # noqa: E402
-from hostlab.lockedwheels import fetch  # noqa: E402
-from hostlab.lockfile import lock_path, parse_body, parse_lock, parse_side_lock, render_lock, render_side_lock  # noqa: E402
-from hostlab.locks import check_lock  # noqa: E402
-from hostlab.sourcebuilds import SOURCE_BUILDS, config_settings  # noqa: E402
-from hostlab.tools import resolved  # noqa: E402
+from hostlab.host.tools import find_python  # noqa: E402
+from hostlab.locks.wheels import fetch  # noqa: E402
+from hostlab.locks.lockfile import lock_path, parse_body, parse_lock, parse_side_lock, render_lock, render_side_lock  # noqa: E402
+from hostlab.locks.resolve import check_lock  # noqa: E402
+from hostlab.locks.sourcebuilds import SOURCE_BUILDS, config_settings  # noqa: E402
+from hostlab.host.tools import resolved  # noqa: E402
 
 C, CV = get_track("c"), get_track("cv")
 ENGINE = engine.running()
@@ -148,7 +152,7 @@ def test_check_fails_when_the_build_options_change(monkeypatch):
     build = SOURCE_BUILDS["llama-cpp-python"]
     monkeypatch.setitem(SOURCE_BUILDS, "llama-cpp-python", replace(build, config_settings=build.config_settings + ("cmake.define.GGML_AVX512=ON",)))
     problems = check_build_lock(C, parse_lock(lock_path(C).read_text()))
-    assert problems == ["lockfiles/c.build.txt is stale: llama-cpp-python's build options changed since (hostlab/sourcebuilds.py); run `invoke lock --track c --side-locks`"]
+    assert problems == ["lockfiles/c.build.txt is stale: llama-cpp-python's build options changed since (hostlab/locks/sourcebuilds.py); run `invoke lock --track c --side-locks`"]
 
 
 def test_side_locks_need_a_track_with_an_image_lock():

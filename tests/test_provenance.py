@@ -1,7 +1,7 @@
 """`invoke lock --provenance`: the CPU build's Python files against upstream's, within a named allowance.
 
 Small stand-in wheels prove what passes and what fails; the real comparison (two wheels, ~450 MB) is the command
-itself, run by CI (hostlab/citest.py) with the wheels kept in ~/.cache/grpolab/provenance."""
+itself, run by CI (hostlab/ci/testcommand.py) with the wheels kept in ~/.cache/grpolab/provenance."""
 
 import hashlib
 import sys
@@ -14,7 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-s
 
 from grpolab.common.tracks import get_track  # noqa: E402
 
-from hostlab import HostError, provenance  # noqa: E402
+from hostlab import HostError
+
+from hostlab.locks import provenance  # noqa: E402
 
 UPSTREAM = {
     "vllm/__init__.py": "from .version import __version__\n",

@@ -22,9 +22,11 @@ from grpolab.environment.doctor import image_item  # noqa: E402
 from grpolab.environment.fingerprint import fingerprint_drift, image_identity  # noqa: E402
 from grpolab.report.table import environment  # noqa: E402
 
-from hostlab import REPO, HostError, engine  # noqa: E402
-from hostlab.base import host_arch, standin_name  # noqa: E402
-from hostlab.builder import (  # noqa: E402
+from hostlab import REPO, HostError
+
+from hostlab.host import engine  # noqa: E402
+from hostlab.images.standin import host_arch, standin_name  # noqa: E402
+from hostlab.images.builders import (  # noqa: E402
     Builder,
     base_into_buildah,
     buildah_build,
@@ -38,10 +40,10 @@ from hostlab.builder import (  # noqa: E402
     fresh_store,
     lab_inputs,
 )
-from hostlab.handover import buildah_to_engine  # noqa: E402
-from hostlab.compose import compose_env  # noqa: E402
-from hostlab.imagediff import explain  # noqa: E402
-from hostlab.imagerecord import compare_with_record, input_hashes, write_record  # noqa: E402
+from hostlab.images.handover import buildah_to_engine  # noqa: E402
+from hostlab.images.compose import compose_env  # noqa: E402
+from hostlab.images.diff import explain  # noqa: E402
+from hostlab.images.record import compare_with_record, input_hashes, write_record  # noqa: E402
 
 STANDIN = standin_name(host_arch())
 HAVE_BUILDAH = shutil.which("buildah") is not None

@@ -15,9 +15,11 @@ from grpolab.common.errors import LayerFailure  # noqa: E402
 from grpolab.rollouts import installed_vllm_version  # noqa: E402
 from grpolab.rollouts.serve import refuse_unless_servable  # noqa: E402
 
-from hostlab import REPO, HostError, engine  # noqa: E402
-from hostlab.detect import HostFacts  # noqa: E402
-from hostlab.serve import serve, server_tracks, wait_until_healthy  # noqa: E402
+from hostlab import REPO, HostError
+
+from hostlab.host import engine  # noqa: E402
+from hostlab.host.detect import HostFacts  # noqa: E402
+from hostlab.run.serve import serve, server_tracks, wait_until_healthy  # noqa: E402
 
 
 def python(*args):
@@ -160,7 +162,7 @@ def test_trls_client_has_no_api_key_to_send():
 
 
 def test_invoke_serve_publishes_on_loopback_unless_exposed(capsys):
-    from hostlab.serve import bind_address
+    from hostlab.run.serve import bind_address
 
     assert bind_address(expose=False) == "127.0.0.1"
     assert "WARNING" not in capsys.readouterr().err
@@ -173,7 +175,7 @@ def test_compose_publishes_the_server_on_loopback_unless_told(tmp_path):
     from test_compose import needs_compose, render
 
     from grpolab.common.tracks import get_track
-    from hostlab.compose import compose_env
+    from hostlab.images.compose import compose_env
 
     if needs_compose.args[0]:
         pytest.skip(needs_compose.kwargs["reason"])

@@ -1,5 +1,5 @@
 """The README's first command, `bash images/setup-host.sh`: what it installs per Debian/Ubuntu release (the
-table in hostlab/hostpackages.py), and, with a Docker engine, the real script in stock Debian 12 and 13 root
+table in hostlab/host/packages.py), and, with a Docker engine, the real script in stock Debian 12 and 13 root
 filesystems (images/stock-host-check.sh) plus its messages for a user who is not root and has no sudo, or
 who may not use the engine. Ubuntu's archive is not reachable from our machines: its rows are tested as a
 table only. macOS: only the branch's first check (a fake `uname` stands in for the Mac we lack)."""
@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
 
 from hostlab import REPO  # noqa: E402
-from hostlab.hostpackages import (  # noqa: E402
+from hostlab.host.packages import (  # noqa: E402
     HOST_PYTHON_MIN,
     RELEASES,
     Found,
@@ -128,7 +128,7 @@ def test_compose_v2_is_told_from_v1(text, v2):
 
 @pytest.mark.skipif(not Path("/etc/os-release").exists(), reason="not a Linux machine (no /etc/os-release)")
 def test_plan_on_this_machine_answers_in_its_format():
-    proc = subprocess.run([sys.executable, "hostlab/hostpackages.py", "plan"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "hostlab/host/packages.py", "plan"], cwd=REPO, capture_output=True, text=True, timeout=120)
     if "is not Debian or Ubuntu" in proc.stderr:
         pytest.skip(f"not a Debian or Ubuntu machine: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr

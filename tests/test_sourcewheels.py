@@ -1,4 +1,4 @@
-"""`invoke source-wheels` (hostlab/sourcewheels.py): the compile of the lock's source-only packages, copied out of
+"""`invoke source-wheels` (hostlab/images/sourcewheels.py): the compile of the lock's source-only packages, copied out of
 buildah's image of it. The compile itself runs in .ci/run before every test run (the test venv installs its wheel), and
 tests/test_images.py checks that venv's libraries against the image's; here, the copying out, on a real buildah image
 (the stand-in base with two folders more), and the refusal for a lock with nothing to compile."""
@@ -7,10 +7,12 @@ import shutil
 
 import pytest
 
-from hostlab import HostError, engine
-from hostlab.base import host_arch, standin_name
-from hostlab.builder import base_into_buildah, run_buildah
-from hostlab.sourcewheels import copy_out, source_wheels
+from hostlab import HostError
+
+from hostlab.host import engine
+from hostlab.images.standin import host_arch, standin_name
+from hostlab.images.builders import base_into_buildah, run_buildah
+from hostlab.images.sourcewheels import copy_out, source_wheels
 
 STANDIN = standin_name(host_arch())
 

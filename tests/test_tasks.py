@@ -11,7 +11,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-s
 
 from grpolab.common.tracks import get_track  # noqa: E402
 
-from hostlab import REPO, labrun  # noqa: E402
+from hostlab import REPO
+
+from hostlab.run import lab as labrun  # noqa: E402
 
 TASKS = ["base", "bench", "build", "doctor", "estimate", "export", "kernels", "lab", "lock", "report", "serve", "smoke", "test", "tiny-model", "up", "venv"]
 

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-s
 from grpolab.common.tracks import UnknownTrack, get_track, load_tracks  # noqa: E402
 
 from hostlab import REPO, HostError  # noqa: E402
-from hostlab.detect import HostFacts, detect_track, host_problems  # noqa: E402
+from hostlab.host.detect import HostFacts, detect_track, host_problems  # noqa: E402
 
 TRACKS = load_tracks()
 CONTAINER_TRACKS = [t for t in TRACKS.values() if t.is_container]

@@ -1,0 +1,143 @@
+"""`invoke bench --cold-up`: the README's first command as a learner meets it, timed part by part.
+
+In a fresh clone of this commit, with nothing of ours warm: no grpolab image and no stand-in base in the engine,
+buildah's store, build cache and cache mounts empty (a store of the bench's own, as --check-reproducible uses),
+the host's uv and pip caches set aside (and put back afterwards), the page cache dropped. Then, as `bash
+images/setup-host.sh && . .venvs/host/bin/activate && invoke up` does on a machine without a registry: the host
+set-up, the stand-in base, the image (and of it, the hand-over to the Docker engine), `docker compose run lab`
+(the smoke test, then the lab); then, the page cache dropped again, `invoke up --rollout llamacpp`, the first run on
+the path whose image has llama.cpp compiled in (the track's image leaves it out). What it does not time: installing the Docker engine itself, which this machine
+already has (a fresh machine pays it once, before everything here).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from grpolab.common.tracks import get_track
+
+from .. import REPO, HostError
+from ..host import engine
+from ..host.console import say
+from ..host.tools import compose_command, resolved
+from ..images.build import build, image_for_rollout, image_name
+from ..images.builders import fresh_store
+from ..images.standin import build_standin, host_arch, standin_name
+from .labs import _write
+from .projection import DROP_CACHES, drop_page_cache
+
+TRACK = "c"  # what `invoke up` builds on a machine without an accelerator
+HOST_CACHES = (Path.home() / ".cache" / "uv", Path.home() / ".cache" / "pip")  # the host venv's downloads
+GOAL_S = 240  # issue 36: the first command under 4 minutes on a fresh 2-core machine
+LLAMACPP_COMMAND = "invoke up --rollout llamacpp"
+
+
+@contextmanager
+def set_aside(paths: tuple[Path, ...]):
+    """Each existing folder renamed out of the way for the block, and put back after it (what the block made there
+    is removed first)."""
+    moved = []
+    try:
+        for path in paths:
+            if path.exists():
+                aside = path.with_name(path.name + ".grpolab-cold-up")
+                if aside.exists():
+                    raise HostError(f"{aside} is left from an earlier --cold-up that did not finish: move it back to {path} first")
+                path.rename(aside)
+                moved.append((path, aside))
+        yield
+    finally:
+        for path, aside in moved:
+            shutil.rmtree(path, ignore_errors=True)
+            aside.rename(path)
+
+
+def forget_images(names: list[str]) -> None:
+    """Remove the named images from the engine, with every other tag of the same id (an engine that holds the id under
+    any name is only tagged by the hand-over, which would then not be timed), and every image built on one of them
+    (the engine refuses to remove an image others are built on: track cv's, which CI builds on the stand-in base,
+    stopped this bench at 70d8774)."""
+    client = engine.client()
+    for name in names:
+        image = engine.image_or_none(name)
+        if image is None:
+            continue
+        bottom = image.attrs["RootFS"]["Layers"]
+        built_on = [other for other in client.images.list(all=True)
+                    if other.id != image.id and other.attrs["RootFS"]["Layers"][:len(bottom)] == bottom]  # fmt: skip
+        for other in sorted(built_on, key=lambda other: -len(other.attrs["RootFS"]["Layers"])):  # the top ones first
+            say(f"removing {', '.join(other.tags) or other.short_id}, built on {name}")
+            client.images.remove(other.id, force=True)
+        client.images.remove(image.id, force=True)
+
+
+def _timed(cmd: list[str], cwd: Path) -> float:
+    say("$ " + " ".join(cmd))
+    started = time.monotonic()
+    status = subprocess.run(resolved(cmd), cwd=cwd).returncode
+    if status != 0:
+        raise HostError(f"`{' '.join(cmd)}` exited {status} in the cold clone {cwd}: the first command fails there, see above")
+    return time.monotonic() - started
+
+
+def cold_up_bench() -> Path:
+    if not os.access(DROP_CACHES, os.W_OK):
+        raise HostError("--cold-up drops the page cache and removes track c's image and the stand-in base from the engine: run it as root")
+    track = get_track(TRACK)
+    with tempfile.TemporaryDirectory(prefix="grpolab-cold-up-", dir=Path.home()) as tmp:
+        clone = Path(tmp) / "clone"
+        subprocess.run(resolved(["git", "clone", "--quiet", str(REPO), str(clone)]), check=True)
+        images = [image_name(track), image_for_rollout(track, "llamacpp")[0], standin_name(host_arch())]
+        say(f"removing {', '.join(images)} from the engine, for a cold start")
+        forget_images(images)
+        with set_aside(HOST_CACHES):
+            drop_page_cache()
+            started = time.monotonic()
+            setup_s = _timed(["bash", "images/setup-host.sh"], clone)
+            base_started = time.monotonic()
+            base = build_standin(host_arch())
+            base_s = time.monotonic() - base_started
+            with fresh_store(Path(tmp) / "buildah"):
+                built = build(TRACK, base=base, repo=clone)
+                lab_s = _timed(compose_command("run", "--rm", "-T", "lab"), clone)
+                total_s = time.monotonic() - started
+                # Then the learner's first llama.cpp run, with the page cache dropped again: `invoke up --rollout
+                # llamacpp` compiles llama.cpp into an image of its own and runs the smoke test and the lab on that path.
+                drop_page_cache()
+                llama_started = time.monotonic()
+                llama = build(TRACK, base=base, repo=clone, rollout="llamacpp")
+                llama_lab_s = _timed(compose_command("run", "--rm", "-T", "lab", "lab", "--smoke", "always", "--rollout", "llamacpp"), clone)
+                llama_total_s = time.monotonic() - llama_started
+    record = {
+        "what": "the README's first command in a fresh clone, cold: no grpolab image and no stand-in base in the engine, buildah's "
+                "store and caches empty, the host's uv and pip caches aside, the page cache dropped; the Docker engine already installed",
+        "command": "bash images/setup-host.sh && . .venvs/host/bin/activate && invoke up",
+        "total_s": round(total_s, 1),
+        "goal_s": GOAL_S,
+        "parts": {
+            "setup_host_s": round(setup_s, 1),
+            "stand_in_base_s": round(base_s, 1),
+            "image_build_s": round(built.seconds, 1),
+            "of_it_handover_to_engine_s": round(built.handover_s, 1),
+            "smoke_and_lab_s": round(lab_s, 1),
+        },
+        "image": {"id": built.image_id, "bytes": built.size_bytes, "builder": built.builder},
+        "not_included": "installing the Docker engine, Compose and buildah (setup-host.sh found them installed)",
+        "then_llamacpp": {
+            "what": "right after, the page cache dropped again: the first run on llama.cpp's rollout path, which compiles "
+                    "llama.cpp into the image with it",
+            "command": LLAMACPP_COMMAND,
+            "total_s": round(llama_total_s, 1),
+            "image_build_s": round(llama.seconds, 1),
+            "of_it_handover_to_engine_s": round(llama.handover_s, 1),
+            "smoke_and_lab_s": round(llama_lab_s, 1),
+            "image": {"name": llama.image, "id": llama.image_id, "bytes": llama.size_bytes},
+        },
+    }
+    return _write("cold-up", record)

@@ -1,0 +1,3 @@
+"""The machine the host tasks run on: the tools found on PATH (`tools`), what is printed (`console`), which track this
+host is and what it lacks (`detect`), the host packages the set-up script installs per release (`packages`), and the
+Docker engine with a BuildKit-capable CLI (`engine`). The bottom of the host side: imports nothing else of hostlab."""

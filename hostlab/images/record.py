@@ -1,0 +1,113 @@
+"""lockfiles/<track>.image.json: the dependency image this commit's Dockerfile and locks give, recorded beside the lock.
+
+The record holds the dependency stage's image id and its layers' diff ids, the inputs they were made from (each
+file's sha256), the base it was built on and how it was checked (two builds from nothing, same ids). Every build with
+a reproducible builder on the recorded base is compared with it: a different id for the same inputs means the build
+is not reproducible; different inputs without a new record mean someone changed the Dockerfile, a lock or the base
+and did not record what it gives (`invoke build --track T --check-reproducible --record`). CI fails on either.
+The lab stage (the code) is not recorded: it changes with every commit; `--check-reproducible` checks it by
+building twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from grpolab.common.filehash import sha256_of_file
+from grpolab.common.tracks import Track
+
+from .. import REPO, HostError
+from ..host.console import say, warn
+from .builders import deps_inputs
+
+
+def record_path(track: Track, repo: Path = REPO) -> Path:
+    return repo / "lockfiles" / f"{track.name}.image.json"
+
+
+def input_hashes(track: Track, repo: Path = REPO) -> dict[str, str]:
+    """sha256 of each file the dependency stages are made of (the ones this track has)."""
+    return {p: sha256_of_file(repo / p) for p in deps_inputs(track) if (repo / p).is_file()}
+
+
+def read_record(track: Track, repo: Path = REPO) -> dict | None:
+    path = record_path(track, repo)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_record(track: Track, result, checked: dict, repo: Path = REPO) -> Path:
+    """Record `result` (a BuildResult from a reproducible builder) with how it was checked."""
+    record = {
+        "track": track.name,
+        "what": "the dependency stage's image (images/Dockerfile --target deps) that these inputs give on this base; "
+        "written by `invoke build --track T --check-reproducible --record`, compared by every build",
+        "inputs": input_hashes(track, repo),
+        "source_date_epoch": result.epochs["deps"],
+        "base": {"name": result.base, "id": result.base_id},
+        "deps_image_id": result.deps_image_id,
+        "deps_layers": result.deps_layers,
+        "builder": result.builder,
+        "checked": checked,
+    }
+    path = record_path(track, repo)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def strict() -> bool:
+    """In CI a build that differs from the record fails; on a learner's machine it is said loudly."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def compare_with_record(track: Track, result, repo: Path = REPO) -> tuple[str, list[str]]:
+    """("same" | "differs" | "stale" | "other base" | "none", lines saying so). `result`: a BuildResult."""
+    record = read_record(track, repo)
+    name = record_path(track, repo).relative_to(repo)
+    if record is None:
+        return "none", [f"no {name} yet: `invoke build --track {track.name} --check-reproducible --record` makes it"]
+    if not result.deps_image_id:
+        return "none", [f"this build's builder ({result.builder}) does not set its times from git: nothing to compare with {name}"]
+    if record["base"]["id"] != result.base_id and record["base"]["name"] == result.base:
+        return "stale", [
+            f"{name} was recorded on {result.base} as it was then ({record['base']['id'][:19]}); it is now "
+            f"{result.base_id[:19]} (its pins or its recipe changed): record what the inputs give on it with "
+            f"`invoke build --track {track.name} --base {result.base} --check-reproducible --record`"
+        ]
+    if record["base"]["id"] != result.base_id:
+        return "other base", [
+            f"{name} was recorded on the base {record['base']['name']} ({record['base']['id'][:19]}), this build ran on "
+            f"{result.base} ({result.base_id[:19]}): nothing to compare. `invoke base` and `invoke build --track "
+            f"{track.name} --base {record['base']['name']}` compare with it."
+        ]
+    now = input_hashes(track, repo)
+    changed = sorted(p for p in set(now) | set(record["inputs"]) if now.get(p) != record["inputs"].get(p))
+    if changed:
+        return "stale", [
+            f"{name} was recorded for other inputs ({', '.join(changed)} changed since): record what they give now with "
+            f"`invoke build --track {track.name} --check-reproducible --record`"
+        ]
+    if result.deps_image_id == record["deps_image_id"]:
+        return "same", [f"dependency image {result.deps_image_id[:19]}: the same as {name} records (byte for byte)"]
+    lines = [f"dependency image {result.deps_image_id[:19]} differs from {name}'s {record['deps_image_id'][:19]} (same inputs)"]
+    for index, (mine, theirs) in enumerate(zip(result.deps_layers, record["deps_layers"])):
+        if mine != theirs:
+            lines.append(f"  first differing layer: #{index} ({mine[:19]} here, {theirs[:19]} recorded)")
+            break
+    else:
+        if len(result.deps_layers) != len(record["deps_layers"]):
+            lines.append(f"  {len(result.deps_layers)} layers here, {len(record['deps_layers'])} recorded")
+        else:
+            lines.append("  every layer is the same: the image's config differs (its times, environment or labels)")
+    lines.append(f"  which files differ, and how: `invoke build --track {track.name} --check-reproducible`")
+    return "differs", lines
+
+
+def enforce(track: Track, result, repo: Path = REPO) -> str:
+    """Compare, print, and in CI fail on a differing or stale record. The verdict."""
+    verdict, lines = compare_with_record(track, result, repo)
+    if verdict in ("differs", "stale") and strict():
+        raise HostError("\n".join(lines))
+    (warn if verdict in ("differs", "stale") else say)("\n".join(lines))
+    return verdict
