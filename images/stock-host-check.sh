@@ -81,7 +81,7 @@ check_suite() {
         # The commit moves the tag; the image an earlier check left (1.2-1.4 GB) would stay untagged on every
         # re-run. The builds' own rule removes it: once no name is left on it, unless a container still uses it.
         if [ -n "$previous" ]; then
-            (cd "$repo" && python3 -c 'import sys; from hostlab.images.handover import drop_untagged; drop_untagged(*sys.argv[1:])' \
+            (cd "$repo" && python3 -c 'import sys; from hostlab.images.builders.handover import drop_untagged; drop_untagged(*sys.argv[1:])' \
                 "$previous" "grpolab-stock:$suite-set-up")
         fi
     fi

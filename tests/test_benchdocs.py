@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hostlab.bench.docs import DOCS_PAGE, render
+from hostlab import HostError
+from hostlab.bench.docs import (DOCS_PAGE, FIGURES_END, FIGURES_START, README, figures_block, readme_figures, render,
+                                write_page)
 from hostlab.bench.record import BENCH_DIR, missing_provenance, provenance, result_path, stamped_from_git, write_result
 from hostlab.locks.lockfile import parse_lock
 
@@ -18,7 +20,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_docs_benchmarks_is_made_from_the_results():
-    assert DOCS_PAGE.read_text() == render(BENCH_DIR), "docs/benchmarks.md is stale: `invoke bench --docs` writes it again"
+    assert DOCS_PAGE.read_text() == render(BENCH_DIR), "docs/benchmarks.md is stale: `invoke bench.docs` writes it"
+
+
+def test_the_readmes_figures_are_made_from_the_results():
+    """A figure typed into the README's block, or a result newer than the block, fails here."""
+    assert figures_block(README.read_text()) == readme_figures(BENCH_DIR), (
+        "README.md's figures are not what bench/ holds: `invoke bench.docs` writes them again (never type one)")
 
 
 def test_every_result_says_where_it_came_from_and_is_kept_under_its_kind_and_case():
@@ -92,3 +100,60 @@ def test_a_result_stamped_after_the_fact_takes_the_commit_that_added_it(small_re
     assert missing_provenance({"provenance": stamp}) == []
     with pytest.raises(ValueError, match="never committed"):
         stamped_from_git(small_repo / "bench" / "new.json", ("c",), (), small_repo)
+
+
+# --- the README's figures from a small bench folder ------------------------------------------------------------------
+MACHINE = {"cpu_model": "Example CPU", "cores": 4, "cpu_flags": ["avx2"], "memory_gib": 16.0,
+           "os": "Debian GNU/Linux 13 (trixie)", "kernel": "6.1", "arch": "x86_64"}
+
+
+def result(bench: Path, name: str, machine=MACHINE, **fields) -> None:
+    bench.mkdir(exist_ok=True)
+    record = {**fields, "provenance": {"commit": "0123456789abcdef0123456789abcdef01234567", "tree_dirty": False,
+                                       "locks": {}, "models": {}, "machine": machine}}
+    (bench / name).write_text(json.dumps(record))
+
+
+def test_the_readme_figures_name_the_machine_and_the_day_but_no_commit(tmp_path):
+    bench = tmp_path / "bench"
+    result(bench, "cold-up.json", kind="cold-up", when="20270102T030405Z", total_s=201.4, goal_s=240)
+    result(bench, "reproducible-c.json", kind="reproducible", case="c", when="20270103T000000Z",
+           seconds=[{"total_s": 150.2}])
+    figures = readme_figures(bench)
+    first, second = (" ".join(item.split()) for item in figures.split("\n- "))  # each bullet as one line
+    assert "**201 s**" in first and "2027-01-02, 4 cores, Example CPU, Debian GNU/Linux 13 (trixie)" in first
+    assert "[bench/cold-up.json](bench/cold-up.json)" in first and "goal 240 s" in first
+    # No result times the test command: it says so, and gives what is measured of it instead, not a typed figure.
+    assert "not timed yet" in second and "**150 s**" in second and "2027-01-03" in second
+    assert "[bench/reproducible-c.json](bench/reproducible-c.json)" in second
+    assert "0123456" not in figures and all(len(line) <= 120 for line in figures.splitlines())
+
+
+def test_the_readme_figures_take_the_newest_measured_run_of_the_test_command(tmp_path):
+    bench = tmp_path / "bench"
+    result(bench, "cold-up.json", machine="not recorded (stamped from git)", kind="cold-up", when="20270102T000000Z",
+           total_s=201.4)
+    result(bench, "ci-old.json", kind="ci", when="20270101T000000Z", command="bash .ci/run", total_s=1500)
+    result(bench, "ci-new.json", kind="ci", when="20270105T000000Z", command="bash .ci/run", total_s=1071.2)
+    result(bench, "ci-unrecorded.json", machine="not recorded", kind="ci", when="20270109T000000Z",
+           command="invoke test", total_s=10)
+    figures = readme_figures(bench)
+    assert "First command: not measured yet" in figures  # one stamped from git after the fact is no current figure
+    assert "Second command: **1,071 s**, 2027-01-05" in figures and "ci-new.json" in figures
+    assert "not timed" not in figures and "1,500" not in figures and "**10 s**" not in figures
+
+
+def test_write_page_rewrites_the_page_and_only_the_readmes_block(tmp_path):
+    bench, page, readme = tmp_path / "bench", tmp_path / "benchmarks.md", tmp_path / "README.md"
+    result(bench, "cold-up.json", kind="cold-up", when="20270102T030405Z", total_s=201.4)
+    readme.write_text(f"# Title\n\nbefore\n\n{FIGURES_START}\n- First command: **5 s**, typed by hand\n"
+                      f"{FIGURES_END}\n\nafter\n")
+    assert write_page(bench, page, readme) == page
+    assert page.read_text() == render(bench) and "| 201.4 |" in page.read_text()
+    text = readme.read_text()
+    assert text == f"# Title\n\nbefore\n\n{FIGURES_START}\n{readme_figures(bench)}{FIGURES_END}\n\nafter\n"
+    assert "typed by hand" not in text and "**201 s**" in text
+    readme.write_text("# a README without the block\n")
+    with pytest.raises(HostError, match="no figures block"):
+        write_page(bench, tmp_path / "other.md", readme)
+    assert not (tmp_path / "other.md").exists()  # nothing written when the README cannot take the figures

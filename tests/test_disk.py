@@ -13,7 +13,7 @@ import pytest
 
 from hostlab import HostError
 from hostlab.ci.room import CLEANUPS, GIB, DiskWatch, filesystems, free_gib, least_free, make_room
-from hostlab.images.handover import drop_untagged
+from hostlab.images.builders.handover import drop_untagged
 
 
 def reserve(path, gib: float):

@@ -59,3 +59,35 @@ def test_the_readmes_first_table_names_exactly_the_tracks():
         rows.append(line.split("|")[1].strip(" `"))
     tracks = list(tomllib.loads((REPO / "images" / "tracks.toml").read_text())["tracks"])
     assert sorted(rows) == sorted(tracks) and len(rows) == len(set(rows)), (rows, tracks)
+
+
+# The figures' history is git's history of bench/, and docs/benchmarks.md (made from bench/) names each result's
+# commit: prose that names commits goes stale with every run, so the README and the other pages name none.
+import subprocess  # noqa: E402  (here, with the test that needs it: this part was appended to the file)
+
+GENERATED_PAGES = {REPO / "docs" / "benchmarks.md"}
+HEX_WORD = re.compile(r"(?<![\w/.:-])[0-9a-f]{7,40}(?![\w/-])")
+
+
+def commit_ids_in(text: str, commits: list[str]) -> list[str]:
+    """The words of `text` that are a commit of `commits` (full ids), whole or shortened, in backticks or plain."""
+    return sorted({word for word in HEX_WORD.findall(text) if any(commit.startswith(word) for commit in commits)})
+
+
+def test_no_page_names_a_commit_in_its_prose():
+    commits = subprocess.run(["git", "rev-list", "--all"], cwd=REPO, capture_output=True, text=True, check=True,
+                             timeout=60).stdout.split()
+    assert commits, "git rev-list --all listed no commit: run this in a clone of the repository"
+    named = {}
+    for page in PAGES:
+        if page not in GENERATED_PAGES and (found := commit_ids_in(page.read_text(), commits)):
+            named[str(page.relative_to(REPO))] = found
+    assert not named, "pages that name commits (say what changed; bench/ and git keep when): " + "; ".join(
+        f"{page}: {len(ids)} ({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''})" for page, ids in named.items())
+
+
+def test_a_commit_id_is_found_in_backticks_or_plain_and_nothing_else_is():
+    commits = ["a6dfebff80292725d59b0818fca924b454447d05", "dc5d2d51234567890abcdef1234567890abcdef0"]
+    text = ("at `a6dfebf`, then dc5d2d5 (and a6dfebff80292725d59b0818fca924b454447d05); not image `fee15818a3f3`, "
+            "not `sha256:a6dfebf00`, not 1234567, not dc5d2d5x or cafe/dc5d2d5")
+    assert commit_ids_in(text, commits) == ["a6dfebf", "a6dfebff80292725d59b0818fca924b454447d05", "dc5d2d5"]

@@ -1,4 +1,4 @@
-"""An image buildah built, handed to the Docker engine (hostlab/images/handover.py): only the layers the engine lacks at the
+"""An image buildah built, handed to the Docker engine (hostlab/images/builders/handover.py): only the layers the engine lacks at the
 bottom of its images, with buildah's id kept; the whole image where the engine holds too little of it. The images
 here are buildah's and the engine's for real: the stand-in base with a file or two more."""
 
@@ -10,8 +10,8 @@ import pytest
 
 from hostlab.host import engine
 from hostlab.images.standin import host_arch, standin_name
-from hostlab.images.builders import base_into_buildah, buildah_layers, run_buildah
-from hostlab.images.handover import buildah_to_engine, held_bottom
+from hostlab.images.builders.buildah_store import base_into_buildah, buildah_layers, run_buildah
+from hostlab.images.builders.handover import buildah_to_engine, held_bottom
 
 STANDIN = standin_name(host_arch())
 needs_buildah_and_base = pytest.mark.skipif(

@@ -302,7 +302,7 @@ def test_every_host_subprocess_of_uv_docker_debootstrap_git_is_found_by_hostlab_
         ("hostlab/bench/colocate.py", "argv"): "a lab command: the track's venv Python (lab_command)",
         ("hostlab/locks/buildtools.py", "[python, "): "the throwaway venv's Python, asking an sdist's build backend what it needs",
         ("hostlab/kernels/elf.py", "[cuobjdump(), "): "NVIDIA's cuobjdump, from the nvidia-cuda-cuobjdump package beside this Python, else PATH",
-        ("hostlab/images/builders.py", "[path, "): "choose_builder asks the buildah shutil.which found for its version (none found: the engine's builder)",
+        ("hostlab/images/builders/buildah.py", "[path, "): "detect() asks the buildah shutil.which found for its version (none found: the engine's builder)",
         ("hostlab/images/diff.py", "[diffoscope, "): "diffoscope only where shutil.which finds it (optional: without it the first differing bytes are shown)",
     }
     unresolved = []

@@ -2,7 +2,7 @@
 and the image's id carried into the run log, the doctor and the report.
 
 The full double build of a track's image takes minutes a build; CI's build of track c is compared with
-lockfiles/c.image.json (strict under CI=true), and `invoke build --check-reproducible` runs the double build. Here
+lockfiles/c.image.json (strict under CI=true), and `invoke build.reproducible` runs the double build. Here
 the same machinery runs on small images built for real by buildah and Docker."""
 
 import json
@@ -26,21 +26,11 @@ from hostlab import REPO, HostError
 
 from hostlab.host import engine  # noqa: E402
 from hostlab.images.standin import host_arch, standin_name  # noqa: E402
-from hostlab.images.builders import (  # noqa: E402
-    Builder,
-    base_into_buildah,
-    buildah_build,
-    buildah_forget,
-    buildah_layers,
-    buildx_build,
-    choose_builder,
-    commit_time,
-    deps_inputs,
-    engine_layers,
-    fresh_store,
-    lab_inputs,
-)
-from hostlab.images.handover import buildah_to_engine  # noqa: E402
+from hostlab.images.builders import choose_builder, commit_time, deps_inputs, engine_layers, lab_inputs  # noqa: E402
+from hostlab.images.builders.buildah import buildah_build  # noqa: E402
+from hostlab.images.builders.buildah_store import base_into_buildah, buildah_forget, buildah_layers, fresh_store  # noqa: E402
+from hostlab.images.builders.buildx import buildx_build  # noqa: E402
+from hostlab.images.builders.handover import buildah_to_engine  # noqa: E402
 from hostlab.images.compose import compose_env  # noqa: E402
 from hostlab.images.diff import explain  # noqa: E402
 from hostlab.images.record import compare_with_record, input_hashes, write_record  # noqa: E402
@@ -204,11 +194,11 @@ def test_a_build_is_held_to_the_record_of_its_inputs(tmp_path):
     verdict, lines = compare_with_record(track, built(base="python:3.13-slim-trixie", base_id="sha256:" + "a" * 64), repo)
     assert verdict == "other base" and "invoke build --track c --base grpolab-base:trixie-amd64" in lines[0]
     verdict, lines = compare_with_record(track, built(base_id="sha256:" + "a" * 64), repo)  # the stand-in, made anew
-    assert verdict == "stale" and "--base grpolab-base:trixie-amd64 --check-reproducible --record" in lines[0]
+    assert verdict == "stale" and "--base grpolab-base:trixie-amd64 --record" in lines[0]
     with (repo / "lockfiles" / "c.txt").open("a") as lock:
         lock.write("# edited\n")
     verdict, lines = compare_with_record(track, built(), repo)
-    assert verdict == "stale" and "lockfiles/c.txt changed" in lines[0] and "--check-reproducible --record" in lines[0]
+    assert verdict == "stale" and "lockfiles/c.txt changed" in lines[0] and "build.reproducible --track c --record" in lines[0]
 
 
 def test_the_committed_records_match_their_inputs():
@@ -216,7 +206,7 @@ def test_the_committed_records_match_their_inputs():
     for path in sorted((REPO / "lockfiles").glob("*.image.json")):
         record = json.loads(path.read_text())
         track = get_track(record["track"])
-        assert record["inputs"] == input_hashes(track), f"{path.name} is stale: `invoke build --track {track.name} --check-reproducible --record`"
+        assert record["inputs"] == input_hashes(track), f"{path.name} is stale: `invoke build.reproducible --track {track.name} --record`"
         assert record["checked"]["same"] is True and record["checked"]["builds"] == 2
 
 
@@ -256,7 +246,7 @@ def engine_builder():
 
 
 @pytest.mark.docker
-@pytest.mark.skipif(not isinstance(engine_builder(), Builder),
+@pytest.mark.skipif(isinstance(engine_builder(), HostError),
                     reason=f"the engine's own builder cannot set every time here ({engine_builder()}); buildah does (CI)")
 def test_the_engines_own_builder_where_it_can(tmp_path):
     """Docker >= 26 with the containerd image store: SOURCE_DATE_EPOCH and rewrite-timestamp, the build cache emptied

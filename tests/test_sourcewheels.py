@@ -11,7 +11,7 @@ from hostlab import HostError
 
 from hostlab.host import engine
 from hostlab.images.standin import host_arch, standin_name
-from hostlab.images.builders import base_into_buildah, run_buildah
+from hostlab.images.builders.buildah_store import base_into_buildah, run_buildah
 from hostlab.images.sourcewheels import copy_out, source_wheels
 
 STANDIN = standin_name(host_arch())

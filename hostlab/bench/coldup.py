@@ -1,7 +1,7 @@
-"""`invoke bench --cold-up`: the README's first command as a learner meets it, timed part by part.
+"""`invoke bench.cold-up`: the README's first command as a learner meets it, timed part by part.
 
 In a fresh clone of this commit, with nothing of ours warm: no grpolab image and no stand-in base in the engine,
-buildah's store, build cache and cache mounts empty (a store of the bench's own, as --check-reproducible uses),
+buildah's store, build cache and cache mounts empty (a store of the bench's own, as `invoke build.reproducible` uses),
 the host's uv and pip caches set aside (and put back afterwards), the page cache dropped. Then, as `bash
 images/setup-host.sh && . .venvs/host/bin/activate && invoke up` does on a machine without a registry: the host
 set-up, the stand-in base, the image (and of it, the hand-over to the Docker engine), `docker compose run lab`
@@ -27,7 +27,7 @@ from ..host import engine
 from ..host.console import say
 from ..host.tools import compose_command, resolved
 from ..images.build import build, image_for_rollout, image_name
-from ..images.builders import fresh_store
+from ..images.builders.buildah_store import fresh_store
 from ..images.standin import build_standin, host_arch, standin_name
 from .labs import _write
 from .projection import DROP_CACHES, drop_page_cache

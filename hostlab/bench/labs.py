@@ -1,5 +1,5 @@
-"""`invoke bench`: wall-clock timings and (--memory) predicted against measured peak memory, written as JSON
-under bench/ (benchmarks, not timed tests)."""
+"""`invoke bench.lab`, `bench.build`, `bench.memory` and the like: wall-clock timings and predicted against measured
+peak memory, written as JSON under bench/ (benchmarks, not timed tests)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ..host import engine
 from ..host.console import say
 from ..host.tools import compose_command, resolved
 from ..images.build import build
-from ..images.builders import fresh_store
+from ..images.builders.buildah_store import fresh_store
 from ..images.compose import recorded_track
 from ..images.standin import build_standin, host_arch
 from ..run.lab import lab_command, lab_env

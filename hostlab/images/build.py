@@ -25,21 +25,8 @@ from ..locks.debian import SUITE, check_debian_lock, pins_arg
 from ..locks.lockfile import lock_path, lock_sha256, parse_lock
 from ..locks.resolve import check_lock
 from ..locks.sourcebuilds import SOURCE_BUILD_FILE_NAMES, rollouts_needing_source_builds, source_builds
-from .builders import (
-    BUILDAH_HINT,
-    Builder,
-    base_into_buildah,
-    buildah_build,
-    buildah_layers,
-    buildx_build,
-    choose_builder,
-    commit_time,
-    deps_inputs,
-    engine_layers,
-    lab_inputs,
-)
+from .builders import BUILDAH_HINT, Builder, choose_builder, commit_time, deps_inputs, lab_inputs
 from .compose import compose_env, write_env_file
-from .handover import buildah_to_engine
 from .record import enforce
 from .standin import standin_name
 
@@ -351,13 +338,11 @@ def run_two_stage_build(
             lab_id, more_tail = add_source_builds(builder, track, dockerfile, context, stage_args, lab_ref, image, epochs, ca)
             lab_tail += more_tail
     handover_s = 0.0
-    if builder.name == "buildah":
+    if not builder.loads_into_engine:
         handing = time.monotonic()
-        buildah_to_engine(lab_id, image)
+        builder.hand_to_engine(lab_id, image)
         handover_s = time.monotonic() - handing
-        deps_layers = buildah_layers(deps_id)
-    else:
-        deps_layers = engine_layers(deps_ref)
+    deps_layers = builder.layers(deps_id, deps_ref)
     return TwoStageBuild(lab_id, deps_id, deps_layers, tail + lab_tail, handover_s)
 
 
@@ -365,7 +350,7 @@ def builder_stage_args(builder: Builder, args: dict[str, str], base_id: str) -> 
     """The build args each stage's build gets: the base as this builder's FROM takes it (buildah: the engine's base
     copied into its store, by id), and its name as the track gives it for the label. `invoke source-wheels` builds the
     compile stage with these too, so that the two builds share buildah's cache."""
-    base = base_into_buildah(base_id) if builder.name == "buildah" else args["BASE_IMAGE"]
+    base = builder.base_ref(base_id, args["BASE_IMAGE"])
     return {**args, "BASE_IMAGE": base, "BASE_NAME": args["BASE_IMAGE"]}
 
 
@@ -391,12 +376,7 @@ def build_target(
     """One build of the Dockerfile's `target` at `epoch` by a builder that sets every time: the image's id, what a
     later stage's FROM takes for it (buildah: the image as built, with the history its layer cache needs; buildx: its
     tag in the engine, `tag` or grpolab-<target>:<track>), and the log's last lines. A failure says why."""
-    if builder.name == "buildah":
-        image_id, built, tail = buildah_build(dockerfile, context, target, epoch, args, track.platform, ca, tag=tag)
-        ref = built.removeprefix("sha256:")
-    else:
-        ref = tag or f"grpolab-{target}:{track.name}"
-        image_id, tail = buildx_build(dockerfile, context, target, epoch, args, track.platform, ca, ref)
+    image_id, ref, tail = builder.build_target(dockerfile, context, target, epoch, args, track.platform, ca, tag)
     if not image_id:
         raise HostError(explain_failure(tail, track))
     return image_id, ref, tail
@@ -447,7 +427,7 @@ def build(
     epochs = {"deps": commit_time(repo, deps_inputs(track)), "lab": commit_time(repo, lab_inputs(track))}
     base_id = engine.image_or_none(base_image).id
     args = {**image_build_args(track, base_image, base_digest, repo), **(build_args or {})}
-    if builder.reproducible:
+    if builder.sets_times:
         made = run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds)
         tail, deps_id, deps_layers, handover_s = made.tail, made.deps_image_id, made.deps_layers, made.handover_s
     else:
@@ -479,7 +459,7 @@ def build(
         handover_s=handover_s,
     )
     say(result.summary())
-    if compare_record and builder.reproducible:
+    if compare_record and builder.sets_times:
         enforce(track, result, repo)
     if write_env:
         digests = built.attrs.get("RepoDigests") or []

@@ -4,8 +4,8 @@ The record holds the dependency stage's image id and its layers' diff ids, the i
 file's sha256), the base it was built on and how it was checked (two builds from nothing, same ids). Every build with
 a reproducible builder on the recorded base is compared with it: a different id for the same inputs means the build
 is not reproducible; different inputs without a new record mean someone changed the Dockerfile, a lock or the base
-and did not record what it gives (`invoke build --track T --check-reproducible --record`). CI fails on either.
-The lab stage (the code) is not recorded: it changes with every commit; `--check-reproducible` checks it by
+and did not record what it gives (`invoke build.reproducible --track T --record`). CI fails on either.
+The lab stage (the code) is not recorded: it changes with every commit; `invoke build.reproducible` checks it by
 building twice.
 """
 
@@ -42,7 +42,7 @@ def write_record(track: Track, result, checked: dict, repo: Path = REPO) -> Path
     record = {
         "track": track.name,
         "what": "the dependency stage's image (images/Dockerfile --target deps) that these inputs give on this base; "
-        "written by `invoke build --track T --check-reproducible --record`, compared by every build",
+        "written by `invoke build.reproducible --track T --record`, compared by every build",
         "inputs": input_hashes(track, repo),
         "source_date_epoch": result.epochs["deps"],
         "base": {"name": result.base, "id": result.base_id},
@@ -66,14 +66,14 @@ def compare_with_record(track: Track, result, repo: Path = REPO) -> tuple[str, l
     record = read_record(track, repo)
     name = record_path(track, repo).relative_to(repo)
     if record is None:
-        return "none", [f"no {name} yet: `invoke build --track {track.name} --check-reproducible --record` makes it"]
+        return "none", [f"no {name} yet: `invoke build.reproducible --track {track.name} --record` makes it"]
     if not result.deps_image_id:
         return "none", [f"this build's builder ({result.builder}) does not set its times from git: nothing to compare with {name}"]
     if record["base"]["id"] != result.base_id and record["base"]["name"] == result.base:
         return "stale", [
             f"{name} was recorded on {result.base} as it was then ({record['base']['id'][:19]}); it is now "
             f"{result.base_id[:19]} (its pins or its recipe changed): record what the inputs give on it with "
-            f"`invoke build --track {track.name} --base {result.base} --check-reproducible --record`"
+            f"`invoke build.reproducible --track {track.name} --base {result.base} --record`"
         ]
     if record["base"]["id"] != result.base_id:
         return "other base", [
@@ -86,7 +86,7 @@ def compare_with_record(track: Track, result, repo: Path = REPO) -> tuple[str, l
     if changed:
         return "stale", [
             f"{name} was recorded for other inputs ({', '.join(changed)} changed since): record what they give now with "
-            f"`invoke build --track {track.name} --check-reproducible --record`"
+            f"`invoke build.reproducible --track {track.name} --record`"
         ]
     if result.deps_image_id == record["deps_image_id"]:
         return "same", [f"dependency image {result.deps_image_id[:19]}: the same as {name} records (byte for byte)"]
@@ -100,7 +100,7 @@ def compare_with_record(track: Track, result, repo: Path = REPO) -> tuple[str, l
             lines.append(f"  {len(result.deps_layers)} layers here, {len(record['deps_layers'])} recorded")
         else:
             lines.append("  every layer is the same: the image's config differs (its times, environment or labels)")
-    lines.append(f"  which files differ, and how: `invoke build --track {track.name} --check-reproducible`")
+    lines.append(f"  which files differ, and how: `invoke build.reproducible --track {track.name}`")
     return "differs", lines
 
 

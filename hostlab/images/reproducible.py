@@ -1,4 +1,4 @@
-"""`invoke build --track T --check-reproducible`: build twice from nothing and compare, byte for byte.
+"""`invoke build.reproducible --track T`: build twice from nothing and compare, byte for byte.
 
 With buildah, each build runs in a store of its own, empty at first (no image, no cached layer, no cache mount: uv downloads
 the lock again), removed afterwards, so the everyday store and its cache are left as they were; the stand-in base is
@@ -25,7 +25,7 @@ from ..host import engine
 from ..host.console import say, warn
 from ..host.tools import resolved
 from .build import BuildResult, build, image_for_rollout, resolve_track
-from .builders import BUILDAH_HINT, choose_builder, engine_layers, fresh_store
+from .builders import BUILDAH_HINT, choose_builder, engine_layers
 from .diff import explain
 from .record import compare_with_record, record_path, write_record
 from .standin import build_standin, standin_name
@@ -38,8 +38,8 @@ def check_reproducible(track_name: str | None, base: str | None = None, ca_bundl
     track = resolve_track(track_name)
     image, _ = image_for_rollout(track, rollout, repo / "lockfiles")
     builder = choose_builder()
-    if not builder.reproducible:
-        raise HostError(f"--check-reproducible needs a builder that takes its times from git: {BUILDAH_HINT}")
+    if not builder.sets_times:
+        raise HostError(f"`invoke build.reproducible` needs a builder that takes its times from git: {BUILDAH_HINT}")
     arch = track.platform.partition("/")[2]
     on_standin = (base or "") == standin_name(arch)
     builds: list[BuildResult] = []
@@ -53,12 +53,8 @@ def check_reproducible(track_name: str | None, base: str | None = None, ca_bundl
             build_standin(arch, force=True)
             base_seconds = round(time.monotonic() - base_started, 1)
         tag = f"grpolab-check:{track.name}-{attempt}"
-        if builder.name == "buildah":
-            with fresh_store(Path(os.environ.get("TMPDIR", "/var/tmp")) / f"grpolab-check-{track.name}-{attempt}"):
-                result = build(track.name, base=base, ca_bundle=ca_bundle, repo=repo, tag=tag, write_env=False,
-                               builder=builder, compare_record=False, rollout=rollout)  # fmt: skip
-        else:  # buildx: the engine's build cache emptied (its cache mounts too), as a fresh machine has it
-            subprocess.run(resolved(["docker", "buildx", "prune", "--all", "--force"]), capture_output=True)
+        # A store of the build's own (buildah), or the engine's build cache emptied (buildx): as a fresh machine has it.
+        with builder.from_nothing(Path(os.environ.get("TMPDIR", "/var/tmp")) / f"grpolab-check-{track.name}-{attempt}"):
             result = build(track.name, base=base, ca_bundle=ca_bundle, repo=repo, tag=tag, write_env=False,
                            builder=builder, compare_record=False, rollout=rollout)  # fmt: skip
         builds.append(result)

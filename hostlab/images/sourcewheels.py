@@ -33,7 +33,8 @@ from .build import (
     image_build_args,
     staged_context,
 )
-from .builders import choose_builder, commit_time, deps_inputs, run_buildah
+from .builders import choose_builder, commit_time, deps_inputs
+from .builders.buildah_store import run_buildah
 
 
 def source_wheels(track_name: str, into: Path, base: str | None = None, repo: Path = REPO) -> list[Path]:

@@ -50,7 +50,7 @@ from .builders import commit_time
 
 PACKAGES = ["python3", "python3-venv", "ca-certificates"]
 # The stand-ins whose pins are committed and that plain `invoke lock` resolves again: CI's. Another arch's pins are made
-# with `invoke lock --base ARCH` (arm64's under QEMU, as its stand-in is) and kept up from then on.
+# with `invoke lock.base --arch ARCH` (arm64's under QEMU, as its stand-in is) and kept up from then on.
 PINNED_ARCHES = ("amd64",)
 RESOLVING_VARIANT = "minbase"  # what `invoke lock` makes to read the package set from (debootstrap's minbase, plus PACKAGES)
 FIXED_FILE_HOOKS = ('printf "" > "$1/etc/resolv.conf"', 'echo localhost > "$1/etc/hostname"')
@@ -146,7 +146,7 @@ def make_base_lock(arch: str | None = None, lock_dir: Path = LOCK_DIR) -> Path:
     with tempfile.TemporaryDirectory(prefix=f"grpolab-base-lock-{arch}-") as tmp:
         rootfs, release = Path(tmp) / "rootfs.tar", Path(tmp) / "release"
         hook = f"sed -n 's/^\\(Origin\\|Version\\|Codename\\|Date\\): /\\1 /p' \"$1\"/var/lib/apt/lists/*_InRelease > {release}"
-        mmdebstrap(arch, RESOLVING_VARIANT, PACKAGES, rootfs, None, f"run `invoke lock --base {arch}`", (hook,))
+        mmdebstrap(arch, RESOLVING_VARIANT, PACKAGES, rootfs, None, f"run `invoke lock.base --arch {arch}`", (hook,))
         pins = [f"{name}={version}" for name, version in sorted(installed_packages(rootfs).items())]
         facts = dict(line.split(" ", 1) for line in release.read_text().splitlines() if " " in line)
     version = subprocess.run(resolved(["mmdebstrap", "--version"]), capture_output=True, text=True).stdout.strip()
@@ -183,11 +183,11 @@ def build_standin(arch: str | None = None, force: bool = False, name: str | None
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"grpolab-base-{arch}-") as tmp:
         rootfs = Path(tmp) / "rootfs.tar"
-        mmdebstrap(arch, "custom", pins, rootfs, epoch, f"run `invoke lock --base {arch}`")
+        mmdebstrap(arch, "custom", pins, rootfs, epoch, f"run `invoke lock.base --arch {arch}`")
         made, want = installed_packages(rootfs), lock.versions("base")
         if made != want:
             apart = sorted(f"{p} {made.get(p, 'absent')} (pinned: {want.get(p, 'not pinned')})" for p in set(made) | set(want) if made.get(p) != want.get(p))
-            raise HostError(f"the stand-in base holds other packages than lockfiles/{path.name} pins: {'; '.join(apart[:5])}: run `invoke lock --base {arch}`")
+            raise HostError(f"the stand-in base holds other packages than lockfiles/{path.name} pins: {'; '.join(apart[:5])}: run `invoke lock.base --arch {arch}`")
         created_by = f"mmdebstrap --variant=custom --include=<the {len(pins)} pins of lockfiles/{path.name}, body sha256 {body_sha256(lock.body)[:16]}> {SUITE} {MIRROR}"
         say(f"loading {rootfs.name} into Docker as {name} (linux/{arch}), created {datetime.fromtimestamp(epoch, timezone.utc):%Y-%m-%dT%H:%M:%SZ}")
         load_rootfs(rootfs, name, arch, Path(tmp), epoch, created_by)

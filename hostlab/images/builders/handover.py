@@ -29,10 +29,11 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from .. import HostError
-from ..host.console import say
-from ..host.tools import resolved
-from .builders import engine_image_id, run_buildah
+from ... import HostError
+from ...host.console import say
+from ...host.tools import resolved
+from .buildah_store import run_buildah
+from .engine_images import engine_image_id
 
 # Two `buildah push ... docker-daemon:` of one 6 GB image at once both exited 0 here and left the engine without
 # the image (buildah 1.28.2, Docker 20.10.24; one push alone: 42 s, loaded whole). Hand-overs on this machine take

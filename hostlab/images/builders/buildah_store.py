@@ -1,0 +1,75 @@
+"""buildah's own store, as the builds and the hand-over use it: buildah run with a clear error, the base copied in from
+the Docker engine, an image's layers, a store of a build's own for a build from nothing, images removed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+
+from ... import HostError
+from ...host.console import say
+from ...host.tools import resolved
+
+BUILDAH_HINT = "`apt-get install -y buildah` (Debian 12+, Ubuntu 22.04+)"
+
+
+def run_buildah(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(resolved(["buildah", *args]), capture_output=True, text=True)
+    if check and out.returncode != 0:
+        raise HostError(f"`buildah {' '.join(args[:3])} ...` failed: {out.stderr.strip()[-800:]}")
+    return out
+
+
+def buildah_has_image(image_id: str) -> bool:
+    return run_buildah("inspect", "--type", "image", image_id.removeprefix("sha256:"), check=False).returncode == 0
+
+
+def base_into_buildah(engine_image_id: str) -> str:
+    """The base image, which the engine holds, in buildah's store too (same id: the same config's digest); its id
+    without the sha256: prefix, which is what the Dockerfile's FROM is handed."""
+    hex_id = engine_image_id.removeprefix("sha256:")
+    if not buildah_has_image(hex_id):
+        say(f"copying the base image {hex_id[:12]} from the Docker engine into buildah's store")
+        run_buildah("pull", "--quiet", f"docker-daemon:sha256:{hex_id}")
+    return hex_id
+
+
+def buildah_layers(image_id: str) -> list[str]:
+    """The image's layers' diff ids, bottom first."""
+    info = json.loads(run_buildah("inspect", "--type", "image", image_id.removeprefix("sha256:")).stdout)
+    return list(info["OCIv1"]["rootfs"]["diff_ids"])
+
+
+@contextmanager
+def fresh_store(folder: Path):
+    """buildah with a store, cache and cache mounts of its own under `folder`, empty at first: builds from nothing
+    that leave the everyday store (and its cache) as it was. Removed afterwards."""
+    conf = folder / "storage.conf"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tmp").mkdir(exist_ok=True)  # buildah keeps RUN --mount=type=cache folders under TMPDIR
+    conf.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{folder}/storage"\nrunroot = "{folder}/run"\n')
+    saved = {k: os.environ.get(k) for k in ("CONTAINERS_STORAGE_CONF", "TMPDIR")}
+    os.environ.update(CONTAINERS_STORAGE_CONF=str(conf), TMPDIR=str(folder / "tmp"))
+    try:
+        yield folder
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        subprocess.run(resolved(["buildah", "--storage-driver", "overlay", "--root", f"{folder}/storage", "--runroot", f"{folder}/run",
+                        "rmi", "--all", "--force"]), capture_output=True)  # fmt: skip
+        subprocess.run(resolved(["umount", "--recursive", "--lazy", f"{folder}/storage/overlay"]), capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def buildah_forget(*image_ids: str) -> None:
+    """Remove images from buildah's store (its cache of them too): for a build from nothing."""
+    for image_id in image_ids:
+        run_buildah("rmi", "--force", image_id.removeprefix("sha256:"), check=False)
+    run_buildah("rmi", "--prune", check=False)
