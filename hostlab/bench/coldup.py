@@ -29,6 +29,7 @@ from ..host.tools import compose_command, resolved
 from ..images.build import build, image_for_rollout, image_name
 from ..images.builders.buildah_store import fresh_store
 from ..images.standin import build_standin, host_arch, standin_name
+from ..locks.lockfile import read_lock
 from .labs import _write
 from .projection import DROP_CACHES, drop_page_cache
 
@@ -93,7 +94,7 @@ def cold_up_bench() -> Path:
     with tempfile.TemporaryDirectory(prefix="grpolab-cold-up-", dir=Path.home()) as tmp:
         clone = Path(tmp) / "clone"
         subprocess.run(resolved(["git", "clone", "--quiet", str(REPO), str(clone)]), check=True)
-        images = [image_name(track), image_for_rollout(track, "llamacpp")[0], standin_name(host_arch())]
+        images = [image_name(track), image_for_rollout(track, "llamacpp", read_lock(track))[0], standin_name(host_arch())]
         say(f"removing {', '.join(images)} from the engine, for a cold start")
         forget_images(images)
         with set_aside(HOST_CACHES):

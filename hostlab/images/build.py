@@ -22,7 +22,7 @@ from ..host.detect import HostFacts, detect_track, host_problems
 from ..host.tools import resolved
 from ..locks.buildtools import build_lock_path, check_build_lock
 from ..locks.debian import SUITE, check_debian_lock, pins_arg
-from ..locks.lockfile import lock_path, lock_sha256, parse_lock
+from ..locks.lockfile import Lock, lock_path, lock_sha256, read_lock
 from ..locks.resolve import check_lock
 from ..locks.sourcebuilds import SOURCE_BUILD_FILE_NAMES, rollouts_needing_source_builds, source_builds
 from .builders import BUILDAH_HINT, Builder, choose_builder, commit_time, deps_inputs, lab_inputs
@@ -33,20 +33,18 @@ from .standin import standin_name
 CA_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 
 
-def runtime_build_args(track: Track, lock_dir: Path = REPO / "lockfiles") -> dict[str, str]:
+def runtime_build_args(track: Track, lock: Lock, lock_dir: Path = REPO / "lockfiles") -> dict[str, str]:
     """RUNTIME_PACKAGES: the Debian pins (package=version, lockfiles/<track>.debian.txt's runtime group) of the libraries
     RUNTIME_LIBRARIES names for the lock's packages (empty for most); DEBIAN_SUITE: the suite the refusal names."""
-    lock = parse_lock(lock_path(track, lock_dir).read_text())
     return {"RUNTIME_PACKAGES": pins_arg(track, lock, "runtime", lock_dir), "DEBIAN_SUITE": SUITE}
 
 
-def source_build_args(track: Track, lock_dir: Path = REPO / "lockfiles") -> dict[str, str]:
+def source_build_args(track: Track, lock: Lock, lock_dir: Path = REPO / "lockfiles") -> dict[str, str]:
     """Build args for the lock's source-only packages, which the Dockerfile's dependency stage leaves out and its
     source-builds stage compiles for the image that has them (`invoke build --rollout llamacpp`): SOURCE_PACKAGES, BUILD_PACKAGES (the Debian pins of their compilers, package=version,
     lockfiles/<track>.debian.txt's build group), BUILD_CONFIG_SETTINGS (pip options: every package's settings go to each
     compile, harmless while there is one), IMPORT_CHECK, KEEP_SDISTS; all empty when the lock has none. The build tools
     themselves come from lockfiles/<track>.build.txt, in the build context as build.txt (stage_context)."""
-    lock = parse_lock(lock_path(track, lock_dir).read_text())
     builds = source_builds(lock)
     return {
         "SOURCE_PACKAGES": " ".join(builds),
@@ -58,8 +56,9 @@ def source_build_args(track: Track, lock_dir: Path = REPO / "lockfiles") -> dict
     }
 
 
-def image_build_args(track: Track, base_image: str, base_digest: str, repo: Path = REPO) -> dict[str, str]:
-    """Every build arg the Dockerfile takes for the track on that base, from the repository as it stands."""
+def image_build_args(track: Track, lock: Lock, base_image: str, base_digest: str, repo: Path = REPO) -> dict[str, str]:
+    """Every build arg the Dockerfile takes for the track on that base, from its lock (parsed) and the repository as it
+    stands."""
     lock_dir = repo / "lockfiles"
     return {
         "TRACK": track.name,
@@ -69,8 +68,8 @@ def image_build_args(track: Track, base_image: str, base_digest: str, repo: Path
         "LOCK_SHA256": lock_sha256(lock_path(track, lock_dir)),
         "GIT_REVISION": git_revision(repo),
         "TRACK_ENV": track_env_file(track),
-        **source_build_args(track, lock_dir),
-        **runtime_build_args(track, lock_dir),
+        **source_build_args(track, lock, lock_dir),
+        **runtime_build_args(track, lock, lock_dir),
     }
 
 
@@ -263,15 +262,17 @@ def explain_failure(tail: list[str], track: Track) -> str:
     return f"the image build for track {track.name} failed:\n{detail}"
 
 
-def check_buildable(track: Track, lock_dir: Path, pyproject: Path, skip_host_check: bool) -> None:
+def check_buildable(track: Track, lock_dir: Path, pyproject: Path, skip_host_check: bool) -> Lock:
     """Refuse, with what to do, before any build work: a native track, a lock that is missing, stale or
-    breaks the rules, no container engine, or (unless skipped) a host that can't run the image."""
+    breaks the rules, no container engine, or (unless skipped) a host that can't run the image. The lock, parsed once
+    for everything the build does with it."""
     if not track.is_container:
         raise HostError(f"track {track.name} is a native venv, not an image: `invoke venv --track {track.name}`")
     engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
     report = check_lock(track, lock_dir=lock_dir, pyproject=pyproject)
+    lock = None
     if not report.problems:  # the build tools and Debian pins are judged against a lock that is itself current
-        lock = parse_lock(lock_path(track, lock_dir).read_text())
+        lock = read_lock(track, lock_dir)
         report.problems += check_build_lock(track, lock, lock_dir) + check_debian_lock(track, lock, lock_dir)
     if report.problems:  # a hand-edited lock too: refused here, before anything is downloaded
         raise HostError("\n".join(report.problems))
@@ -281,6 +282,7 @@ def check_buildable(track: Track, lock_dir: Path, pyproject: Path, skip_host_che
             raise HostError(
                 "\n".join(problems) + "\n(to build the image anyway, e.g. for another machine: --skip-host-check)"
             )
+    return lock
 
 
 def build_command(
@@ -389,11 +391,11 @@ def check_rollout(rollout: str | None) -> None:
         raise HostError(f"--rollout {rollout!r} is not a rollout path: one of {', '.join(ROLLOUT_PATHS)}")
 
 
-def image_for_rollout(track: Track, rollout: str | None, lock_dir: Path = REPO / "lockfiles") -> tuple[str, bool]:
+def image_for_rollout(track: Track, rollout: str | None, lock: Lock) -> tuple[str, bool]:
     """The image a run on `rollout` needs, and whether it is the one with the lock's source-only packages compiled in:
     the track's image (grpolab:c), or that image plus them (grpolab:c-llamacpp) for the rollout path that loads them."""
     check_rollout(rollout)
-    if rollout and rollout in rollouts_needing_source_builds(parse_lock(lock_path(track, lock_dir).read_text())):
+    if rollout and rollout in rollouts_needing_source_builds(lock):
         return f"{image_name(track)}-{rollout}", True
     return image_name(track), False
 
@@ -417,16 +419,16 @@ def build(
     started = time.monotonic()
     track = resolve_track(track_name)
     lock_dir = repo / "lockfiles"
-    check_buildable(track, lock_dir, repo / "pyproject.toml", skip_host_check)
+    lock = check_buildable(track, lock_dir, repo / "pyproject.toml", skip_host_check)
     base_image, base_digest = choose_base(track, base)
     check_base_python(base_image, track)
     ca = ca_bundle_path(ca_bundle)
-    default_image, with_source_builds = image_for_rollout(track, rollout, lock_dir)
+    default_image, with_source_builds = image_for_rollout(track, rollout, lock)
     image = tag or default_image
     builder = builder or choose_builder()
     epochs = {"deps": commit_time(repo, deps_inputs(track)), "lab": commit_time(repo, lab_inputs(track))}
     base_id = engine.image_or_none(base_image).id
-    args = {**image_build_args(track, base_image, base_digest, repo), **(build_args or {})}
+    args = {**image_build_args(track, lock, base_image, base_digest, repo), **(build_args or {})}
     if builder.sets_times:
         made = run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds)
         tail, deps_id, deps_layers, handover_s = made.tail, made.deps_image_id, made.deps_layers, made.handover_s

@@ -24,6 +24,7 @@ from .. import REPO, HostError
 from ..host import engine
 from ..host.console import say, warn
 from ..host.tools import resolved
+from ..locks.lockfile import read_lock
 from .build import BuildResult, build, image_for_rollout, resolve_track
 from .builders import BUILDAH_HINT, choose_builder, engine_layers
 from .diff import explain
@@ -36,7 +37,7 @@ def check_reproducible(track_name: str | None, base: str | None = None, ca_bundl
     """Two cold builds of the track's image (for `rollout`: the one with llama.cpp compiled in for llamacpp), compared;
     the verdict, also written to `out` (default runs/reproducible-<image>.json), never to a tracked file."""
     track = resolve_track(track_name)
-    image, _ = image_for_rollout(track, rollout, repo / "lockfiles")
+    image, _ = image_for_rollout(track, rollout, read_lock(track, repo / "lockfiles"))
     builder = choose_builder()
     if not builder.sets_times:
         raise HostError(f"`invoke build.reproducible` needs a builder that takes its times from git: {BUILDAH_HINT}")

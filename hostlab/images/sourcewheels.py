@@ -22,7 +22,7 @@ from .. import REPO, HostError
 from ..host import engine
 from ..host.console import say
 from ..host.tools import resolved
-from ..locks.lockfile import lock_path, parse_lock
+from ..locks.lockfile import read_lock
 from ..locks.sourcebuilds import source_builds
 from .build import (
     build_target,
@@ -41,14 +41,15 @@ def source_wheels(track_name: str, into: Path, base: str | None = None, repo: Pa
     """Compile (or find in buildah's cache) the track's source-only packages as its image does, and put their wheels
     in `into`/wheels and their hash-checked sdists in `into`/sdist, replacing what was there. The files written."""
     track = get_track(track_name)
-    builds = source_builds(parse_lock(lock_path(track, repo / "lockfiles").read_text()))
+    lock = read_lock(track, repo / "lockfiles")
+    builds = source_builds(lock)
     if not builds:
         raise HostError(f"track {track.name}'s lock has no package that PyPI ships only as source: nothing to compile")
     builder = choose_builder("buildah")
     started = time.monotonic()
     base_image, base_digest = choose_base(track, base)
     check_base_python(base_image, track)
-    args = image_build_args(track, base_image, base_digest, repo)
+    args = image_build_args(track, lock, base_image, base_digest, repo)
     ca = ca_bundle_path()  # the environment's certificate setting, as `invoke build` takes it (a secret: in no layer)
     epoch = commit_time(repo, deps_inputs(track))
     say(f"compiling {', '.join(builds)} as track {track.name}'s image does (its source-builds stage; buildah's cache "

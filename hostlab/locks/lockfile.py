@@ -107,6 +107,11 @@ def parse_lock(text: str) -> Lock:
     return Lock(header, packages, hashes, body)
 
 
+def read_lock(track: Track, lock_dir: Path = LOCK_DIR) -> Lock:
+    """The track's lock file, parsed: read once by a command and handed down to what needs it."""
+    return parse_lock(lock_path(track, lock_dir).read_text())
+
+
 def render_lock(track: Track, header: dict, body: str) -> str:
     header = {**header, "body-sha256": body_sha256(body)}
     out = [
