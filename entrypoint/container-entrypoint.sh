@@ -25,5 +25,6 @@ fi
 
 case "${1:-}" in
     shell) shift; exec bash "$@" ;;
+    bench) shift; exec python -m grpolab.bench "$@" ;;  # the benchmarks and CI's proofs: never a learner's command
     *) exec python -m grpolab "$@" ;;
 esac

@@ -17,9 +17,9 @@ if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
 fi
 
 # 2. The arm64 stand-in base (mmdebstrap, maintainer scripts under QEMU), from its pins: made first when they are not
-#    committed (lockfiles/base-trixie-arm64.debian.txt; `invoke lock --base arm64` makes the base once to read them).
+#    committed (lockfiles/base-trixie-arm64.debian.txt; `invoke lock.base --arch arm64` makes the base once to read them).
 log "stand-in base"
-[ -e lockfiles/base-trixie-arm64.debian.txt ] || invoke lock --base arm64
+[ -e lockfiles/base-trixie-arm64.debian.txt ] || invoke lock.base --arch arm64
 invoke base --arch arm64
 
 # 3. The image, for linux/arm64. No GPU here (skip the host check), and .env left alone.

@@ -2,9 +2,10 @@
 tracks table, the run log's format and reader, the health wait, a file's sha256, the kernels table's verdicts, and the
 small things those stand on) and grpolab.report (the report built from run logs, which `invoke report` and `grpolab
 report` share). Checked by package path, so a new module in either is shared without a list to keep, and a module
-anywhere else is not. Where the host needs the lab to do something it runs a `grpolab` command: a string that names
-a lab module (`python -c "from grpolab.bench..."`, `-m grpolab.run...`) crosses the boundary as surely as an import,
-so the host's string constants are read too."""
+anywhere else is not. Where the host needs the lab to do something it runs one of the lab's commands: `python -m
+grpolab ...` (a learner's) or `python -m grpolab.bench ...` (the benchmarks' and CI's proofs), each named as one
+argument of its own. Any other string that names a lab module (`python -c "from grpolab.bench..."`, `-m
+grpolab.run...`) crosses the boundary as surely as an import, so the host's string constants are read too."""
 
 import ast
 import json
@@ -17,6 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "entrypoint" / "grpolab"
 
 SHARED_PACKAGES = ("grpolab.common", "grpolab.report")
+# The lab's entry points besides `python -m grpolab`: a host string that is exactly one of these (the argument after
+# -m) runs the command, as the host runs `grpolab`; the same name inside a `-c` program or an import still crosses.
+COMMANDS = ("grpolab.bench",)
 HEAVY = {"torch", "trl", "transformers", "peft", "datasets", "numpy", "vllm", "llama_cpp"}
 # A dotted name that starts with grpolab (not part of a longer dotted name such as a label io.grpolab.track).
 NAMED_MODULE = re.compile(r"(?<![\w.])grpolab(?:\.\w+)+")
@@ -67,6 +71,8 @@ def lab_modules_named_in_strings(tree: ast.AST, known: set[str]) -> set[str]:
     skip, found = docstrings(tree), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            if node.value in COMMANDS:  # `-m grpolab.bench`: a command run, as `-m grpolab` is
+                continue
             for name in NAMED_MODULE.findall(node.value):
                 while name not in known and "." in name:
                     name = name.rpartition(".")[0]
@@ -101,18 +107,21 @@ def test_a_python_c_string_and_an_import_outside_the_shared_packages_are_both_fo
     (tmp_path / "entrypoint" / "grpolab" / "__init__.py").write_text("")
     for name in ("common/runlog.py", "bench/memory_cases.py", "run/training.py"):
         (tmp_path / "entrypoint" / "grpolab" / name).write_text("")
-    (tmp_path / "hostlab").mkdir()
+    for sub in ("bench", "run"):
+        (tmp_path / "hostlab" / sub).mkdir(parents=True)
     (tmp_path / "tasks.py").write_text('"""Names grpolab.run.training in prose only."""\nfrom grpolab.common.runlog import read_runs\n')
-    (tmp_path / "hostlab" / "bench.py").write_text(
+    (tmp_path / "hostlab" / "bench" / "labs.py").write_text(
         "import subprocess\n"
         "LABEL = 'io.grpolab.track'\n"
         "subprocess.run(['python', '-c', 'from grpolab.bench.memory_cases import write_shape_folder; write_shape_folder()'])\n"
         "subprocess.run(['python', '-m', 'grpolab.run.training'])\n"
+        "subprocess.run(['python', '-m', 'grpolab.bench', 'memory', '--case', 'small-shape'])\n"
+        "subprocess.run(['python', '-c', 'import grpolab.bench'])\n"
     )
-    (tmp_path / "hostlab" / "labrun.py").write_text("def f():\n    from grpolab.run import training\n")
+    (tmp_path / "hostlab" / "run" / "lab.py").write_text("def f():\n    from grpolab.run import training\n")
     assert crossings(tmp_path) == {
-        "hostlab/bench.py": ["grpolab.bench.memory_cases", "grpolab.run.training"],
-        "hostlab/labrun.py": ["grpolab.run.training"],
+        "hostlab/bench/labs.py": ["grpolab.bench", "grpolab.bench.memory_cases", "grpolab.run.training"],
+        "hostlab/run/lab.py": ["grpolab.run.training"],
     }
 
 
@@ -129,3 +138,10 @@ def test_the_shared_packages_import_nothing_heavy():
     ).stdout
     loaded = set(json.loads(out))
     assert len(shared) > 10 and loaded - {"grpolab"} == set(shared)  # every shared module, nothing of the rest, nothing heavy
+
+
+def test_each_command_the_host_may_run_is_a_lab_entry_point():
+    """COMMANDS name packages that `python -m` runs (a __main__.py), outside the shared packages."""
+    for name in COMMANDS:
+        package = LAB.joinpath(*name.split(".")[1:])
+        assert (package / "__main__.py").is_file() and not is_shared(name), name

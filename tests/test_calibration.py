@@ -21,7 +21,8 @@ from grpolab.run.size_probe import MEASURED_PROJECTION_OVER_LAB
 from grpolab.run.smoke import run_smoke
 from grpolab.common.tolerance import off_by_more_than_25_percent
 from grpolab.common.tracks import get_track
-from hostlab import HostError, projectionbench
+from hostlab import HostError
+from hostlab.bench import projection as projectionbench
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -196,10 +197,11 @@ def test_a_calibration_that_fails_leaves_the_smoke_test_passing_with_no_projecti
 
 
 def test_a_smoke_test_before_a_lab_on_another_model_times_both_models_sizes(tiny_model_env, tmp_path):
-    """The size probe for real, through the commands the projection benchmark runs: `grpolab bench shape-folder` writes
-    a 4-layer Qwen3-shaped folder (random weights), and `grpolab bench smoke-for-lab` runs the tiny model's smoke test
-    before a lab on it: both models' layers and output layers are timed, and the projection adds the difference."""
-    lab_python = [sys.executable, "-m", "grpolab", "bench"]
+    """The size probe for real, through the commands the projection benchmark runs: `python -m grpolab.bench
+    shape-folder` writes a 4-layer Qwen3-shaped folder (random weights), and `python -m grpolab.bench smoke-for-lab`
+    runs the tiny model's smoke test before a lab on it: both models' layers and output layers are timed, and the
+    projection adds the difference."""
+    lab_python = [sys.executable, "-m", "grpolab.bench"]
     env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")}
     made = subprocess.run([*lab_python, "shape-folder", "--case", "small-shape", "--out", str(tmp_path / "small-shape")], env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip

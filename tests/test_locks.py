@@ -79,7 +79,7 @@ def test_instructions_for_a_lock_made_elsewhere_are_current():
         readme = locks.instructions_path(track)
         if readme.exists():
             assert readme.read_text() == sidelocks.instructions(track), (
-                f"run invoke lock --track {track.name} --instructions"
+                f"run invoke lock.instructions --track {track.name}"
             )
             for url in track.index_urls:
                 assert url in readme.read_text()

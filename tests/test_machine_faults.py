@@ -343,7 +343,7 @@ def test_a_broken_tracks_table_is_one_input_line_with_file_line_and_column(comma
 
 def test_a_broken_tracks_table_is_one_error_line_from_invoke(tmp_path):
     table, line = broken_tracks_table(tmp_path)
-    proc = subprocess.run([str(BIN / "invoke"), "lock", "--check"], cwd=REPO, env={**os.environ, "GRPOLAB_TRACKS_FILE": str(table)},
+    proc = subprocess.run([str(BIN / "invoke"), "lock.check"], cwd=REPO, env={**os.environ, "GRPOLAB_TRACKS_FILE": str(table)},
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in out, out

@@ -226,16 +226,48 @@ def test_readme_says_what_maps_how_far_it_was_run_and_what_comes_after(hub_bundl
 
 
 def test_the_cpu_runner_stays_out_of_the_bundle(hub_bundle):
-    """What verl needs on a CPU (grpolab/export/verl_cpu.py: its platform, Ray's fake GPU, the patches) is added by
-    the runner at run time, never written into a bundle: a cluster's run carries none of it."""
+    """What verl needs on a CPU (CI's proof harness, grpolab/bench/verl_cpu_proof.py: its platform, Ray's fake GPU,
+    the patches) is added by the runner at run time, never written into a bundle: a cluster's run carries none of it,
+    and nothing of the product imports it (tests/test_cli_light.py)."""
     cpu_only = ("verl_cpu", "grpolab-cpu", "VERL_PLATFORM", "VERL_ENGINE_DEVICE", "VERL_USE_EXTERNAL_MODULES",
                 "num_gpus", "VLLM_CPU", "trainer.device=cpu", "num_data_storage_units", "enforce_eager")
     for path in hub_bundle.rglob("*"):
         if path.is_file() and path.suffix in (".txt", ".sh", ".py", ".md", ".json"):
             text = path.read_text()
             assert not [word for word in cpu_only if word in text], path.name
-    runner = (REPO / "entrypoint" / "grpolab" / "export" / "verl_cpu.py").read_text()
+    runner = (REPO / "entrypoint" / "grpolab" / "bench" / "verl_cpu_proof.py").read_text()
     assert all(word in runner for word in ("grpolab-cpu", "VERL_PLATFORM", "num_gpus=1", "enforce_eager"))
+
+
+# verl's two modules the harness imports, stood in for where verl is not installed: enough to load the harness and
+# reach its refusals, which come before verl runs.
+VERL_STAND_IN = textwrap.dedent("""
+    import sys, types
+    for name in ("verl", "verl.plugin", "verl.plugin.platform", "verl.plugin.platform.platform_base",
+                 "verl.plugin.platform.platform_manager"):
+        sys.modules[name] = types.ModuleType(name)
+    sys.modules["verl.plugin.platform.platform_base"].PlatformBase = object
+    sys.modules["verl.plugin.platform.platform_manager"].PlatformRegistry = types.SimpleNamespace(
+        register=lambda platform: lambda cls: cls)
+    from grpolab.bench.commands import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.parametrize("argv, refusal", [
+    (["--steps", "0"], "FAILED [input] --steps 0: verl trains at least 1 step"),
+    (["--steps", "1", "trainer.seed=1"], "run.sh does not exist: make the bundle with `invoke export --engine verl`"),
+])
+def test_the_cpu_proof_refuses_before_verl_runs(tmp_path, argv, refusal):
+    """CI's harness through its command, `python -m grpolab.bench verl-cpu`, verl stood in: a bad --steps or a folder
+    that is no bundle is one [input] line and exit status 2, and nothing is written into the folder."""
+    pytest.importorskip("torch")
+    pytest.importorskip("psutil")
+    proc = subprocess.run([sys.executable, "-c", VERL_STAND_IN, "verl-cpu", str(tmp_path), *argv], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "entrypoint")}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and refusal in proc.stderr, proc.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_tiny_model_travels_in_the_bundle(tiny_model_path, tmp_path):
@@ -324,8 +356,8 @@ def cluster_image_current() -> str:
     sys.path.insert(0, str(REPO))
     from grpolab.common.tracks import get_track
 
-    from hostlab import engine
-    from hostlab.lockfile import lock_path, lock_sha256
+    from hostlab.host import engine
+    from hostlab.locks.lockfile import lock_path, lock_sha256
 
     if not engine.running():
         return "no Docker engine reachable"

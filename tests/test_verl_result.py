@@ -4,7 +4,9 @@ tests/verl_cpu_run/ holds what one real run left: verl 0.9.1's file-logger outpu
 line `grpolab verl-result` wrote from it, with pass@1 by our evaluator on verl's adapter. That run: `python -m
 grpolab.export.verl_cpu BUNDLE --steps 2` on the tiny model at 9dda6a0 plus this change, in a venv synced from
 lockfiles/clustercpu.txt (sha256 a7791487...), on a 2-core AMD EPYC without a GPU. CI makes a new one each time
-(`invoke verl-cpu`, hostlab/citest.py); the tests here read the committed one, where verl itself is not installed.
+(`invoke verl-cpu`, hostlab/ci/testcommand.py); the tests here read the committed one, where verl itself is not installed.
+That harness is CI's proof, not a product command: it is now grpolab/bench/verl_cpu_proof.py, run as `python -m
+grpolab.bench verl-cpu BUNDLE --steps 2`.
 """
 
 from __future__ import annotations

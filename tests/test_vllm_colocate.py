@@ -134,6 +134,30 @@ def test_the_smoke_test_probes_every_sync_and_a_lab_the_first_then_trls_check_of
     assert "1 of 2 checked weight syncs did not reach vLLM: after the sync of step 1, TRL's importance-sampling pass" in str(refused.value)
 
 
+def test_the_ledger_follows_trls_weight_sync_client_for_the_policy_version_and_probes_after_a_sync_only(monkeypatch):
+    import torch
+    from types import SimpleNamespace
+
+    engine_syncs = []
+    trainer = FakeTrainer(torch.float32)
+    trainer.state = SimpleNamespace(global_step=0)
+    trainer.vllm_generation = SimpleNamespace(sync_weights=lambda: engine_syncs.append(trainer.state.global_step))
+    ledger = VllmSyncLedger([1], max_steps=10, probe_every_sync=True)
+    monkeypatch.setattr(ledger, "check", lambda _trainer, version: SyncCheck(version, True, 1, None, 0.0, None, 0.0))
+    ledger.follow_weight_syncs(trainer)
+    for step, syncs in ((0, True), (1, True), (1, False)):  # the third: a generation that reused step 1's weights
+        trainer.state.global_step = step
+        if syncs:  # as TRL does before generating, when the step changed
+            trainer.vllm_generation.sync_weights()
+        ledger.after_generation(trainer, generation_seconds=0.1)
+        ledger.after_scoring(trainer, {"sampling/sampling_logp_difference/max": [2.4e-5]})
+        ledger.after_scoring(trainer, {"sampling/sampling_logp_difference/max": [2.4e-5]})  # a step with no generation
+    assert engine_syncs == [0, 1]  # the client wrapped, still called
+    assert [b.policy_version for b in ledger.batches] == [0, 1, 1]
+    assert [c.policy_version for c in ledger.checks] == [0, 1]  # probed after each sync, not after the reuse
+    assert [c.policy_version for c in ledger.sampled_checks] == [0, 1, 1]  # one per generation, none per idle step
+
+
 @pytest.mark.parametrize("dtype, metrics", [("bfloat16", {"sampling/sampling_logp_difference/max": [0.03]}), ("float32", {})])
 def test_where_trls_comparison_is_not_tight_or_not_logged_a_lab_probes_every_tenth_sync_and_the_last(dtype, metrics):
     import torch
@@ -209,7 +233,8 @@ def test_a_kv_cache_larger_than_free_ram_is_refused_before_the_engine_starts(tmp
     assert len(ended) == 1 and ended[-1]["status"] == "failed" and ended[-1]["failed_layer"] == "rollout"
 
 
-# The fault: TRL believes it synced (its _last_loaded_step moves on) while the engine keeps its first weights.
+# The fault: TRL believes it synced (it calls its weight-sync client, which the sync ledger follows from outside
+# time_weight_syncs) while the engine keeps its first weights.
 SYNC_THAT_DOES_NOTHING = """
 import sys
 import grpolab.run.training as training

@@ -1,4 +1,6 @@
-"""Command line: grpolab {smoke,lab,estimate,memory-bench,bench,doctor,report,serve,export,verl-cpu,verl-result,export-gguf,tiny-model}. Every setting of the lab is a flag."""
+"""Command line: grpolab {smoke,lab,estimate,doctor,report,export,serve,verl-result,export-gguf,tiny-model}. Every
+setting of the lab is a flag. The benchmarks and CI's verl proof have their own entry point, `python -m grpolab.bench`,
+which nothing here imports: a learner's commands never load them."""
 
 from __future__ import annotations
 
@@ -90,31 +92,6 @@ def cmd_estimate(args) -> int:
     return 0
 
 
-def cmd_memory_bench(args) -> int:
-    from .bench.memory_cases import main as memory_bench
-
-    return memory_bench(args.case, args.device, args.out, unified_memory=args.unified_memory)
-
-
-def cmd_bench_plain_trl(args) -> int:
-    from .bench.plain_trl import main as plain_trl
-
-    return plain_trl(args)
-
-
-def cmd_bench_shape_folder(args) -> int:
-    from .bench.memory_cases import write_shape_folder
-
-    print(json.dumps({"case": args.case, "folder": write_shape_folder(args.case, args.out)}))
-    return 0
-
-
-def cmd_bench_smoke_for_lab(args) -> int:
-    from .bench.smoke_for_lab import smoke_before_lab
-
-    return smoke_before_lab(args.track, args.lab_model, dict(setting.split("=", 1) for setting in args.lab_setting))
-
-
 def cmd_doctor(args) -> int:
     from .environment.doctor import doctor_report, render_report
 
@@ -146,12 +123,6 @@ def cmd_export(args) -> int:
                            f"export into a folder you can write (--out DIR){left}") from error  # fmt: skip
     print(f"{args.engine} bundle for {args.nodes} node(s) x {args.gpus_per_node} GPU(s): {path}\n  see {path}/README.md; launch with {path}/ray.sh head, then {path}/ray.sh submit")
     return 0
-
-
-def cmd_verl_cpu(args) -> int:
-    from .export.verl_cpu import main as run_on_the_cpu  # imports verl: only this command needs it
-
-    return run_on_the_cpu([str(args.bundle), "--steps", str(args.steps), *args.overrides])
 
 
 def cmd_verl_result(args) -> int:
@@ -206,11 +177,26 @@ def cmd_report(args) -> int:
     return run_report(args.logs, out=args.out, against_lesson=args.against_lesson, every_run=args.every_run)
 
 
-# Over 60 lines: one declaration per subcommand and option, flat, so that `--help` and this file read alike.
+# One declaration per subcommand and option, flat, so that `--help` and this file read alike; the subcommands in
+# groups of a function each, in the order `--help` lists them.
 def build_parser() -> argparse.ArgumentParser:
-    from .run.lab import SMOKE_MODES
-    from .report.table import add_arguments as add_report_arguments
-    from .rollouts.serve import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_HOST, DEFAULT_PORT
+    parser = argparse.ArgumentParser(
+        prog="grpolab",
+        description="The GRPO lab and its smoke test. Run `smoke` first on a new machine and after any driver or wheel "
+                    "change.",
+        epilog=EXIT_CODES_HELP,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    add = subcommand_adder(sub)
+    add_run_commands(add)
+    add_doctor_and_report(add, sub)
+    add_export_and_serve(add)
+    add_model_commands(add)
+    return parser
+
+
+def subcommand_adder(sub):
+    """add(name, func, help_text, settings=True, track=True): a subcommand with --track and the settings' flags."""
     from .common.tracks import TracksFileError, current_track_name, load_tracks
 
     try:
@@ -218,12 +204,6 @@ def build_parser() -> argparse.ArgumentParser:
     except TracksFileError as error:  # said by the command that reads the table, as an [input] line (and run-log line)
         tracks = f"unknown: {error}"
     track_help = "the track (default: $GRPOLAB_TRACK, else c): " + tracks
-    parser = argparse.ArgumentParser(
-        prog="grpolab",
-        description="The GRPO lab and its smoke test. Run `smoke` first on a new machine and after any driver or wheel change.",
-        epilog=EXIT_CODES_HELP,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name, func, help_text, settings=True, track=True):
         command = sub.add_parser(name, help=help_text, description=help_text, epilog=EXIT_CODES_HELP)
@@ -235,89 +215,111 @@ def build_parser() -> argparse.ArgumentParser:
             add_settings_flags(command)
         return command
 
-    smoke = add("smoke", cmd_smoke, "The lesson's first run on a new machine: the track's smoke model, 10 prompts, 4 rollouts, 10 steps (flags given win over those sizes); one line per layer, stops at the first failure.")
+    return add
+
+
+def add_run_commands(add) -> None:
+    """smoke, lab and estimate."""
+    from .run.lab import SMOKE_MODES
+
+    smoke = add("smoke", cmd_smoke, "The lesson's first run on a new machine: the track's smoke model, 10 prompts, "
+                "4 rollouts, 10 steps (flags given win over those sizes); one line per layer, stops at the first "
+                "failure.")
     smoke.add_argument("--expect-device", choices=["cpu", "cuda", "mps"], help="override the device the track expects")
-    lab = add("lab", cmd_lab, "The GRPO lab: held-out pass@1 before, GRPO with LoRA, pass@1 after; a run-log line and a reward plot in runs/.")
-    lab.add_argument("--smoke", choices=SMOKE_MODES, default="auto", help="run the smoke test of this run first (its rollout path, rewards, dtype; the track's smoke model): auto (when none passed on this track and rollout path with the device checked, or the environment drifted since), always, never")
+    lab = add("lab", cmd_lab, "The GRPO lab: held-out pass@1 before, GRPO with LoRA, pass@1 after; a run-log line and "
+              "a reward plot in runs/.")
+    lab.add_argument("--smoke", choices=SMOKE_MODES, default="auto",
+                     help="run the smoke test of this run first (its rollout path, rewards, dtype; the track's smoke "
+                     "model): auto (when none passed on this track and rollout path with the device checked, or the "
+                     "environment drifted since), always, never")
     estimate = add("estimate", cmd_estimate, "Predict the lesson's five memory terms for a run, before starting it.")
     estimate.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    estimate.add_argument("--device-memory-gb", type=float, help="total accelerator (or unified) memory; default: this machine's")
+    estimate.add_argument("--device-memory-gb", type=float,
+                          help="total accelerator (or unified) memory; default: this machine's")
     estimate.add_argument("--lesson-arithmetic", action="store_true",
-                          help="the update's row as the lesson counts it (whole logits plus an allowance), which reproduces the lesson's tables")
+                          help="the update's row as the lesson counts it (whole logits plus an allowance), which "
+                          "reproduces the lesson's tables")
     estimate.set_defaults(model_for_estimate=None)
-    from .bench.memory_cases import ALL_CASES
-    from .bench.plain_trl import add_arguments as add_plain_trl_arguments
 
-    membench = add("memory-bench", cmd_memory_bench, "One case of the memory benchmark (`invoke bench --memory` runs them all): a few GRPO steps under the peak-memory meter, then predicted against measured, as JSON.", settings=False)
-    membench.add_argument("--case", required=True, choices=sorted(ALL_CASES))
-    membench.add_argument("--device", choices=["cpu", "cuda", "mps"], default="cpu", help="where to train (default cpu)")
-    membench.add_argument("--unified-memory", action="store_true", help="also log the host's MemAvailable low-water mark")
-    membench.add_argument("--out", help="also write the case's JSON to this file")
-    bench_help = ("What the benchmarks (`invoke bench ...`) ask of the lab, each writing JSON or a run-log line the host reads: "
-                  "plain TRL on the lab's settings, a random model of a case's shape saved as a folder, the smoke test before a lab on another model.")
-    bench = sub.add_parser("bench", help=bench_help, description=bench_help).add_subparsers(dest="bench_command", required=True)
-    plain = bench.add_parser("plain-trl", help="plain TRL on the lab's settings, as TRL's documentation builds it; writes its seconds per step as JSON")
-    add_plain_trl_arguments(plain)
-    plain.set_defaults(func=cmd_bench_plain_trl)
-    shape = bench.add_parser("shape-folder", help="a case's randomly initialised model and tokenizer saved as a model folder; prints {case, folder} as JSON")
-    shape.add_argument("--case", required=True, choices=sorted(ALL_CASES))
-    shape.add_argument("--out", required=True, help="the new folder")
-    shape.set_defaults(func=cmd_bench_shape_folder)
-    before = bench.add_parser("smoke-for-lab", help="the smoke test on the track's tiny model, projecting a lab on --lab-model (its run-log line says what it measured)")
-    before.add_argument("--track", default=current_track_name(), help=track_help)
-    before.add_argument("--lab-model", required=True, help="the lab's model folder")
-    before.add_argument("--lab-setting", action="append", default=[], metavar="KEY=VALUE", help="a setting of the lab (integers), repeatable")
-    before.set_defaults(func=cmd_bench_smoke_for_lab)
+
+def add_doctor_and_report(add, sub) -> None:
+    from .report.table import add_arguments as add_report_arguments
+
     doctor = add("doctor", cmd_doctor, "A read-only report of every layer, without training.", settings=False)
-    doctor.add_argument("--json", action="store_true", help="the whole report as JSON (format: grpolab/doctor.schema.json)")
+    doctor.add_argument("--json", action="store_true",
+                        help="the whole report as JSON (format: grpolab/doctor.schema.json)")
     doctor.add_argument("-v", "--verbose", action="store_true", help="the details of every item")
-    doctor.add_argument("--rollout", choices=ROLLOUT_PATHS, help="judge the rollout engine for this path (default: the track's)")
-    doctor.add_argument("--vllm-server-url", help="check that this vLLM server answers (also done when --rollout is vllm-server)")
-    report_help = "The lesson's validation table from run logs (several machines' logs merge): Markdown, CSV, plots and one HTML page in runs/report/."
+    doctor.add_argument("--rollout", choices=ROLLOUT_PATHS,
+                        help="judge the rollout engine for this path (default: the track's)")
+    doctor.add_argument("--vllm-server-url",
+                        help="check that this vLLM server answers (also done when --rollout is vllm-server)")
+    report_help = ("The lesson's validation table from run logs (several machines' logs merge): Markdown, CSV, plots "
+                   "and one HTML page in runs/report/.")
     report = sub.add_parser("report", help=report_help, description=report_help)
     report.set_defaults(func=cmd_report)
     add_report_arguments(report)
-    export = add("export", cmd_export, "Write a self-contained bundle that runs this lab on a cluster engine (verl on Ray): data, reward module, launch commands, README.")
+
+
+def add_export_and_serve(add) -> None:
+    """export, serve and verl-result."""
+    from .rollouts.serve import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_HOST, DEFAULT_PORT
+
+    export = add("export", cmd_export, "Write a self-contained bundle that runs this lab on a cluster engine (verl on "
+                 "Ray): data, reward module, launch commands, README.")
     export.add_argument("--engine", default="verl", help="the distributed engine (supported: verl)")
     export.add_argument("--nodes", type=int, default=1, help="machines in the Ray cluster")
     export.add_argument("--gpus-per-node", type=int, default=1, help="GPUs on each machine")
     export.add_argument("--out", help="an empty or new folder (default: runs/export-ENGINE)")
     export.set_defaults(track="cluster")
-    serve = add("serve", cmd_serve, "Start `vllm serve` with the flags TRL's server mode needs (NCCL weight transfer, processed logprobs) for the lab's model; then run the lab with --rollout vllm-server. The server needs a GPU of its own.")
-    serve.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this machine only; "
-                       "another address lets other machines in, with no authentication: it prints what that exposes)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}, TRL's vllm_server_port)")
-    serve.add_argument("--gpu", help="the GPU the server takes (sets CUDA_VISIBLE_DEVICES); the trainer must use another")
+    serve = add("serve", cmd_serve, "Start `vllm serve` with the flags TRL's server mode needs (NCCL weight transfer, "
+                "processed logprobs) for the lab's model; then run the lab with --rollout vllm-server. The server "
+                "needs a GPU of its own.")
+    serve.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this "
+                       "machine only; another address lets other machines in, with no authentication: it prints what "
+                       "that exposes)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT,
+                       help=f"port (default {DEFAULT_PORT}, TRL's vllm_server_port)")
+    serve.add_argument("--gpu",
+                       help="the GPU the server takes (sets CUDA_VISIBLE_DEVICES); the trainer must use another")
     serve.add_argument("--gpu-memory-utilization", type=float, default=DEFAULT_GPU_MEMORY_UTILIZATION,
-                       help=f"fraction of the server's GPU vLLM takes (default {DEFAULT_GPU_MEMORY_UTILIZATION}: the GPU is the server's alone)")
-    serve.add_argument("--dry-run", action="store_true", help="print the command and exit, checking and starting nothing")
-    serve.add_argument("--check", metavar="URL", help="start nothing: check the server at URL as the lab would (health, version, "
-                       "/server_info, the lab's model) and ask it for one completion")
-    serve.add_argument("--wait", type=float, default=240.0, help="with --check: seconds to wait for /health (default 240, TRL's)")
-    serve.add_argument("vllm_args", nargs=argparse.REMAINDER, help="after --: more arguments for `vllm serve` (e.g. -- --enforce-eager)")
-    result_help = ("A finished verl run of an exported bundle as a run-log line (kind lab, engine verl) beside the TRL lab's in "
-                   "`grpolab report`: verl's step metrics, and held-out pass@1 by grpolab's evaluator before training and with the adapter "
-                   "verl saved at its last step (taken out of the checkpoint by verl's own model merger). Prints the line's figures as JSON.")
-    result = add("verl-result", cmd_verl_result, result_help, settings=False, track=False)  # the bundle's settings.json names the track
+                       help=f"fraction of the server's GPU vLLM takes (default {DEFAULT_GPU_MEMORY_UTILIZATION}: the "
+                       "GPU is the server's alone)")
+    serve.add_argument("--dry-run", action="store_true",
+                       help="print the command and exit, checking and starting nothing")
+    serve.add_argument("--check", metavar="URL", help="start nothing: check the server at URL as the lab would "
+                       "(health, version, /server_info, the lab's model) and ask it for one completion")
+    serve.add_argument("--wait", type=float, default=240.0,
+                       help="with --check: seconds to wait for /health (default 240, TRL's)")
+    serve.add_argument("vllm_args", nargs=argparse.REMAINDER,
+                       help="after --: more arguments for `vllm serve` (e.g. -- --enforce-eager)")
+    result_help = ("A finished verl run of an exported bundle as a run-log line (kind lab, engine verl) beside the TRL "
+                   "lab's in `grpolab report`: verl's step metrics, and held-out pass@1 by grpolab's evaluator before "
+                   "training and with the adapter verl saved at its last step (taken out of the checkpoint by verl's "
+                   "own model merger). Prints the line's figures as JSON.")
+    # The bundle's settings.json names the track.
+    result = add("verl-result", cmd_verl_result, result_help, settings=False, track=False)
     result.add_argument("bundle", type=Path, help="the bundle verl ran (its settings.json and held-out data are read)")
-    result.add_argument("--metrics", type=Path, help="verl's file-logger output (default: BUNDLE/verl-metrics.jsonl, where the bundle's run.sh and ray.sh have verl write it)")
-    result.add_argument("--checkpoints", type=Path, help="verl's trainer.default_local_dir (default: BUNDLE/checkpoints, where the bundle saves)")
-    result.add_argument("--verl-exit-status", type=int, default=0, help="verl's exit status, when it was not 0: the line records a failed run")
-    cpu_help = ("CPU ONLY (track clustercpu's environment): verl's own trainer on an exported bundle on this machine, with vLLM's "
-                "CPU build on Ray; what a CPU needs is added at run time, never written into the bundle. Then the run's "
-                "run-log line, as verl-result writes it, and its figures as JSON.")
-    verl_cpu = add("verl-cpu", cmd_verl_cpu, cpu_help, settings=False, track=False)
-    verl_cpu.add_argument("bundle", type=Path, help="the folder `grpolab export --engine verl` wrote")
-    verl_cpu.add_argument("--steps", type=int, default=2, help="GRPO steps to train (default 2)")
-    verl_cpu.add_argument("overrides", nargs=argparse.REMAINDER, help="more Hydra overrides for verl, after the CPU's")
-    gguf = add("export-gguf", cmd_export_gguf, "Convert a model (a saved folder, or tiny) to GGUF for llama.cpp; the lab's llamacpp rollout path does this itself.", settings=False)
+    result.add_argument("--metrics", type=Path, help="verl's file-logger output (default: BUNDLE/verl-metrics.jsonl, "
+                        "where the bundle's run.sh and ray.sh have verl write it)")
+    result.add_argument("--checkpoints", type=Path, help="verl's trainer.default_local_dir (default: "
+                        "BUNDLE/checkpoints, where the bundle saves)")
+    result.add_argument("--verl-exit-status", type=int, default=0,
+                        help="verl's exit status, when it was not 0: the line records a failed run")
+
+
+def add_model_commands(add) -> None:
+    """export-gguf and tiny-model."""
+    gguf = add("export-gguf", cmd_export_gguf, "Convert a model (a saved folder, or tiny) to GGUF for llama.cpp; the "
+               "lab's llamacpp rollout path does this itself.", settings=False)
     gguf.add_argument("--model", default="tiny", help="a saved Hugging Face model folder, or tiny")
     gguf.add_argument("--out", required=True, help="the .gguf file to write")
     gguf.add_argument("--outtype", choices=["f32", "f16", "bf16"], default="f32")
-    tiny = add("tiny-model", cmd_tiny_model, "Check the built-in tiny model (committed in entrypoint/tiny-model/) against its hashes; --rebuild makes it again with the recipe.", settings=False)
-    tiny.add_argument("--rebuild", action="store_true", help="run the recipe (a few minutes on 2 cores) into --out and print the hashes that tiny_model.FIXTURE_SHA256 would take")
-    tiny.add_argument("--out", help="with --rebuild: the new, empty folder to build into (default ./tiny-model-rebuilt)")
-    return parser
+    tiny = add("tiny-model", cmd_tiny_model, "Check the built-in tiny model (committed in entrypoint/tiny-model/) "
+               "against its hashes; --rebuild makes it again with the recipe.", settings=False)
+    tiny.add_argument("--rebuild", action="store_true", help="run the recipe (a few minutes on 2 cores) into --out and "
+                      "print the hashes that tiny_model.FIXTURE_SHA256 would take")
+    tiny.add_argument("--out",
+                      help="with --rebuild: the new, empty folder to build into (default ./tiny-model-rebuilt)")
 
 
 def main(argv: list[str] | None = None) -> int:

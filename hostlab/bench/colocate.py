@@ -1,4 +1,4 @@
-"""`invoke bench --colocate --case qwen3-0.6b-shape`: vLLM colocate against in-process generation at a real model's
+"""`invoke bench.colocate --case qwen3-0.6b-shape`: vLLM colocate against in-process generation at a real model's
 size on the CPU, each step split into generation, weight sync, sync check, TRL's importance-sampling pass and
 update, with the DDP wrapper's costs measured by running without each fix (JSON under bench/)."""
 
@@ -70,7 +70,7 @@ def _cv_python() -> tuple[Path, dict]:
 def write_shape_folder(python: Path, env: dict, case: str, out: Path) -> Path:
     """The shape case's randomly initialised model saved as a folder, by track cv's Python (torch lives there)."""
     say(f"writing a random {case} folder to {out}")
-    subprocess.run([str(python), "-m", "grpolab", "bench", "shape-folder", "--case", case, "--out", str(out)], cwd=REPO, env=env, check=True,
+    subprocess.run([str(python), "-m", "grpolab.bench", "shape-folder", "--case", case, "--out", str(out)], cwd=REPO, env=env, check=True,
                    stdout=subprocess.DEVNULL)
     return out
 

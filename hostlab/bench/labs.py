@@ -50,12 +50,17 @@ def _in_container() -> bool:
     return engine.image_or_none("grpolab:c") is not None and recorded_track() == "c"
 
 
-def _track_c_command(command: str, options: dict, extra: list[str], in_container: bool) -> tuple[list[str], dict | None]:
-    """`grpolab COMMAND --track c ...`: in the image (`docker compose run lab ...`), else with the host's Python
-    and the track's environment."""
-    argv = lab_command(command, "c", options, extra)  # [python, -m, grpolab, COMMAND, ...]
+# What the image's entrypoint (entrypoint/container-entrypoint.sh) takes as its first word for each module it runs.
+CONTAINER_WORDS = {"grpolab": [], "grpolab.bench": ["bench"]}
+
+
+def _track_c_command(command: str, options: dict, extra: list[str], in_container: bool,
+                     module: str = "grpolab") -> tuple[list[str], dict | None]:
+    """`python -m MODULE COMMAND --track c ...`: in the image (`docker compose run lab ...`), else with the host's
+    Python and the track's environment."""
+    argv = lab_command(command, "c", options, extra, module)  # [python, -m, MODULE, COMMAND, ...]
     if in_container:
-        return compose_command("run", "--rm", "-T", "lab", *argv[3:]), None
+        return compose_command("run", "--rm", "-T", "lab", *CONTAINER_WORDS[module], *argv[3:]), None
     return argv, lab_env(get_track("c"))
 
 
@@ -186,7 +191,7 @@ def _versus_run(kind: str, extra: list[str], seed: int, runs_dir: Path) -> dict:
     """One variant's run; what it measured (plain TRL's JSON, or the lab's run-log line) and its wall clock."""
     options = {"max_steps": VERSUS_STEPS, "seed": seed}
     result = runs_dir / "plain-trl.json"
-    argv = lab_command("bench plain-trl", "c", {**options, "out": result}, extra) if kind == "plain" else lab_command("lab", "c", options, extra)
+    argv = lab_command("plain-trl", "c", {**options, "out": result}, extra, module="grpolab.bench") if kind == "plain" else lab_command("lab", "c", options, extra)
     runs_dir.mkdir(parents=True, exist_ok=True)
     env = {**lab_env(get_track("c")), "GRPOLAB_RUNS_DIR": str(runs_dir)}
     started = time.monotonic()
@@ -243,7 +248,7 @@ def _memory_case(case: str, in_container: bool) -> dict:
     name = f"memory-bench-{case}.json"
     out, host_file = (f"/work/runs/{name}", REPO / "runs" / name) if in_container else (str(REPO / "runs" / name),) * 2
     Path(host_file).unlink(missing_ok=True)
-    cmd, env = _track_c_command("memory-bench", {"case": case, "out": out}, [], in_container)
+    cmd, env = _track_c_command("memory", {"case": case, "out": out}, [], in_container, module="grpolab.bench")
     say("$ " + " ".join(cmd))
     started = time.monotonic()
     proc = subprocess.run(resolved(cmd), cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)

@@ -1,4 +1,4 @@
-"""`invoke bench --projection`: the smoke test's projection of the lab's seconds per step against the lab that
+"""`invoke bench.projection`: the smoke test's projection of the lab's seconds per step against the lab that
 follows it, pair by pair, warm or cold (the page cache dropped before each pair: a learner's first run)."""
 
 from __future__ import annotations
@@ -59,10 +59,10 @@ def _projection_pair(name: str, track: str, options: dict, runs_dir: Path, where
     if name == SHAPE_CASE:
         folder = runs_dir / "qwen3-0.6b-shape"
         python = commands[0][0]
-        subprocess.run([python, "-m", "grpolab", "bench", "shape-folder", "--case", "qwen3-0.6b-shape", "--out", str(folder)],
+        subprocess.run([python, "-m", "grpolab.bench", "shape-folder", "--case", "qwen3-0.6b-shape", "--out", str(folder)],
                        cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
         sizes = [word for key, value in SHAPE_LAB.items() for word in ("--lab-setting", f"{key}={value}")]
-        commands = [lab_command("bench smoke-for-lab", track, {"lab_model": folder}, sizes),
+        commands = [lab_command("smoke-for-lab", track, {"lab_model": folder}, sizes, module="grpolab.bench"),
                     lab_command("lab", track, {**SHAPE_LAB, "model": folder, "smoke": "never"}, [])]
     out = {"case": name, "commands": [], "exit_status": 0}
     for argv in commands:
@@ -201,7 +201,7 @@ DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 def check_can_drop_page_cache() -> None:
     if not os.access(DROP_CACHES, os.W_OK):
         raise HostError(f"--cold drops the page cache before each pair (sync; echo 3 > {DROP_CACHES}), which needs root: "
-                        "run it as root (sudo -E env PATH=$PATH invoke bench --projection --cold), or without --cold for the warm case")
+                        "run it as root (sudo -E env PATH=$PATH invoke bench.projection --cold), or without --cold for the warm case")
 
 
 def drop_page_cache() -> None:

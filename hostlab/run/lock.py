@@ -67,9 +67,9 @@ def make_side_locks(track) -> None:
 
 
 def make_side(track_name: str | None) -> None:
-    """`invoke lock --track T --side-locks`: only the locks beside T's lock, from that lock unchanged."""
+    """`invoke lock.side --track T`: only the locks beside T's lock, from that lock unchanged."""
     if not track_name:
-        raise HostError("--side-locks needs --track: it remakes one track's build-tools and Debian locks")
+        raise HostError("`invoke lock.side` needs --track: it remakes one track's build-tools and Debian locks")
     track = get_track(track_name)
     if not track.is_container or not lock_path(track).exists():
         raise HostError(f"track {track_name} has no image lock here to make side locks from (lockfiles/{track_name}.txt)")
@@ -85,7 +85,7 @@ def base_arches(lock_dir=LOCK_DIR) -> list[str]:
 
 
 def make_base(arch: str) -> None:
-    """`invoke lock --base ARCH`: the stand-in base's Debian pins for ARCH, resolved again."""
+    """`invoke lock.base --arch ARCH`: the stand-in base's Debian pins for ARCH, resolved again."""
     started = time.monotonic()
     make_base_lock(arch)
     say(f"done in {time.monotonic() - started:.0f} s; `invoke base{'' if arch == 'amd64' else ' --arch ' + arch} --force` makes the stand-in from them")
@@ -134,7 +134,7 @@ def check(track_name: str | None = None, lock_dir=LOCK_DIR) -> bool:
             fresh = instructions_path(track, lock_dir).read_text() == instructions_text(track)
             say(
                 f"{track.name}: no lock yet, made elsewhere (lockfiles/{track.name}.README"
-                + (")" if fresh else " is OUT OF DATE: `invoke lock --track " + track.name + " --instructions`)")
+                + (")" if fresh else " is OUT OF DATE: `invoke lock.instructions --track " + track.name + "`)")
             )
             ok &= fresh
             continue
@@ -186,6 +186,6 @@ def prove(track_name: str | None) -> None:
 
 def instructions(track_name: str | None) -> None:
     if not track_name:
-        raise HostError("--instructions needs --track (the track whose lock is made elsewhere)")
+        raise HostError("`invoke lock.instructions` needs --track (the track whose lock is made elsewhere)")
     path = write_instructions(get_track(track_name))
     say(f"wrote {path}")

@@ -2,7 +2,7 @@
 
 Track clustercpu's environment (.venvs/clustercpu, from its lock: verl, Ray, torch, transformers and peft at track
 cluster's versions, vLLM's CPU build at cluster's vLLM) exports the lab on the tiny model, then runs verl on it through
-`grpolab verl-cpu` (grpolab/export/verl_cpu.py), which adds what a CPU needs to the bundle's unedited run.sh and writes the run-log line. The
+`python -m grpolab.bench verl-cpu` (CI's proof harness, grpolab/bench/verl_cpu_proof.py), which adds what a CPU needs to the bundle's unedited run.sh and writes the run-log line. The
 host reads that line from the run log; it knows nothing of verl.
 """
 
@@ -39,7 +39,7 @@ def export_and_run(steps: int = 2, out: Path | None = None, bundle_edit=None) ->
         bundle_edit(bundle)
     runlog = venv_runlog()  # where the lab writes: runs/, or GRPOLAB_RUNS_DIR
     before = len(read_runs(runlog))
-    status = subprocess.run(resolved([python, "-m", "grpolab", "verl-cpu", str(bundle), "--steps", str(steps)]), env=env, cwd=REPO).returncode
+    status = subprocess.run(resolved([python, "-m", "grpolab.bench", "verl-cpu", str(bundle), "--steps", str(steps)]), env=env, cwd=REPO).returncode
     lines = [line for line in read_runs(runlog)[before:] if line.get("engine") == "verl"]
     if not lines:
         raise HostError(f"verl on the CPU exited {status} and wrote no run-log line to {runlog} (output above)")

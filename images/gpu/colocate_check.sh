@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# vLLM colocate against in-process generation on one CUDA GPU, each step split the way `invoke bench --colocate
+# vLLM colocate against in-process generation on one CUDA GPU, each step split the way `invoke bench.colocate
 # --case qwen3-0.6b-shape` splits it on the CPU (issue 29, section 3): generation, weight sync, the lab's sync
 # check, TRL's importance-sampling pass (old_logprobs), reward and update, and the wrapper the trainer put
 # around the model (none, or DDP with its find_unused_parameters).
@@ -22,7 +22,7 @@
 #                              GPU tracks' setting; True without, the CPU's)
 #   vllm-colocate[-ranks[-auto]]   the same three with vLLM colocate, only where vLLM is installed: the device machine
 #                              lent to this project has none, and the script says so and runs the in-process ones
-# Model: a random Qwen3-0.6B-shaped folder (`grpolab bench shape-folder`), bf16 on the GPU, with the CPU
+# Model: a random Qwen3-0.6B-shaped folder (`python -m grpolab.bench shape-folder`), bf16 on the GPU, with the CPU
 # bench's settings (2 prompts x 4 completions of up to 32 tokens, 6 steps; steps 2-6 compared).
 # PASS/FAIL lines; exit status: the number of failures. Logs and one JSON line per run in $OUT (or runs/colocate-check).
 set -uo pipefail
@@ -50,7 +50,7 @@ else
   TRACK=n; [[ "$DEVICE" == cpu ]] && TRACK=c
 fi
 if [[ "$MODEL" != tiny && ! -f "$MODEL/config.json" ]]; then
-  python3 -m grpolab bench shape-folder --case qwen3-0.6b-shape --out "$MODEL" >"$LOGS/shape-folder.txt" 2>&1 \
+  python3 -m grpolab.bench shape-folder --case qwen3-0.6b-shape --out "$MODEL" >"$LOGS/shape-folder.txt" 2>&1 \
     || { echo "FAIL  writing the Qwen3-0.6B-shaped folder: $(tail -3 "$LOGS/shape-folder.txt")"; exit 1; }
 fi
 

@@ -48,7 +48,7 @@ else
 fi
 
 for case in "${CASES[@]}"; do
-  if timeout 240 python3 -m grpolab memory-bench --case "$case" --device "$DEVICE" --out "$LOGS/$case.json" >"$LOGS/$case.txt" 2>&1; then
+  if timeout 240 python3 -m grpolab.bench memory --case "$case" --device "$DEVICE" --out "$LOGS/$case.json" >"$LOGS/$case.txt" 2>&1; then
     python3 - "$LOGS/$case.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -8,7 +8,7 @@
 #     bash images/gpu/versus_trl_check.sh              # on the GPU (GRPOLAB_GPU_ROUNDS=2: 2 rounds, not 3)
 #     bash images/gpu/versus_trl_check.sh --dry-run    # anywhere: one round of each variant on the CPU, 10 steps
 #
-# Variants (grpolab bench plain-trl: TRL's GRPOTrainer built as its documentation shows it, on track c's lab
+# Variants (python -m grpolab.bench plain-trl: TRL's GRPOTrainer built as its documentation shows it, on track c's lab
 # settings and the committed tiny model, float32), each in a process of its own, interleaved over 3 rounds:
 #   plain       plain TRL
 #   meter       plus the peak-memory meter as the lab runs it on CUDA: torch.cuda.mem_get_info() polled every 20 ms
@@ -35,7 +35,7 @@ for round in $(seq "$ROUNDS"); do
     observers=""; [[ "$variant" != plain ]] && observers="--observers $variant"
     # shellcheck disable=SC2086 # observers is two words or none
     result="$LOGS/$variant-$round.json"
-    if timeout 300 python3 -m grpolab bench plain-trl --device "$DEVICE" --max-steps "$STEPS" $observers --out "$result" >"$LOGS/$variant-$round.txt" 2>&1; then
+    if timeout 300 python3 -m grpolab.bench plain-trl --device "$DEVICE" --max-steps "$STEPS" $observers --out "$result" >"$LOGS/$variant-$round.txt" 2>&1; then
       echo "{\"variant\": \"$variant\", \"round\": $round, \"result\": $(cat "$result")}" >>"$LOGS/runs.jsonl"
       echo "round $round  $variant  $(grep -o '"seconds_per_step": [0-9.]*' "$result" | head -1)"
     else

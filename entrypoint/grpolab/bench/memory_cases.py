@@ -1,6 +1,6 @@
 """The memory benchmark's cases: predicted against measured peak memory, on the same basis, per case.
 
-    python -m grpolab memory-bench --case qwen3-0.6b-shape     # one case per process: a clean baseline
+    python -m grpolab.bench memory --case qwen3-0.6b-shape     # one case per process: a clean baseline
 
 Each case runs a few real GRPO steps (TRL's GRPOTrainer, a LoRA adapter, in-process rollouts; the lab's own
 make_trainer) under a PeakMemoryMeter started before the model loads, then makes the estimate for the same
@@ -119,8 +119,7 @@ def run_case(name: str, device_type: str, unified_memory: bool = False, say=prin
     train, _ = load_lab_datasets(settings.dataset, settings.train_size, 0, settings.seed)
     reward_funcs, _ = check_rewards(settings, train.column_names)
     tokenizer, model_path = case_tokenizer(case)
-    # The shape summed, not the model card's round count: the random model has exactly these parameters.
-    shape_source = model_path or {**{k: v for k, v in case["shape"].items() if k != "num_parameters"}, "_name_or_path": case["model"]}
+    shape_source = case_shape_source(case, model_path)
     prompt_tokens = longest_prompt_tokens(tokenizer, train)
     available = host_available_gb() if device_type == "cpu" else None
     needed = estimate_memory(shape_source, settings, device_type=device_type, prompt_tokens=prompt_tokens).modelled_gb * FIT_MARGIN
@@ -139,17 +138,36 @@ def run_case(name: str, device_type: str, unified_memory: bool = False, say=prin
             trainer.train()
             meter.mark("update")
     estimate = estimate_memory(shape_source, settings, runtime_baseline_gb=meter.baseline_gb, device_type=device_type, prompt_tokens=prompt_tokens)
-    fields = meter.fields(predicted_gb=estimate.modelled_gb)
     say(estimate.render())
+    measured = meter.fields(predicted_gb=estimate.modelled_gb)
+    return case_record(name, settings, device_type, estimate, measured, trainable, recorder.records)
+
+
+def case_shape_source(case: dict, model_path: str | None):
+    """What the estimate reads the model's shape from: the tiny model's folder, or a "-shape" case's own shape, summed
+    (not the model card's round count: the random model has exactly these parameters)."""
+    if model_path:
+        return model_path
+    return {**{k: v for k, v in case["shape"].items() if k != "num_parameters"}, "_name_or_path": case["model"]}
+
+
+RECORDED_SETTINGS = ("num_generations", "per_device_train_batch_size", "max_prompt_length", "max_completion_length",
+                     "max_steps", "lora_rank", "lora_target_modules", "beta")
+
+
+def case_record(name: str, settings: LabSettings, device_type: str, estimate, fields: dict, trainable: int,
+                records) -> dict:
+    """The benchmark's record of one case that ran: the estimate's terms against the meter's `fields` (its
+    PeakMemoryMeter.fields, the estimate's modelled part given as predicted), and the steps the trainer logged."""
     return {
         "case": name,
-        "model": case["model"],
+        "model": ALL_CASES[name]["model"],
         "device": device_type,
         "dtype": estimate.dtype,
-        "settings": {k: getattr(settings, k) for k in ("num_generations", "per_device_train_batch_size", "max_prompt_length", "max_completion_length", "max_steps", "lora_rank", "lora_target_modules", "beta")},
+        "settings": {k: getattr(settings, k) for k in RECORDED_SETTINGS},
         "trainable_parameters": trainable,
-        "steps_run": len(recorder.records),
-        "completion_mean_length": [r.metrics.get("completions/mean_length") for r in recorder.records],
+        "steps_run": len(records),
+        "completion_mean_length": [r.metrics.get("completions/mean_length") for r in records],
         "predicted": {"terms": estimate.as_dict()["terms"], "modelled_gb": round(estimate.modelled_gb, 3)},
         "measured": fields,
         "ratio_predicted_over_measured": fields["peak_memory_ratio"],

@@ -1,6 +1,6 @@
 """Plain TRL on the lab's settings, for the side-by-side benchmark (`invoke bench --versus-trl`).
 
-    grpolab bench plain-trl --track c --max-steps 40 --seed 0 [--device cuda] [--observers meter,sampler,...] [--out FILE]
+    python -m grpolab.bench plain-trl --track c --max-steps 40 --seed 0 [--device cuda] [--observers meter,sampler,...] [--out FILE]
 
 The same model, data, rewards and settings as `grpolab lab --track c`, trained the way TRL's documentation
 shows it: a GRPOConfig, a GRPOTrainer given the model's path, the reward functions and a PEFT LoraConfig,
@@ -32,7 +32,7 @@ OBSERVERS = ("meter", "sampler", "unsampled", "recorder", "checks")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`grpolab bench plain-trl`'s options (cli.py builds the parser; the text above is its --help)."""
+    """`python -m grpolab.bench plain-trl`'s options (commands.py builds the parser; the text above is its --help)."""
     parser.description = __doc__.split("\n\n")[0]
     parser.epilog = __doc__.split("\n\n", 2)[2]
     parser.formatter_class = argparse.RawDescriptionHelpFormatter

@@ -1,8 +1,9 @@
 """Lag 0 in vLLM colocate mode, verified rather than assumed.
 
 TRL copies the policy's weights into the colocated engine before a generation whenever the optimiser step
-changed (trainer._last_loaded_step, GRPOTrainer._generate_single_turn -> VLLMGeneration.sync_weights). After
-such a generation this ledger records the policy version vLLM sampled with and, on the checked syncs, asks
+changed (GRPOTrainer._generate_single_turn -> VLLMGeneration.sync_weights). The ledger follows those syncs through
+that weight-sync client, trainer.vllm_generation.sync_weights: the step each sync loaded is the policy version vLLM
+samples with until the next one. After a generation this ledger records that version and, on the checked syncs, asks
 the engine for a fixed probe prompt's greedy completion with its log-probabilities and scores the same tokens
 with the trainer's policy (the LoRA adapter as trained, unmerged). The sync is good when the trainer's greedy
 choice is vLLM's at every position and the log-probabilities agree within LOGPROB_TOLERANCE. Nothing TRL does
@@ -90,22 +91,44 @@ class VllmSyncLedger(RolloutLedger):
         self._previous: tuple[list[int], list[float]] | None = None
         self.torch_threads: int | None = None
         self.tolerance = LOGPROB_TOLERANCE
+        self.synced_step: int | None = None  # the optimiser step whose weights the last sync loaded into vLLM
+        self._version_at_last_generation: int | None = None
+        self._batches_scored = 0
 
-    # --- called by the trainer after each generation --------------------------------------------------------
+    # --- hooked onto the trainer (run/training.py's attach_sync_ledger) -----------------------------------------
 
-    def after_generation(self, trainer, loaded_before: int | None, generation_seconds: float) -> None:
-        version = trainer._last_loaded_step
+    def follow_weight_syncs(self, trainer) -> None:
+        """Note the optimiser step of every weight sync TRL makes through its weight-sync client, whatever wraps it
+        (TRL syncs once per step, before that step's generation). Put on last, so that it counts what TRL asked
+        for: a sync that reached the engine or not is for the checks to tell."""
+        sync = trainer.vllm_generation.sync_weights
+
+        def noted_sync():
+            result = sync()
+            self.synced_step = trainer.state.global_step
+            return result
+
+        trainer.vllm_generation.sync_weights = noted_sync
+
+    def after_generation(self, trainer, generation_seconds: float) -> None:
+        version = self.synced_step
+        synced = version != self._version_at_last_generation  # TRL synced before this generation
+        self._version_at_last_generation = version
         if self.torch_threads is None:  # after the engine started: vLLM's CPU worker may have changed torch's threads
             import torch
 
             self.torch_threads = torch.get_num_threads()
         self.record(trainer.state.global_step, version, seconds=round(generation_seconds, 4))
-        if version != loaded_before and self.should_check(version):
+        if synced and self.should_check(version):
             self.checks.append(self.check(trainer, version))
 
     def after_scoring(self, trainer, logged_metrics: dict) -> None:
         """After TRL scored a generation: its largest trainer-vs-vLLM log-probability difference over the sampled
-        tokens is this sync's check where the trainer runs float32 (the engine then does too)."""
+        tokens is this sync's check where the trainer runs float32 (the engine then does too). Called at each step's
+        end; a step that generated nothing (TRL reusing an earlier generation) has nothing new to hand over."""
+        if len(self.batches) == self._batches_scored:
+            return
+        self._batches_scored = len(self.batches)
         values = logged_metrics.get(TRL_LOGP_DIFFERENCE) or []
         float32 = tolerance_for(next(trainer.model.parameters()).dtype) == LOGPROB_TOLERANCE
         if self.sampled_tokens_in_force is None:

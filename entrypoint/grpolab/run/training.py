@@ -1,6 +1,7 @@
 """Load the model, wrap it in a LoRA adapter and run TRL's GRPOTrainer: shared by the smoke test and the lab.
 
-This module is where TRL is used; the host side never imports it.
+This module is where TRL is used, through its public surface; what the lab still takes from TRL's private methods
+and attributes is in trl_private.py, with the TRL version it was read from. The host side never imports either.
 """
 
 from __future__ import annotations
@@ -215,10 +216,9 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
     probe_every_sync: vLLM colocate's lag-0 probe after every weight sync (the smoke test), not on a lab's schedule
     (rollouts/vllm_sync.py). sync_check_steps: that schedule for a run of so many steps (default: this one's; the smoke
     test's calibration probes as the lab it times will)."""
-    from trl import GRPOTrainer
-
     from ..rollouts.vllm_cpu import engine_arguments, sync_through_vllm_reload
     from ..rollouts.vllm_sync import VllmSyncLedger, probe_prompt_ids
+    from .trl_private import TimedGRPOTrainer  # TRL's private methods the lab overrides: one module, its TRL version
 
     rollout = dict(rollout)
     rollout_func = rollout.pop("rollout_func", None)
@@ -228,55 +228,6 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
         args = grpo_config(settings, [func.__name__ for func in reward_funcs], device_type, output_dir, rollout)
     except ValueError as error:  # TRL's own checks of the settings, before anything runs
         raise LayerFailure("input", f"TRL refused these settings: {error}", "change the setting it names") from error
-
-    class TimedGRPOTrainer(GRPOTrainer):
-        """Counts the seconds spent producing completions, syncing weights into vLLM, checking the sync and in TRL's
-        no-grad log-probability pass, so each step splits into those, reward and update (StepRecord)."""
-
-        generation_seconds = 0.0
-        sync_seconds = 0.0
-        sync_check_seconds = 0.0
-        old_logprobs_seconds = 0.0
-        rollout_ledger = None  # set for vLLM colocate: after each generation it records (and checks) the synced policy
-
-        def _generate(self, prompts):
-            started = time.perf_counter()
-            sync_before = self.sync_seconds  # TRL syncs inside _generate, before the engine generates
-            loaded_before = getattr(self, "_last_loaded_step", None)
-            try:
-                generated = super()._generate(prompts)
-            finally:
-                seconds = time.perf_counter() - started - (self.sync_seconds - sync_before)
-                self.generation_seconds += seconds
-            # After a generation that succeeded only (an engine that just failed is not asked again), and outside
-            # the timing: the sync check is not generation.
-            if hasattr(self.rollout_ledger, "after_generation"):
-                started = time.perf_counter()
-                try:
-                    self.rollout_ledger.after_generation(self, loaded_before, seconds)
-                finally:
-                    self.sync_check_seconds += time.perf_counter() - started
-            return generated
-
-        def _generate_and_score_completions(self, inputs):
-            scored = super()._generate_and_score_completions(inputs)
-            if hasattr(self.rollout_ledger, "after_scoring"):  # TRL's comparison of the sampled tokens, logged just now
-                self.rollout_ledger.after_scoring(self, self._metrics["train"])
-            return scored
-
-        def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-            # Without gradients this is TRL's old_per_token_logps pass (_generate_and_score_completions): with vLLM
-            # and vllm_importance_sampling_correction (TRL's default) one more forward of every sequence, a cost
-            # in-process runs do not pay, so it is counted apart from the update.
-            import torch
-
-            if torch.is_grad_enabled():
-                return super()._get_per_token_logps_and_entropies(*args, **kwargs)
-            started = time.perf_counter()
-            try:
-                return super()._get_per_token_logps_and_entropies(*args, **kwargs)
-            finally:
-                self.old_logprobs_seconds += time.perf_counter() - started
 
     with engine_arguments(engine_dtype) if engine_dtype else contextlib.nullcontext():
         trainer = TimedGRPOTrainer(
@@ -293,7 +244,8 @@ def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, re
     if args.use_vllm:
         time_weight_syncs(trainer)
     if args.use_vllm and args.vllm_mode == "colocate":
-        trainer.rollout_ledger = VllmSyncLedger(probe_prompt_ids(tokenizer, train_dataset), sync_check_steps or settings.max_steps, probe_every_sync)
+        probe_ids = probe_prompt_ids(tokenizer, train_dataset)
+        attach_sync_ledger(trainer, VllmSyncLedger(probe_ids, sync_check_steps or settings.max_steps, probe_every_sync))
     from transformers import PrinterCallback
 
     # Our step recorder prints one readable line per logged step; the raw log dicts would bury it.
@@ -325,6 +277,25 @@ def time_weight_syncs(trainer) -> None:
     trainer.vllm_generation.sync_weights = timed_sync
 
 
+def attach_sync_ledger(trainer, ledger) -> None:
+    """vLLM colocate's sync ledger (rollouts/vllm_sync.py), on TRL's public hooks where they serve: it follows the
+    weight-sync client for which step's weights vLLM holds, and a callback hands it TRL's check of the sampled tokens
+    at each step's end. TimedGRPOTrainer._generate (run/trl_private.py) calls it after each generation."""
+    from transformers import TrainerCallback
+
+    from .trl_private import logged_train_metrics
+
+    class SampledTokensToLedger(TrainerCallback):
+        # At on_step_end the step's generation is scored and TRL has not logged (and cleared) its metrics yet, and
+        # the next step's sync, whose probe schedule depends on what this hands over, is still to come.
+        def on_step_end(self, args, state, control, **kwargs):
+            ledger.after_scoring(trainer, logged_train_metrics(trainer))
+
+    ledger.follow_weight_syncs(trainer)
+    trainer.rollout_ledger = ledger
+    trainer.add_callback(SampledTokensToLedger())
+
+
 def release_vllm_engine(trainer) -> bool:
     """Shut down a colocated vLLM engine the trainer started (TRL keeps it at trainer.vllm_generation.llm), so that a
     trainer built after it in this process does not run beside it, holding the memory and the cores of both. Whether
@@ -345,7 +316,7 @@ def as_number(value) -> float:
     return float(value) if isinstance(value, (int, float)) else math.nan
 
 
-# The seconds TimedGRPOTrainer counts, by the StepRecord field each becomes.
+# The seconds TimedGRPOTrainer (run/trl_private.py) counts, by the StepRecord field each becomes.
 TRAINER_PARTS = ("generation_seconds", "sync_seconds", "sync_check_seconds", "old_logprobs_seconds")
 
 

@@ -1,7 +1,8 @@
-"""CPU ONLY: run an exported verl bundle on one machine without a GPU (in track clustercpu's environment).
+"""CI's proof harness, CPU ONLY: run an exported verl bundle on one machine without a GPU (in track clustercpu's
+environment), as `invoke verl-cpu` does on every commit to prove that a bundle trains.
 
-A cluster never runs this and a bundle never carries it. It is everything verl 0.9.1 needs beyond the bundle to
-train on a CPU, in one place:
+Not the product: a learner's `grpolab` does not offer it, a cluster never runs it and a bundle never carries it. It is
+everything verl 0.9.1 needs beyond the bundle to train on a CPU, in one place:
 
 - a verl platform for the CPU (verl knows nvidia, npu and rocm): registered when verl imports this module, which it
   does in every process when VERL_USE_EXTERNAL_MODULES names it, and chosen with VERL_PLATFORM;
@@ -21,7 +22,7 @@ Each run goes into BUNDLE/cpu-runs/<time>/ (verl's metrics file and checkpoint);
 run-log line like a cluster run's (grpolab.export.verl_result: pass@1 by our evaluator on verl's adapter), and one
 JSON summary is printed.
 
-usage: python -m grpolab verl-cpu BUNDLE [--steps N] [HYDRA_OVERRIDE ...]
+usage: python -m grpolab.bench verl-cpu BUNDLE [--steps N] [HYDRA_OVERRIDE ...]
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry
 
 from ..environment.machine import usable_cores
-from .verl_result import record_verl_run, summary
+from ..export.verl_result import record_verl_run, summary
 
 PLATFORM = "grpolab-cpu"
-MODULE = "grpolab.export.verl_cpu"
+MODULE = "grpolab.bench.verl_cpu_proof"  # verl imports it in each of its processes
 KV_CACHE_GIB = "1"
 RAY_CPU_SLOTS = 8
 VERL_REWARD_WORKERS = 8  # verl 0.9.1's reward.num_workers
@@ -274,7 +275,7 @@ def run_shown_and_kept(command: list[str], env: dict, output_log: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grpolab verl-cpu", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m grpolab.bench verl-cpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle", type=Path, help="the folder `invoke export --engine verl` wrote")
     parser.add_argument("--steps", type=int, default=2, help="GRPO steps to train (default 2)")
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides, after the CPU's")
@@ -309,6 +310,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAILED [first_step] verl trained {len(record['steps'])} step(s), not {args.steps}", file=sys.stderr)
         return 1
     return 0
-
-if __name__ == "__main__":
-    sys.exit(main())
