@@ -98,6 +98,15 @@ def lock_side(c, track=None):
         lockcli.make_side(track)
 
 
+@task(name="test-tools")
+def lock_test_tools(c):
+    """Remake lockfiles/test-tools.txt (pyproject's host and test extras, within track c's pins): seconds, PyPI."""
+    from hostlab.run import lock as lockcli
+
+    with user_errors():
+        lockcli.make_test_tools()
+
+
 # ---------------------------------------------------------------------------------------- kernels
 @task(name="table", help={"track": "a track that serves GPUs: s, n, cluster (default: every one whose lock is here)",
                           "json": "print the results as JSON (the tables are lockfiles/<track>.kernels.json)"})
@@ -480,7 +489,8 @@ def test(c, skip_image=False):
 # A sub-collection's default task keeps the short spelling: `invoke lock`, `invoke build`, `invoke kernels`.
 ns = Collection(
     base, source_wheels, venv, up, serve, smoke, lab, estimate, doctor, tiny_model, export, verl_cpu, report, test,
-    Collection("lock", lock_check, lock_instructions, lock_prove, lock_provenance, lock_base, lock_side),
+    Collection("lock", lock_check, lock_instructions, lock_prove, lock_provenance, lock_base, lock_side,
+               lock_test_tools),
     Collection("kernels", kernels_readme),
     Collection("build", build_reproducible),
     Collection("bench", bench_lab, bench_build, bench_learning, bench_stale, bench_memory, bench_colocate,

@@ -24,7 +24,7 @@ from hostlab.run import lab as labrun  # noqa: E402
 TASKS = {
     "base", "source-wheels", "venv", "up", "serve", "smoke", "lab", "estimate", "doctor", "tiny-model", "export",
     "verl-cpu", "report", "test",
-    "lock.make", "lock.check", "lock.instructions", "lock.prove", "lock.provenance", "lock.base", "lock.side",
+    "lock.make", "lock.check", "lock.instructions", "lock.prove", "lock.provenance", "lock.base", "lock.side", "lock.test-tools",
     "kernels.table", "kernels.readme",
     "build.image", "build.reproducible",
     "bench.lab", "bench.build", "bench.learning", "bench.stale", "bench.memory", "bench.colocate", "bench.versus-trl",

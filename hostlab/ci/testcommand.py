@@ -45,6 +45,13 @@ CI_DISK_NEED_GIB = 40
 KERNELS_TRACKS = ("s", "n")  # the course's NVIDIA tracks: their images are proven here before any GPU sees them
 
 
+def lint() -> None:
+    """ruff over the repository with pyproject.toml's rules: a line over 120 characters, an unused import or an
+    undefined name stops the test command here, in seconds, before anything is built."""
+    if subprocess.run(resolved(["ruff", "check", "--quiet", str(REPO)]), cwd=REPO).returncode != 0:
+        raise HostError("ruff found the lines above: fix them (`ruff check --fix` fixes some)")
+
+
 def _step(name: str, timings: dict):
     class _Timer:
         def __enter__(self):
@@ -321,6 +328,8 @@ def run_ci(skip_image: bool = False) -> dict:
 
 
 def _run_ci_steps(timings: dict, skip_image: bool, cpu: CpuUse) -> None:
+    with _step("ruff check (the line length and lint rules in pyproject.toml)", timings):
+        lint()
     with _step("invoke lock.check", timings):
         if not check():
             raise HostError("a lock is missing, stale or tampered (see above)")

@@ -18,6 +18,7 @@ from pathlib import Path
 from .. import HostError
 
 HOW_TO_GET = {
+    "ruff": "it comes with the test tools (lockfiles/test-tools.txt, which `bash .ci/run` installs into .venvs/c)",
     "uv": "it comes with the host tasks' packages (`bash images/setup-host.sh`, or `pip install uv` in the venv "
     "that runs invoke)",
     "docker": "install Docker Engine and its CLI (`bash images/setup-host.sh` on Debian and Ubuntu; Docker's own "

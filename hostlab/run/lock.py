@@ -78,6 +78,12 @@ def make_side(track_name: str | None) -> None:
     say(f"done in {time.monotonic() - started:.0f} s")
 
 
+def make_test_tools() -> None:
+    """`invoke lock.test-tools`: only lockfiles/test-tools.txt, from pyproject.toml's extras within the pins of the
+    track CI's venv holds beside them (its lock unchanged)."""
+    make_test_tools_lock(get_track(TEST_TOOLS_TRACK))
+
+
 def base_arches(lock_dir=LOCK_DIR) -> list[str]:
     """The arches whose stand-in pins `invoke lock` keeps: PINNED_ARCHES and any other whose pins are here."""
     present = {p.name.removeprefix(f"base-{SUITE}-").removesuffix(".debian.txt") for p in lock_dir.glob(f"base-{SUITE}-*.debian.txt")}
