@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from grpolab.common.errors import EXIT_STATUS, LayerFailure
-from grpolab.run.pipeline import LAG_BASIS
+from grpolab.common.rollout_paths import rollout_path
 from grpolab.common.runlog import read_runs
 from grpolab.settings.lab_settings import resolve_settings
 from grpolab.run.smoke import run_smoke
@@ -34,7 +34,7 @@ def test_smoke_passes_every_layer_on_cpu(tiny_model_env, tmp_path):
     assert run["kind"] == "smoke" and run["status"] == "passed" and run["track"] == "c"
     assert run["layers_passed"] == ["device", "adapter", "rewards", "first_step", "rollout", "runlog"]
     assert run["settings"]["train_size"] == 10 and run["settings"]["num_generations"] == 4 and run["settings"]["max_steps"] == 10
-    assert run["rollout"] == {"path": "inprocess", "stale": False, "max_lag_steps": 0, "lag_basis": LAG_BASIS["inprocess"]}
+    assert run["rollout"] == {"path": "inprocess", "stale": False, "max_lag_steps": 0, "lag_basis": rollout_path("inprocess").LAG_BASIS}
     assert run["device_checked"] is True and run["seconds_per_step"] > 0
     assert run["fingerprint"]["torch_version"]
     # Peak memory measured and predicted on one basis (above the runtime baseline), in the line and on screen.

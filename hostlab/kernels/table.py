@@ -36,8 +36,11 @@ from .elf import SharedObject, is_elf, read_elf, version_key
 SCAN_VERSION = 2  # raise when read_elf learns something new: cached scans of older versions are read again
 # A table is a function of the locked wheels (their hashes are in the lock, so the lock's body hash names them) and
 # of the code that reads them: these files. The table records both; CI reads the wheels again only when either moved.
+# gpucode.py asks each rollout path's description (common/rollout_paths/) which libraries it launches kernels from.
 READER_FILES = ("hostlab/kernels/table.py", "hostlab/kernels/elf.py", "hostlab/locks/wheels.py", "hostlab/locks/lockfile.py",
-                "entrypoint/grpolab/common/gpucode.py")
+                "entrypoint/grpolab/common/gpucode.py",
+                *sorted(f"entrypoint/grpolab/common/rollout_paths/{p.name}"
+                        for p in (REPO / "entrypoint" / "grpolab" / "common" / "rollout_paths").glob("*.py")))
 SCAN_CACHE = CACHE.parent / "kernels"
 # The base images' libraries (Debian trixie), measured on the stand-in base CI builds from:
 # `docker run --rm grpolab-base:trixie-amd64 ldconfig -p` (glibc 2.41). python:3.1x-slim-trixie is Debian trixie

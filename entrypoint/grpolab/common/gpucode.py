@@ -21,6 +21,8 @@ import os
 import re
 from pathlib import Path
 
+from .rollout_paths import registered_path
+
 FORMAT = "grpolab-kernels v1"
 NATIVE, JIT, NONE = "native", "jit", "none"
 
@@ -46,22 +48,14 @@ CARDS = {
 # Toolkit release notes, table 3): every CUDA 13.x build runs on driver 580 or newer, CUDA 12.x on 525.60.13.
 DRIVER_MINIMUM = {13: "580", 12: "525.60.13", 11: "450.80.02"}
 
-# The libraries a rollout path launches GPU kernels from (paths inside their wheels, fnmatch patterns): the
+# The libraries a rollout path launches GPU kernels from are its description's GPU_LIBRARIES (rollout_paths/): the
 # lock refuses one with no code for the track's GPUs, the doctor names one that JITs or has none.
-TORCH = ("torch/lib/libtorch_cuda.so", "torch/lib/libtorch_hip.so", "nvidia/*/lib/libcublasLt.so*", "nvidia/cublas/lib/libcublasLt.so*")
-VLLM = ("vllm/_C*.so", "vllm/_moe_C*.so", "vllm/vllm_flash_attn/_vllm_fa2_C*.so", "vllm/vllm_flash_attn/_vllm_fa3_C*.so")
 # Libraries a path launches kernels from on some GPUs only, by compute capability. vLLM's FlashAttention backend
 # (vllm/attention/utils/fa_utils.py, get_flash_attn_version): FlashAttention 3 on Hopper (9.x), FlashAttention 2 on
 # the other GPUs from 8.0 up; below 8.0 vLLM chooses another attention backend and loads neither.
 ONLY_ON = {
     "vllm/vllm_flash_attn/_vllm_fa2_C*.so": lambda major, minor: major >= 8 and major != 9,
     "vllm/vllm_flash_attn/_vllm_fa3_C*.so": lambda major, minor: major == 9,
-}
-ROLLOUT_LIBRARIES = {
-    "inprocess": TORCH,
-    "llamacpp": TORCH,
-    "vllm-colocate": TORCH + VLLM,
-    "vllm-server": TORCH + VLLM,
 }
 
 _ARCH = re.compile(r"^(?:sm|compute)_(\d+?)(\d)([af]?)$")
@@ -109,7 +103,8 @@ def verdict(gpu: str, sass: list[str], ptx: list[str], gfx: list[str] | None = N
 def needed_by(path: str, rollout: str, gpu: str | None = None) -> bool:
     """Does the rollout path launch kernels from this library (its path inside its wheel): on `gpu`, or (None) on
     some GPU?"""
-    if not any(fnmatch.fnmatch(path, pattern) for pattern in ROLLOUT_LIBRARIES.get(rollout, ())):
+    described = registered_path(rollout)
+    if not any(fnmatch.fnmatch(path, pattern) for pattern in (described.GPU_LIBRARIES if described else ())):
         return False
     only = next((test for pattern, test in ONLY_ON.items() if fnmatch.fnmatch(path, pattern)), None)
     arch = parse_arch(gpu) if gpu else None

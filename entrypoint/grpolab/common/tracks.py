@@ -12,13 +12,16 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .rollout_paths import ROLLOUT_PATH_REGISTRY
+
 # The table sits at <repo>/images/tracks.toml; the images copy it to the same place relative to the package.
 TRACKS_FILE = Path(os.environ.get("GRPOLAB_TRACKS_FILE", Path(__file__).resolve().parents[3] / "images" / "tracks.toml"))
 
 
-# The rollout paths a lab can sample through (a track's row names one as its default; `--rollout` picks another). Here,
-# below the lab's settings, so that the host tasks can refuse a wrong one before they build anything.
-ROLLOUT_PATHS = ("inprocess", "vllm-colocate", "vllm-server", "llamacpp")
+# The rollout paths a lab can sample through (a track's row names one as its default; `--rollout` picks another): the
+# registry's names, a live view of it. Here, below the lab's settings, so that the host tasks can refuse a wrong one
+# before they build anything.
+ROLLOUT_PATHS = ROLLOUT_PATH_REGISTRY.keys()
 
 
 class UnknownTrack(ValueError):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .fingerprint import environment_fingerprint, fingerprint_drift
 from ..common.gpucode import device_kernels, driver_too_old, image_table_path, load_table
+from ..common.rollout_paths import DEFAULT_ROLLOUT_PATH, lock_extras_for, needs_doctor_item
 from ..common.tracks import packages_left_out
 from .machine import HostFacts, host_facts, kernel_at_least
 from .trl_range import describe_range, range_unknown_because, trl_vllm_range, vllm_in_trl_range
@@ -304,7 +305,7 @@ def vllm_item(ctx: Context) -> dict:
     importable = vllm is not None and importlib.util.find_spec("vllm") is not None  # found, not imported: that is slow
     details = {"version": vllm, "trl_vllm_range": vrange, "trl_vllm_range_unknown_because": range_unknown_because() if vrange is None else None,
                "inside_trl_range": inside, "importable": importable, "rollout": ctx.rollout}
-    wants = ctx.rollout.startswith("vllm")
+    wants = needs_doctor_item(ctx.rollout, "vllm")
     if vllm and inside is False:
         return item("vllm", WARN if not wants else FAIL, f"vllm {vllm} is outside TRL's declared range {vrange}",
                     f"install a vllm in {vrange} (TRL only warns; its server protocol may not match)", **details)
@@ -321,13 +322,14 @@ def vllm_item(ctx: Context) -> dict:
 
 def llamacpp_item(ctx: Context) -> dict:
     version = (ctx.fingerprint.get("packages") or {}).get("llama_cpp_python")
-    in_lock = bool(ctx.track and "llamacpp" in ctx.track.extras)
+    in_lock = bool(ctx.track and lock_extras_for("llama.cpp") & set(ctx.track.extras))
+    wants = needs_doctor_item(ctx.rollout, "llama.cpp")
     if version is None:
         if "llama-cpp-python" in packages_left_out():
-            status = FAIL if ctx.rollout == "llamacpp" else OK
+            status = FAIL if wants else OK
             return item("llama.cpp", status, "not in this image: left out of the first build, compiled only for --rollout llamacpp",
                         "on the host, `invoke up --rollout llamacpp` builds the image that has it", in_lock=in_lock, left_out=True)
-        if ctx.rollout == "llamacpp" or in_lock:
+        if wants or in_lock:
             return item("llama.cpp", WARN, "llama-cpp-python is not installed, though this track's lock has it", "re-sync the lock (--rollout llamacpp needs it)", in_lock=in_lock)
         return item("llama.cpp", OK, "not installed (not in this track's lock)", in_lock=in_lock)
     try:
@@ -346,7 +348,7 @@ def llamacpp_item(ctx: Context) -> dict:
 
 def server_item(ctx: Context) -> dict | None:
     """vLLM's server answers /health, when the lab would stream to one."""
-    if ctx.rollout != "vllm-server" and not ctx.server_url:
+    if not needs_doctor_item(ctx.rollout, "vllm server") and not ctx.server_url:
         return None
     url = (ctx.server_url or "http://localhost:8000").rstrip("/")
     try:
@@ -474,7 +476,8 @@ def gather(track_name: str | None = None, rollout: str | None = None, server_url
     host = host or host_facts()
     build = torch_build()
     devices = torch_devices(build)
-    return Context(track, build, devices, host, environment_fingerprint(host), rollout or (track.rollout if track else "inprocess"), server_url)
+    rollout = rollout or (track.rollout if track else DEFAULT_ROLLOUT_PATH)
+    return Context(track, build, devices, host, environment_fingerprint(host), rollout, server_url)
 
 
 def doctor_report(track_name: str | None = None, rollout: str | None = None, server_url: str | None = None, ctx: Context | None = None) -> dict:

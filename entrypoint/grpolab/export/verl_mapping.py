@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..common.rollout_paths import rollout_path
 from ..settings.lab_settings import LabSettings
 from ..task.rewards import REWARD_COLUMNS, REWARD_FUNCS
 
@@ -226,11 +227,8 @@ def refusals(settings: LabSettings, engine: str, nodes: int, gpus_per_node: int)
         return reasons
     if nodes < 1 or gpus_per_node < 1:
         reasons.append(f"nodes ({nodes}) and gpus_per_node ({gpus_per_node}) must be at least 1")
-    if settings.rollout in ("llamacpp", "vllm-server"):
-        why = {
-            "llamacpp": "llama.cpp has no weight sync, so its rollouts go stale; verl has no such rollout",
-            "vllm-server": "verl's separate rollout server is its async trainer, which never delivers a LoRA adapter (verl#7495)",
-        }[settings.rollout]
+    why = rollout_path(settings.rollout).VERL_REFUSAL  # each path says whether verl can run it
+    if why:
         reasons.append(f"rollout {settings.rollout!r} cannot be exported to verl: {why}; use --rollout vllm-colocate")
     if settings.dtype not in VERL_DTYPE:
         reasons.append(

@@ -12,7 +12,7 @@ The terms, in the lesson's order:
   2. Reference model: the same again, only when beta > 0 (at beta 0 TRL does not load it).
   3. Adapter, gradients and Adam states: 16 bytes per trainable LoRA parameter (fp32 weight, gradient and
      two Adam moments). LoRA on a linear layer in->out at rank r adds r*(in+out) parameters.
-  4. The rollout engine:
+  4. The rollout engine, as its path declares it (memory_terms in grpolab/common/rollout_paths/):
        inprocess      key-value cache of the generation batch: sequences x (prompt + completion) tokens x
                       bytes per token (2 x layers x kv_heads x head_dim x dtype bytes; Qwen3-1.7B: 112 KiB).
        vllm-colocate  vllm_gpu_memory_utilization x device memory, whatever the model (TRL's 0.3 default).
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from ..model.shape import DTYPE_BYTES, DTYPE_LABEL, ModelShape, UnknownModel, model_shape, weights_dtype
 from ..settings.lab_settings import LabSettings
+from ..common.rollout_paths import MemoryBasis, rollout_path
 from ..common.tracks import get_track
 from .vllm_cpu import estimate_terms
 
@@ -246,17 +247,6 @@ def _device_of(settings: LabSettings, device_type: str | None) -> str:
         return "cuda"
 
 
-def _rollout_term(settings: LabSettings, label: str, weights_gb: float, kv_gb: float, kv_note: str, completions: int, device_total_gb: float):
-    if settings.rollout == "vllm-colocate":
-        u = settings.vllm_gpu_memory_utilization
-        return (f"vLLM allocation at a {u:g} memory fraction", u * device_total_gb, f"vllm_gpu_memory_utilization {u:g} x {device_total_gb:g} GB, whatever the model")
-    if settings.rollout == "vllm-server":
-        return ("vLLM server (on another device)", 0.0, "server mode runs vLLM on a second card; on one shared device count its gpu_memory_utilization too")
-    if settings.rollout == "llamacpp":
-        return ("llama-server weights and key-value cache", weights_gb + kv_gb, f"a {label} GGUF copy of the policy plus {kv_note}")
-    return (f"Rollout key-value cache, {completions} sequences", kv_gb, kv_note)
-
-
 def _device_budget(device_total_gb: float | None, os_reserved_gb: float | None) -> tuple[float, str, float]:
     """(device memory in GB, where that figure came from, the operating system's share): this machine's when not given."""
     if device_total_gb is None:
@@ -394,10 +384,10 @@ def estimate_memory(
     kv_per_token = shape.kv_bytes_per_token(dbytes)
     kv_gb = completions * seq_tokens * kv_per_token / GB
     kv_note = f"{completions} sequences x {seq_tokens} tokens x {kv_per_token / 1024:g} KiB per token"
-    if settings.rollout == "vllm-colocate" and device == "cpu":  # the engine's copy, its KV space (whole GiB), its runtime
-        terms += estimate_terms(model if model is not None else settings.model, settings, prompt_tokens)
-    else:
-        terms.append(_rollout_term(settings, label, weights_gb, kv_gb, kv_note, completions, device_total_gb))
+    # The rollout engine's rows are its path's (grpolab.common.rollout_paths); vLLM's CPU engine is worked out here.
+    basis = MemoryBasis(settings, device, device_total_gb, label, weights_gb, kv_gb, kv_note, completions,
+                        lambda: estimate_terms(settings.model if model is None else model, settings, prompt_tokens))
+    terms += rollout_path(settings.rollout).memory_terms(basis)
 
     update_term, differs = _update_term(shape, settings, dbytes, seq_tokens, device, activations)
     terms.append(update_term)

@@ -1,8 +1,10 @@
-"""What every rollout path shares: the rollout layer's refusal, and the record of the path chosen."""
+"""What every rollout path's engine shares: the interface it keeps (RolloutEngine), the facts a path is chosen on, the
+rollout layer's refusal, and the record of the path chosen."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..common.errors import LayerFailure
 
@@ -17,6 +19,48 @@ class RolloutChoice:
     grpo_kwargs: dict  # GRPOConfig fields for this path
     reason: str  # one sentence for the log
     log: dict = field(default_factory=dict)
+
+
+def announced(choice: RolloutChoice, progress, log: dict | None = None) -> tuple[dict, str]:
+    """(the chosen path's GRPOTrainer keyword arguments with its run-log `log`, the reason added; the line to print),
+    the line printed first. `log` stands in for the choice's own where the engine learnt more since."""
+    progress(f"rollout: {choice.reason}")
+    logged = {**(choice.log if log is None else log), "reason": choice.reason}
+    return {**choice.grpo_kwargs, "log": logged}, choice.reason
+
+
+@dataclass(frozen=True)
+class RolloutFacts:
+    """What a path is chosen on, every fact passed in (choice.facts_on_this_machine gathers this machine's), so that
+    each refusal is testable anywhere."""
+
+    device_type: str  # where training runs: cuda, mps or cpu
+    platform: str  # sys.platform
+    vllm_version: str | None = None  # None: vLLM is not installed
+    gpu_count: int = 0
+    device_total_gb: float | None = None
+    model: object = None  # the model's id or folder (None: the settings')
+    estimate: object = None  # the run's memory estimate, where one was made
+    vllm_build: str | None = None  # "gpu" or "cpu" (vLLM's CPU build), None without vLLM
+    prompt_tokens: int | None = None  # the longest prompt of the run's data
+    available_gb: float | None = None  # the host's available memory
+
+
+class RolloutEngine(Protocol):
+    """What samples through one rollout path: a module of this package, the one its description names (ENGINE in
+    grpolab.common.rollout_paths). choice.py asks it; nothing else tests a path's name."""
+
+    def check_installed(self) -> None:
+        """Refuse (the rollout layer's LayerFailure) at once, before data and the model load, where the engine is
+        missing and that can be known this early; else nothing."""
+
+    def choose(self, settings, track, facts: RolloutFacts) -> RolloutChoice:
+        """The GRPOConfig keyword arguments for this path on a machine with these facts, or the refusal. Pure."""
+
+    def configure(self, settings, track, device_type: str, model_path, tokenizer, out_dir=None, progress=print,
+                  prompt_tokens: int | None = None) -> tuple[dict, str]:
+        """(GRPOTrainer keyword arguments, with `rollout_func` and a `log` dict where the path has them; the line to
+        print) on this machine, or the refusal."""
 
 
 def importance_sampling_correction(setting: str, engine_cpu_float32: bool) -> tuple[bool, str]:

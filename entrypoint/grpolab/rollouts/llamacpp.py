@@ -6,6 +6,7 @@ holds (the optimiser step whose weights it loaded) against the trainer's step, i
 `refresh_every=K` it re-exports the policy to GGUF and reloads the sampler whenever the lag reaches K, so
 the lag stays below K. Without refresh the lag grows by one every step: the lesson's stale rollouts.
 The sampler is any LlamaSampler: in this process (InProcessLlama) or llama-server (LlamaServerClient).
+This module is the path's engine (check_installed, choose, configure at the end: base.RolloutEngine).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..model.shape import model_context_tokens
+from .base import RolloutChoice, RolloutFacts
 from .ledger import Refresh, RolloutLedger
 from .llamacpp_inprocess import InProcessLlama, require_llama_cpp
 from .sampler import GRPO_SAMPLING, LlamaSampler
@@ -143,3 +145,21 @@ def configure_llamacpp(settings, model_path, tokenizer, out_dir=None, progress=p
     log = {"engine": rollout.sampler.engine, "gguf": str(rollout.sampler.gguf_path), "initial_export_seconds": rollout.initial_export_seconds,
            "refresh_every": K, "sampling": {"temperature": settings.temperature, **GRPO_SAMPLING}}
     return {"rollout_func": rollout, "log": log}, line
+
+
+# --- the path's engine (base.RolloutEngine) ----------------------------------------------------------------
+
+
+def check_installed() -> None:
+    """Refused at once where llama-cpp-python is left out of this image or not installed."""
+    require_llama_cpp()
+
+
+def choose(settings, track, facts: RolloutFacts) -> RolloutChoice:
+    reason = "llama.cpp through rollout_func: sampled from a GGUF copy of the policy, stale between refreshes"
+    return RolloutChoice(settings.rollout, {}, reason)
+
+
+def configure(settings, track, device_type: str, model_path, tokenizer, out_dir=None, progress=print,
+              prompt_tokens: int | None = None) -> tuple[dict, str]:
+    return configure_llamacpp(settings, model_path, tokenizer, out_dir, progress)

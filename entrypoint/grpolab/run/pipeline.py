@@ -32,21 +32,17 @@ from ..model.files import check_model_files
 from ..model.shape import weights_dtype
 from ..common.paths import runs_dir
 from ..rollouts.base import importance_sampling_correction
-from ..rollouts.llamacpp_inprocess import require_llama_cpp
+from ..rollouts.choice import check_engine_installed
 from .record import recorded_run
 from .before_scaling_up import before_scaling_up
 from ..settings.lab_settings import LabSettings, check_model_context
 from .size_probe import StepShape, measure
+from ..common.rollout_paths import rollout_path
 from ..common.tracks import Track
 from .training import load_model, load_tokenizer, make_trainer, model_wrapper, release_vllm_engine, step_recorder, torch_dtype
 
-# On what basis each rollout path's `stale` / `max_lag_steps` is given (the run log's rollout.lag_basis).
-LAG_BASIS = {
-    "inprocess": "by construction: the policy's own generate() samples with the weights being trained",
-    "vllm-colocate": "by TRL's design, not measured: TRL syncs the policy's weights into vLLM before every generation",
-    "vllm-server": "by TRL's design, not measured: TRL streams the policy's weights to the server before every generation",
-    "llamacpp": "measured: each batch's sampler version against the trainer's step (the rollout ledger)",
-}
+# On what basis each rollout path's `stale` / `max_lag_steps` is given (the run log's rollout.lag_basis) is its path's
+# LAG_BASIS; a colocated vLLM whose syncs were probed has this one instead.
 LAG_BASIS_MEASURED_SYNC = ("measured and verified: each batch's synced policy version against the trainer's step, and after the "
                            "checked syncs a probe prompt's greedy completion from vLLM against the trainer's policy (sync_checks)")
 
@@ -149,8 +145,8 @@ def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, 
     record["device_checked"] = expect_device in (None, track.expected_device)
     say_layer(say, "device", line)
     record["layers_passed"].append("device")
-    if settings.rollout == "llamacpp":  # before data, model and the held-out pass@1: an image without llama.cpp says so at once
-        require_llama_cpp()
+    # Before data, model and the held-out pass@1: an image without llama.cpp says so at once.
+    check_engine_installed(settings)
     train, heldout_rows = load_data(settings, shape)
     reward_funcs, rewards_line = check_rewards(settings, train.column_names)
     model_path = resolve_model_name(settings.model)
@@ -239,7 +235,8 @@ def train(settings: LabSettings, track: Track, shape: RunShape, run: Prepared, p
         close_rollout(rollout)
     ledger = getattr(trainer, "rollout_ledger", None)
     record["rollout"].update(ledger.summary() if ledger else {"stale": False, "max_lag_steps": 0})
-    record["rollout"]["lag_basis"] = LAG_BASIS_MEASURED_SYNC if record["rollout"].get("lag_measured") else LAG_BASIS[settings.rollout]
+    path_basis = rollout_path(settings.rollout).LAG_BASIS
+    record["rollout"]["lag_basis"] = LAG_BASIS_MEASURED_SYNC if record["rollout"].get("lag_measured") else path_basis
     if hasattr(ledger, "check_verdict"):
         ledger.check_verdict()  # vLLM colocate: a checked sync that did not reach the engine fails the rollout layer
     steps = recorder.records
@@ -289,10 +286,13 @@ def probe_model_size(calibration: dict, lab: LabSettings, run: Prepared) -> None
     """What the lab's model adds to a step at the lab's shape, timed here (grpolab.run.size_probe); its cost is the
     calibration's too."""
     prompt_tokens = (run.estimate.inputs.get("prompt_tokens") if run.estimate else None) or lab.max_prompt_length
-    # TRL's extra forward runs where the lab's vLLM path keeps its importance-sampling correction on; on a CPU the
-    # engine is vLLM's CPU build in the weights' dtype (vllm_cpu_memory.engine_plan), as rollouts/vllm_cpu.py decides.
+    # TRL's extra forward runs where the lab's vLLM path (the paths that own the setting) keeps its importance-sampling
+    # correction on; on a CPU the engine is vLLM's CPU build in the weights' dtype (vllm_cpu_memory.engine_plan), as
+    # rollouts/vllm_cpu.py decides.
     engine_cpu_float32 = run.device_type == "cpu" and weights_dtype(lab.dtype, lab.track) == "float32"
-    corrected = lab.rollout.startswith("vllm") and importance_sampling_correction(lab.vllm_importance_sampling_correction, engine_cpu_float32)[0]
+    vllm_path = "vllm_importance_sampling_correction" in rollout_path(lab.rollout).SETTINGS
+    setting = lab.vllm_importance_sampling_correction
+    corrected = vllm_path and importance_sampling_correction(setting, engine_cpu_float32)[0]
     step = StepShape(lab.per_device_train_batch_size, prompt_tokens, lab.max_completion_length, lab.lora_rank,
                      recompute_forward=run.device_type != "cpu", old_logprobs_forward=corrected)
     calibration["size_probe"] = measure(run.model_path, lab.model, step, torch_dtype(lab, run.device_type), run.device_type)

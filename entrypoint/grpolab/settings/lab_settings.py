@@ -41,6 +41,7 @@ from .nearest_working import (
     training_problems,
 )
 from ..task.rewards import CONTROL_REWARDS, REWARD_FUNCS
+from ..common.rollout_paths import DEFAULT_ROLLOUT_PATH, paths_by_setting, registered_path, rollout_path
 from ..common.tracks import ROLLOUT_PATHS, Track
 
 # Live logging backends TRL's report_to accepts that we offer, each with the package it needs.
@@ -168,7 +169,7 @@ class LabSettings:
                                                Allowed(dict, rule=_weights_rule, rule_text="built-in rewards or module:function, finite weights, not all 0"))
 
     # Where completions come from.
-    rollout: str = setting("inprocess", Allowed(str, choices=ROLLOUT_PATHS))
+    rollout: str = setting(DEFAULT_ROLLOUT_PATH, Allowed(str, choices=ROLLOUT_PATHS))  # the registry's names, live
     vllm_gpu_memory_utilization: float = setting(0.3, Allowed(float, above=0, below=1), "colocate only; TRL's default")
     vllm_importance_sampling_correction: str = setting("auto", Allowed(str, choices=("auto", "on", "off")),
                                                        "vLLM only; TRL's correction of vLLM's sampling, one more forward a step: "
@@ -395,13 +396,13 @@ def check_relations(s: dict, sources: dict | None, kind: str, bad: set, context:
                 refuse(names, f"together {s[names[0]] + s[names[1]]} tokens, more than model {s['model']}'s context of {context} tokens "
                        f"({context_from}); lower them to {context} tokens together",
                        holds=lambda v, names=names: v[names[0]] + v[names[1]] <= context, party=("model",))
-    # Settings of another rollout path than the one chosen change nothing: said, not refused.
-    for name, paths in (("vllm_gpu_memory_utilization", ("vllm-colocate",)), ("vllm_server_url", ("vllm-server",)), ("llamacpp_refresh_every", ("llamacpp",)),
-                        ("vllm_importance_sampling_correction", ("vllm-colocate", "vllm-server"))):
+    # Settings of another rollout path than the chosen one change nothing: said, not refused (each path names its own).
+    for name, paths in paths_by_setting().items():
         if judge((name, "rollout")) and s["rollout"] not in paths and s[name] != DEFAULTS[name]:
             warnings.append(f"{given(name)} has no effect: it is for --rollout {' or '.join(paths)}, and this run's rollout path is {s['rollout']}")
-    if judge(("llamacpp_refresh_every", "max_steps", "rollout")) and s["rollout"] == "llamacpp" and s["llamacpp_refresh_every"] >= s["max_steps"]:
-        warnings.append(f"{given('llamacpp_refresh_every', 'max_steps')}: the sampler is never refreshed in this run (the same as 0: stale rollouts)")
+    for warning in rollout_path(s["rollout"]).SETTINGS_WARNINGS if judge(("rollout",)) else ():
+        if judge(warning.names) and warning.applies(s):
+            warnings.append(f"{given(*warning.names)}: {warning.text}")
     return problems, warnings, notes
 
 
@@ -530,7 +531,8 @@ def smoke_values(lab: dict, sources: dict, track: Track, flags: dict) -> tuple[d
     sources = {**sources, **{name: SMOKE_SOURCE for name in (*SMOKE_SIZES, "heldout_size", "per_device_train_batch_size")}}
     smoke_model = track.lab.get("smoke_model")
     uses_track_model = lab["model"] == track.lab.get("model", DEFAULTS["model"])
-    if smoke_model and uses_track_model and lab["rollout"] != "vllm-server":
+    path = registered_path(lab["rollout"])  # not checked yet: an unknown one is refused with the smoke test's values
+    if smoke_model and uses_track_model and not (path and path.SMOKE_KEEPS_LAB_MODEL):
         values["model"], sources["model"] = smoke_model, f"track {track.name}'s smoke_model"
     # Two groups per step, whatever the group size: TRL needs whole groups per batch.
     group = flags.get("num_generations", SMOKE_SIZES["num_generations"])
