@@ -155,7 +155,7 @@ BUILD_HELP = {
     "first that works here by default; docker: the engine's own builder, fast rebuilds, a new id each build",
 })
 def build_image(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False, builder=None,
-                rollout=None):  # fmt: skip
+                rollout=None):
     """Build the track's image, record it in .env for `docker compose run lab`: c cold 165 s, GBs (bench/cold-up.json).
     Compares it with the commit's record (lockfiles/<track>.image.json); a rebuild after a code change takes seconds."""
     from hostlab.images.build import build
@@ -163,7 +163,7 @@ def build_image(c, track=None, base=None, ca_bundle=None, skip_host_check=False,
 
     with user_errors():
         build(track, base=base, ca_bundle=ca_bundle, skip_host_check=skip_host_check, write_env=not no_record,
-              builder=choose_builder(builder), rollout=rollout)  # fmt: skip
+              builder=choose_builder(builder), rollout=rollout)
 
 
 @task(name="reproducible", help={
@@ -209,7 +209,7 @@ def venv(c, track="c"):
 @task(help={"track": "the track (default: detected from this host)",
             "rollout": "the lab's rollout path when not the track's default (inprocess, vllm-colocate, vllm-server, "
                        "llamacpp); llamacpp builds the image with llama.cpp compiled in, which the track's image "
-                       "leaves out"})  # fmt: skip
+                       "leaves out"})
 def up(c, track=None, rollout=None):
     """The main job: build the track's image, then the smoke test and the lab: c from nothing 230 s (bench/cold-up).
     The stand-in base where no registry answers; `--rollout llamacpp` after it 173 s more."""
@@ -299,7 +299,7 @@ def tiny_model(c, track=None, args=""):
 
 @task(help={"engine": "the distributed engine (verl)", "nodes": "machines in the Ray cluster",
             "gpus_per_node": "GPUs per machine", "out": "bundle folder (default runs/export-ENGINE)",
-            "track": "whose lab settings (default: cluster)", "args": LAB_HELP["args"]})  # fmt: skip
+            "track": "whose lab settings (default: cluster)", "args": LAB_HELP["args"]})
 def export(c, engine="verl", nodes=1, gpus_per_node=1, out=None, track="cluster", args=""):
     """Hand the lab to verl on Ray: data, reward module, launch commands and a README, in one folder: seconds."""
     extra = f"--engine {engine} --nodes {nodes} --gpus-per-node {gpus_per_node}" + (f" --out {out}" if out else "")

@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 # The host side imports only the lab's two shared packages, both light: grpolab.common (the track table's reader, so
 # both sides read the same rows; the run log's reader; the server health wait; a file's sha256; the kernels table)
-# and grpolab.report. Anything else it asks of the lab through a `grpolab` command. tests/test_boundary.py holds it to that.
+# and grpolab.report. Anything else it asks of the lab through a `grpolab` command. tests/test_boundary.py holds it to
+# that.
 if str(REPO / "entrypoint") not in sys.path:
     sys.path.insert(0, str(REPO / "entrypoint"))
 

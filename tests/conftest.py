@@ -60,10 +60,28 @@ def short_lab(tiny_model_path, tmp_path_factory) -> dict:
     runs = tmp_path_factory.mktemp("short-lab-runs")
     env = {**track_c_subprocess_env(), "GRPOLAB_RUNS_DIR": str(runs)}
     proc = subprocess.run(
-        [sys.executable, "-c", ENTRY_SHOWING_OUR_DEPRECATIONS, "lab", "--track", "c", "--max-steps", "6", "--logging-steps", "2",
-         "--heldout-size", "40", "--train-size", "200"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            ENTRY_SHOWING_OUR_DEPRECATIONS,
+            "lab",
+            "--track",
+            "c",
+            "--max-steps",
+            "6",
+            "--logging-steps",
+            "2",
+            "--heldout-size",
+            "40",
+            "--train-size",
+            "200",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr, "runs": runs}
 
 
@@ -104,7 +122,10 @@ def read_until(process: subprocess.Popen, seen, timeout_s: float) -> str:
             if left_s <= 0 or not selector.select(timeout=left_s):
                 process.kill()
                 process.wait(timeout=30)
-                raise AssertionError(f"waited {timeout_s:.0f} s for a line that never came; the child printed:\n{read.decode(errors='replace')}")
+                raise AssertionError(
+                    f"waited {timeout_s:.0f} s for a line that never came; the child "
+                    f"printed:\n{read.decode(errors='replace')}"
+                )
             chunk = os.read(fd, 65536)
             read += chunk
             text = read.decode(errors="replace")
@@ -124,15 +145,23 @@ def lab_in_training(env: dict, runs: Path, steps: int = 500, timeout_s: float = 
     interrupt or kill a run mid-training), with the output read so far."""
     process = subprocess.Popen(
         [sys.executable, "-m", "grpolab", "lab", "--track", "c", "--smoke", "never", "--max-steps", str(steps)],
-        cwd=REPO, env={**env, "GRPOLAB_RUNS_DIR": str(runs)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=REPO,
+        env={**env, "GRPOLAB_RUNS_DIR": str(runs)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         preexec_fn=sigint_as_at_a_terminal,
-    )  # fmt: skip
-    return process, read_until(process, lambda line: "step " in line and f"/{steps}" in line, timeout_s)  # training under way
+    )
+    return process, read_until(
+        process, lambda line: "step " in line and f"/{steps}" in line, timeout_s
+    )  # training under way
 
 
 # `invoke test` runs the tests not marked `docker` beside its image builds, with the engine out of reach
-# (hostlab.ci.testcommand: DOCKER_HOST names no socket there, ENGINE_FREE_ENV set). A test in that half that skips for want
-# of the engine, an image, buildah or the stand-in would then run in neither half: it fails instead, asking for the mark.
+# (hostlab.ci.testcommand: DOCKER_HOST names no socket there, ENGINE_FREE_ENV set). A test in that half that skips for
+# want
+# of the engine, an image, buildah or the stand-in would then run in neither half: it fails instead, asking for the
+# mark.
 WANTS_THE_ENGINE = re.compile(r"engine|docker|buildah|stand-in|image \S+ not built|no \S+ image here", re.IGNORECASE)
 
 
@@ -145,5 +174,7 @@ def pytest_runtest_makereport(item, call):
     reason = str(report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr)
     if WANTS_THE_ENGINE.search(reason):
         report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} skipped ({reason}) in the half of the tests that runs without the engine, so it "
-                           "would run in neither half: mark it @pytest.mark.docker")
+        report.longrepr = (
+            f"{item.nodeid} skipped ({reason}) in the half of the tests that runs without the engine, so it "
+            "would run in neither half: mark it @pytest.mark.docker"
+        )

@@ -35,19 +35,29 @@ def test_every_result_says_where_it_came_from_and_is_kept_under_its_kind_and_cas
     for path in results:
         record = json.loads(path.read_text())
         assert missing_provenance(record) == [], path.name
-        assert path == result_path(record["kind"], record.get("case")), f"{path.name} is not where its kind and case keep it"
+        assert path == result_path(record["kind"], record.get("case")), (
+            f"{path.name} is not where its kind and case keep it"
+        )
         for track, digest in record["provenance"]["locks"].items():
             assert re.fullmatch(r"[0-9a-f]{64}", digest), (path.name, track)
 
 
 def test_a_result_without_provenance_is_named():
     assert missing_provenance({"kind": "lab"}) == ["commit", "tree_dirty", "locks", "models", "machine"]
-    assert missing_provenance({"provenance": {"commit": "abc", "tree_dirty": False, "locks": {}, "models": {}}}) == ["machine"]
+    assert missing_provenance({"provenance": {"commit": "abc", "tree_dirty": False, "locks": {}, "models": {}}}) == [
+        "machine"
+    ]
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, capture_output=True, text=True,
-                          check=True, timeout=60).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -57,7 +67,10 @@ def small_repo(tmp_path) -> Path:
     (repo / "lockfiles").mkdir(parents=True)
     (repo / "entrypoint" / "tiny-model").mkdir(parents=True)
     shutil.copy(REPO / "lockfiles" / "c.txt", repo / "lockfiles" / "c.txt")
-    shutil.copy(REPO / "entrypoint" / "tiny-model" / "model.safetensors", repo / "entrypoint" / "tiny-model" / "model.safetensors")
+    shutil.copy(
+        REPO / "entrypoint" / "tiny-model" / "model.safetensors",
+        repo / "entrypoint" / "tiny-model" / "model.safetensors",
+    )
     git(repo, "init", "-q")
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "one")
@@ -79,10 +92,16 @@ def test_provenance_names_this_commit_the_locks_body_the_weights_and_this_machin
 
 
 def test_a_result_written_twice_keeps_the_latest_under_its_kind_and_case(small_repo, tmp_path):
-    first = write_result("projection", {"x": 1}, ("c",), {}, case="c, in-process (host)", bench_dir=tmp_path / "b", repo=small_repo)
-    second = write_result("projection", {"x": 2}, ("c",), {}, case="c, in-process (host)", bench_dir=tmp_path / "b", repo=small_repo)
+    first = write_result(
+        "projection", {"x": 1}, ("c",), {}, case="c, in-process (host)", bench_dir=tmp_path / "b", repo=small_repo
+    )
+    second = write_result(
+        "projection", {"x": 2}, ("c",), {}, case="c, in-process (host)", bench_dir=tmp_path / "b", repo=small_repo
+    )
     assert first == second == tmp_path / "b" / "projection-c-in-process-host.json"
-    assert json.loads(second.read_text())["x"] == 2 and sorted(p.name for p in (tmp_path / "b").iterdir()) == [second.name]
+    assert json.loads(second.read_text())["x"] == 2 and sorted(p.name for p in (tmp_path / "b").iterdir()) == [
+        second.name
+    ]
 
 
 def test_a_result_stamped_after_the_fact_takes_the_commit_that_added_it(small_repo):
@@ -90,9 +109,14 @@ def test_a_result_stamped_after_the_fact_takes_the_commit_that_added_it(small_re
     (small_repo / "bench" / "lab-20261201T000000Z.json").write_text("{}\n")
     git(small_repo, "add", ".")
     git(small_repo, "commit", "-qm", "the result")
-    added, lock_then = git(small_repo, "rev-parse", "HEAD"), parse_lock((small_repo / "lockfiles" / "c.txt").read_text()).header["body-sha256"]
+    added, lock_then = (
+        git(small_repo, "rev-parse", "HEAD"),
+        parse_lock((small_repo / "lockfiles" / "c.txt").read_text()).header["body-sha256"],
+    )
     lock = (small_repo / "lockfiles" / "c.txt").read_text()
-    (small_repo / "lockfiles" / "c.txt").write_text(re.sub(r"^accelerate==\S+", "accelerate==0.0.1", lock, count=1, flags=re.M))  # a later lock
+    (small_repo / "lockfiles" / "c.txt").write_text(
+        re.sub(r"^accelerate==\S+", "accelerate==0.0.1", lock, count=1, flags=re.M)
+    )  # a later lock
     git(small_repo, "commit", "-qam", "a later lock")
     stamp = stamped_from_git(small_repo / "bench" / "lab-20261201T000000Z.json", ("c",), ("tiny",), small_repo)
     assert stamp["commit"] == added and stamp["locks"]["c"] == lock_then  # the lock as it was then, not now

@@ -51,7 +51,10 @@ def grpolab_imports(tree: ast.AST, known: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "grpolab"}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "grpolab":
-            found |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in known else node.module for alias in node.names}
+            found |= {
+                f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in known else node.module
+                for alias in node.names
+            }
     return found
 
 
@@ -61,7 +64,11 @@ def docstrings(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 found.add(id(first.value))
     return found
 
@@ -86,7 +93,9 @@ def crossings(repo: Path = REPO) -> dict[str, list[str]]:
     known, found = lab_modules(repo / "entrypoint" / "grpolab"), {}
     for path in host_files(repo):
         tree = ast.parse(path.read_text())
-        outside = sorted(m for m in grpolab_imports(tree, known) | lab_modules_named_in_strings(tree, known) if not is_shared(m))
+        outside = sorted(
+            m for m in grpolab_imports(tree, known) | lab_modules_named_in_strings(tree, known) if not is_shared(m)
+        )
         if outside:
             found[str(path.relative_to(repo))] = outside
     return found
@@ -109,11 +118,14 @@ def test_a_python_c_string_and_an_import_outside_the_shared_packages_are_both_fo
         (tmp_path / "entrypoint" / "grpolab" / name).write_text("")
     for sub in ("bench", "run"):
         (tmp_path / "hostlab" / sub).mkdir(parents=True)
-    (tmp_path / "tasks.py").write_text('"""Names grpolab.run.training in prose only."""\nfrom grpolab.common.runlog import read_runs\n')
+    (tmp_path / "tasks.py").write_text(
+        '"""Names grpolab.run.training in prose only."""\nfrom grpolab.common.runlog import read_runs\n'
+    )
     (tmp_path / "hostlab" / "bench" / "labs.py").write_text(
         "import subprocess\n"
         "LABEL = 'io.grpolab.track'\n"
-        "subprocess.run(['python', '-c', 'from grpolab.bench.memory_cases import write_shape_folder; write_shape_folder()'])\n"
+        "subprocess.run(['python', '-c', 'from grpolab.bench.memory_cases import write_shape_folder; "
+        "write_shape_folder()'])\n"
         "subprocess.run(['python', '-m', 'grpolab.run.training'])\n"
         "subprocess.run(['python', '-m', 'grpolab.bench', 'memory', '--case', 'small-shape'])\n"
         "subprocess.run(['python', '-c', 'import grpolab.bench'])\n"
@@ -133,11 +145,17 @@ def test_the_shared_packages_import_nothing_heavy():
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {'grpolab', *json.loads(sys.argv[2])})))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(shared), json.dumps(sorted(HEAVY))], env={"PYTHONPATH": str(REPO / "entrypoint")},
-        capture_output=True, text=True, check=True, timeout=120,
+        [sys.executable, "-c", code, json.dumps(shared), json.dumps(sorted(HEAVY))],
+        env={"PYTHONPATH": str(REPO / "entrypoint")},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     ).stdout
     loaded = set(json.loads(out))
-    assert len(shared) > 10 and loaded - {"grpolab"} == set(shared)  # every shared module, nothing of the rest, nothing heavy
+    assert len(shared) > 10 and loaded - {"grpolab"} == set(
+        shared
+    )  # every shared module, nothing of the rest, nothing heavy
 
 
 def test_each_command_the_host_may_run_is_a_lab_entry_point():

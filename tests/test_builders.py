@@ -21,7 +21,9 @@ from hostlab.images.builders.engine import EngineBuilder  # noqa: E402
 INTERFACE = [name for name in vars(Builder) if not name.startswith("_")] + list(Builder.__annotations__)
 
 
-@pytest.mark.parametrize("builder", [Buildah("1.28.2"), Buildx("0.13.0"), EngineBuilder("26.1.5")], ids=lambda b: b.name)
+@pytest.mark.parametrize(
+    "builder", [Buildah("1.28.2"), Buildx("0.13.0"), EngineBuilder("26.1.5")], ids=lambda b: b.name
+)
 def test_every_builder_answers_the_whole_interface(builder):
     missing = [name for name in INTERFACE if not hasattr(builder, name)]
     assert missing == []
@@ -54,12 +56,16 @@ def _compares_a_builder_name(tree: ast.AST) -> list[str]:
 def test_no_code_outside_the_builders_branches_on_a_builders_name():
     package = REPO / "hostlab" / "images" / "builders"
     files = [REPO / "tasks.py", *(p for p in (REPO / "hostlab").rglob("*.py") if not p.is_relative_to(package))]
-    branches = {str(p.relative_to(REPO)): found for p in files if (found := _compares_a_builder_name(ast.parse(p.read_text())))}
+    branches = {
+        str(p.relative_to(REPO)): found for p in files if (found := _compares_a_builder_name(ast.parse(p.read_text())))
+    }
     assert branches == {}
 
 
 def test_the_scan_finds_a_branch_on_a_name():
-    assert _compares_a_builder_name(ast.parse('if builder.name == "buildah":\n    pass\n')) == ["builder.name == 'buildah'"]
+    assert _compares_a_builder_name(ast.parse('if builder.name == "buildah":\n    pass\n')) == [
+        "builder.name == 'buildah'"
+    ]
 
 
 def test_a_builder_registered_in_one_line_is_chosen(monkeypatch):

@@ -1,4 +1,5 @@
-"""`invoke test`'s two halves of pytest (hostlab.ci.testcommand): between them they select every test, and a test that would
+"""`invoke test`'s two halves of pytest (hostlab.ci.testcommand): between them they select every test, and a test that
+would
 skip in the engine-free half for want of the engine fails there instead (tests/conftest.py), so none runs in neither."""
 
 import subprocess
@@ -29,19 +30,48 @@ def test_computes():
 
 def run_half(tmp_path: Path, marks: str, engine_free: bool) -> subprocess.CompletedProcess:
     (tmp_path / "test_some.py").write_text(SOME_TESTS)
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "tests") + ":" + str(REPO / "entrypoint") + ":" + str(REPO)}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(REPO / "tests") + ":" + str(REPO / "entrypoint") + ":" + str(REPO),
+    }
     if engine_free:
         env = engine_free_env(env)
-    # Our conftest as a plugin (it is the tests' conftest by name), the project's markers as pyproject.toml declares them.
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path),
-                           "-m", marks, "-q", "-rA", str(tmp_path / "test_some.py")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    # Our conftest as a plugin (it is the tests' conftest by name), the project's markers as pyproject.toml declares
+    # them.
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "conftest",
+            "-c",
+            str(REPO / "pyproject.toml"),
+            "--rootdir",
+            str(tmp_path),
+            "-m",
+            marks,
+            "-q",
+            "-rA",
+            str(tmp_path / "test_some.py"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_engine_free_half_fails_a_test_that_skips_for_want_of_the_engine(tmp_path):
     half = run_half(tmp_path, ENGINE_FREE_TESTS, engine_free=True)
     # The unmarked test that wants the engine fails; the skip for want of vLLM stays a skip; the marked one is not here.
     assert "1 failed, 1 passed, 1 skipped, 1 deselected" in half.stdout, half.stdout + half.stderr
-    assert "test_wants_the_engine_unmarked skipped (Skipped: no Docker engine reachable (CI starts one)) in the half of the tests that runs without the engine" in half.stdout
+    assert (
+        "test_wants_the_engine_unmarked skipped (Skipped: no Docker engine reachable (CI starts one)) in the half of "
+        "the tests that runs without the engine"
+        in half.stdout
+    )
     assert "mark it @pytest.mark.docker" in half.stdout
     # The other half, with the engine in reach, takes the marked test; run by hand (no variable set) nothing fails.
     assert "1 skipped, 3 deselected" in run_half(tmp_path, ENGINE_TESTS, engine_free=False).stdout

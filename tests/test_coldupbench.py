@@ -1,5 +1,6 @@
 """`invoke bench.cold-up`'s own parts that run here without taking the machine's images away: how it sets the host's
-caches aside and always puts them back (its refusal without root runs as a user without root: tests/test_not_root.py). The bench itself is run by hand
+caches aside and always puts them back (its refusal without root runs as a user without root: tests/test_not_root.py).
+The bench itself is run by hand
 (bench/cold-up.json names the commit and machine it ran on)."""
 
 import pytest

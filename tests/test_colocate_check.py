@@ -16,9 +16,18 @@ REPO = Path(__file__).resolve().parents[1]
 def test_colocate_check_dry_run_splits_each_step_and_names_the_wrapper_at_world_size_1(tmp_path):
     pytest.importorskip("trl")
     have_vllm = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True, timeout=600).returncode == 0
-    result = subprocess.run(["bash", "images/gpu/colocate_check.sh", "--dry-run"], cwd=REPO,
-                            env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OUT": str(tmp_path), "HOME": str(Path.home())},
-                            capture_output=True, text=True, timeout=1500)  # fmt: skip
+    result = subprocess.run(
+        ["bash", "images/gpu/colocate_check.sh", "--dry-run"],
+        cwd=REPO,
+        env={
+            "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+            "OUT": str(tmp_path),
+            "HOME": str(Path.home()),
+        },
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     runs = {run["variant"]: run for run in map(json.loads, (tmp_path / "runs.jsonl").read_text().splitlines())}
     if not have_vllm:  # the device machine's case: it says so, and runs what it can

@@ -34,7 +34,9 @@ def render(env: dict, tmp_path: Path, shell_env: dict | None = None, profiles: t
     """`docker compose config` from the repository root with `env` as its .env (COMPOSE_FILE included)."""
     env_file = tmp_path / "env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-    clean = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("COMPOSE_", "LAB_", "HF_TOKEN", "VLLM_"))}
+    clean = {
+        k: v for k, v in __import__("os").environ.items() if not k.startswith(("COMPOSE_", "LAB_", "HF_TOKEN", "VLLM_"))
+    }
     flags = [arg for profile in profiles for arg in ("--profile", profile)]
     proc = subprocess.run(
         ["docker", "compose", "--env-file", str(env_file), *flags, "config", "--format", "json"],

@@ -27,9 +27,19 @@ def waits_without_deadline(source: str) -> list[str]:
         if None in keywords:  # **options: the timeout may be among them, and the reader cannot tell
             continue
         name, owner = node.func.attr, node.func.value
-        if isinstance(owner, ast.Name) and owner.id == "subprocess" and name in RUNS_A_CHILD and "timeout" not in keywords:
+        if (
+            isinstance(owner, ast.Name)
+            and owner.id == "subprocess"
+            and name in RUNS_A_CHILD
+            and "timeout" not in keywords
+        ):
             found.append(f"{node.lineno}: subprocess.{name} without timeout=")
-        elif name in {"wait", "communicate"} and not node.args and "timeout" not in keywords and not (isinstance(owner, ast.Name) and owner.id in {"event", "threading"}):
+        elif (
+            name in {"wait", "communicate"}
+            and not node.args
+            and "timeout" not in keywords
+            and not (isinstance(owner, ast.Name) and owner.id in {"event", "threading"})
+        ):
             found.append(f"{node.lineno}: .{name}() without timeout=")
         elif name == "readline" and isinstance(owner, ast.Attribute) and owner.attr == "stdout":
             found.append(f"{node.lineno}: .stdout.readline() (conftest.read_until has a deadline)")
@@ -60,7 +70,7 @@ def test_the_reader_finds_each_kind_of_wait_without_a_deadline():
 
 def test_read_until_gives_up_on_a_child_that_prints_nothing_and_kills_it():
     child = subprocess.Popen([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(600)"],
-                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+                             stdout=subprocess.PIPE, text=True)
     assert read_until(child, lambda line: line == "started\n", timeout_s=60) == "started\n"
     started = time.monotonic()
     with pytest.raises(AssertionError, match="waited 1 s for a line that never came"):

@@ -85,7 +85,9 @@ def test_the_watch_sees_space_taken_and_given_back_inside_the_block(quiet_folder
 def engine_images() -> list[str]:
     if shutil.which("docker") is None:
         return []
-    out = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, timeout=60
+    )
     return out.stdout.split() if out.returncode == 0 else []
 
 
@@ -94,12 +96,25 @@ BASES = [name for name in engine_images() if name.startswith("grpolab-base:")]
 
 def image_from(base: str, label: str, tag: str) -> str:
     """A new image of the engine's (the base with one label more; nothing runs), tagged `tag`: its id."""
-    container = subprocess.run(["docker", "create", base, "true"], capture_output=True, text=True, check=True, timeout=300).stdout.strip()
+    container = subprocess.run(
+        ["docker", "create", base, "true"], capture_output=True, text=True, check=True, timeout=300
+    ).stdout.strip()
     try:
-        subprocess.run(["docker", "commit", "--change", f"LABEL grpolab.test={label}", container, tag], capture_output=True, check=True, timeout=300)
+        subprocess.run(
+            ["docker", "commit", "--change", f"LABEL grpolab.test={label}", container, tag],
+            capture_output=True,
+            check=True,
+            timeout=300,
+        )
     finally:
         subprocess.run(["docker", "rm", container], capture_output=True, timeout=300)
-    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True, check=True, timeout=300).stdout.strip()
+    return subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout.strip()
 
 
 @pytest.mark.docker
@@ -109,7 +124,9 @@ def test_a_rebuild_removes_the_engines_previous_image_of_its_tag_unless_another_
     made = []
     try:
         made.append(image_from(BASES[0], f"first-{os.getpid()}", name))
-        made.append(image_from(BASES[0], f"second-{os.getpid()}", name))  # the rebuild: `name` moves, the first is left untagged
+        made.append(
+            image_from(BASES[0], f"second-{os.getpid()}", name)
+        )  # the rebuild: `name` moves, the first is left untagged
         drop_untagged(made[0], name)
         assert subprocess.run(["docker", "image", "inspect", made[0]], capture_output=True, timeout=300).returncode != 0
 
@@ -136,11 +153,17 @@ def test_the_first_cleanup_keeps_buildahs_layer_cache_which_goes_only_with_its_s
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-engine.sock'}")
 
     def buildah(*args: str) -> str:
-        return subprocess.run(["buildah", *args], capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+        return subprocess.run(
+            ["buildah", *args], capture_output=True, text=True, check=True, timeout=120
+        ).stdout.strip()
 
-    cached = buildah("commit", "--quiet", buildah("from", "scratch"))  # no name: as each cached step of a --layers build
+    cached = buildah(
+        "commit", "--quiet", buildah("from", "scratch")
+    )  # no name: as each cached step of a --layers build
     assert cached in buildah("images", "--all", "--quiet", "--no-trunc")
     remove_leftovers()
-    assert cached in buildah("images", "--all", "--quiet", "--no-trunc"), "the leftovers' cleanup took buildah's layer cache"
+    assert cached in buildah("images", "--all", "--quiet", "--no-trunc"), (
+        "the leftovers' cleanup took buildah's layer cache"
+    )
     remove_store()
     assert buildah("images", "--all", "--quiet", "--no-trunc") == ""

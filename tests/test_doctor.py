@@ -30,12 +30,17 @@ NVIDIA_SMI_H200 = {
     "--query-gpu": "NVIDIA H200, 580.95.05, 143771, 143190, 9.0",
     "": "| NVIDIA-SMI 580.95.05              Driver Version: 580.95.05      CUDA Version: 13.0     |",
 }
-ROCMINFO_STRIX = {"": "Agent 1\n  Name:                    AMD RYZEN AI MAX+ 395\nAgent 2\n  Name:                    gfx1151\n  Marketing Name:          AMD Radeon 8060S\n"}
+ROCMINFO_STRIX = {
+    "": "Agent 1\n  Name:                    AMD RYZEN AI MAX+ 395\nAgent 2\n  Name:                    gfx1151\n  "
+        "Marketing Name:          AMD Radeon 8060S\n"
+}
 
 
 def fake_tool(folder: Path, monkeypatch, name: str, answers: dict[str, str]) -> None:
     """A stand-in for a vendor tool on PATH: prints the answer whose key starts its first argument."""
-    cases = "".join(f'  "{key}"*) cat <<"EOF"\n{text}\nEOF\n  ;;\n' for key, text in sorted(answers.items(), reverse=True))
+    cases = "".join(
+        f'  "{key}"*) cat <<"EOF"\n{text}\nEOF\n  ;;\n' for key, text in sorted(answers.items(), reverse=True)
+    )
     tool = folder / name
     tool.write_text(f'#!/bin/sh\ncase "$1" in\n{cases}esac\n')
     tool.chmod(0o755)
@@ -47,7 +52,13 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("GRPOLAB_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("GRPOLAB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("GRPOLAB_TRACK", "c")
-    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HSA_OVERRIDE_GFX_VERSION", "CUDA_VISIBLE_DEVICES", "GRPOLAB_LOCK_FILE"):
+    for var in (
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HSA_OVERRIDE_GFX_VERSION",
+        "CUDA_VISIBLE_DEVICES",
+        "GRPOLAB_LOCK_FILE",
+    ):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -65,7 +76,15 @@ def context(track="c", build=None, devices=None, host=None, rollout=None, server
     (and, with `packages`, installed versions as that machine's fingerprint would list them)."""
     real = gather(track, rollout, server_url)
     fingerprint = {**real.fingerprint, "packages": {**real.fingerprint["packages"], **(packages or {})}}
-    return Context(real.track, build or real.build, devices or real.devices, host or real.host, fingerprint, rollout or real.rollout, server_url)
+    return Context(
+        real.track,
+        build or real.build,
+        devices or real.devices,
+        host or real.host,
+        fingerprint,
+        rollout or real.rollout,
+        server_url,
+    )
 
 
 # --- on this machine, for real ---------------------------------------------------------------------------
@@ -76,9 +95,27 @@ def test_report_on_this_machine_is_valid_and_short():
     # over 5 s on a loaded 2-core machine.
     report = valid(doctor_report("c"))
     names = [i["name"] for i in report["items"]]
-    for name in ("system", "memory", "gpu driver", "gpus", "torch", "device", "packages", "lock drift", "vllm", "llama.cpp", "environment", "disk", "huggingface token", "last smoke test"):
+    for name in (
+        "system",
+        "memory",
+        "gpu driver",
+        "gpus",
+        "torch",
+        "device",
+        "packages",
+        "lock drift",
+        "vllm",
+        "llama.cpp",
+        "environment",
+        "disk",
+        "huggingface token",
+        "last smoke test",
+    ):
         assert name in names
-    assert report["schema"] == "grpolab-doctor" and report["schema_version"] == SCHEMA["properties"]["schema_version"]["const"]
+    assert (
+        report["schema"] == "grpolab-doctor"
+        and report["schema_version"] == SCHEMA["properties"]["schema_version"]["const"]
+    )
     text = render_report(report)
     item_lines = [line for line in text.splitlines() if re.match(r"  \[(ok  |warn|FAIL)\] ", line)]
     assert len(item_lines) == len(report["items"])  # one line per item
@@ -101,7 +138,16 @@ def test_schema_is_a_valid_schema_and_catches_a_bad_report():
 
 def test_cli_short_form_verbose_and_json(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint"), "GRPOLAB_RUNS_DIR": str(tmp_path)}
-    run = lambda *args: subprocess.run([sys.executable, "-m", "grpolab", "doctor", "--track", "c", *args], capture_output=True, text=True, env=env, check=True, timeout=300).stdout  # noqa: E731
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "grpolab", "doctor", "--track", "c", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            timeout=300,
+        ).stdout  # noqa: E731
     short, verbose, as_json = run(), run("-v"), json.loads(run("--json"))
     valid(as_json)
     assert short.splitlines()[0].startswith("grpolab doctor: track c") and "grpolab doctor -v" in short
@@ -126,7 +172,8 @@ def strix_halo_root(root: Path) -> Path:
     files = {
         "proc/meminfo": "MemTotal:       131072000 kB\nMemFree:         2000000 kB\nMemAvailable:   120000000 kB\n",
         "proc/cpuinfo": "processor\t: 0\nmodel name\t: AMD RYZEN AI MAX+ 395 w/ Radeon 8060S\n",
-        "proc/cmdline": "BOOT_IMAGE=/vmlinuz root=/dev/nvme0n1p2 amd_iommu=off amdgpu.gttsize=126976 ttm.pages_limit=32505856\n",
+        "proc/cmdline": "BOOT_IMAGE=/vmlinuz root=/dev/nvme0n1p2 amd_iommu=off amdgpu.gttsize=126976 "
+                        "ttm.pages_limit=32505856\n",
         "proc/sys/kernel/osrelease": "6.17.1-061701-generic\n",
         "etc/os-release": 'PRETTY_NAME="Ubuntu 25.10"\n',
         "sys/class/drm/card1/device/vendor": "0x1002\n",
@@ -134,7 +181,8 @@ def strix_halo_root(root: Path) -> Path:
         "sys/class/drm/card1/device/mem_info_vram_total": f"{512 * 2**20}\n",
         "sys/module/amdgpu/version": "6.16.6\n",
         "sys/module/ttm/parameters/pages_limit": "32505856\n",
-        "dev/kfd": "", "dev/dri/renderD128": "",
+        "dev/kfd": "",
+        "dev/dri/renderD128": "",
     }
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -146,10 +194,22 @@ def test_amd_machine_facts_from_sys_proc_and_rocminfo(tmp_path, monkeypatch):
     fake_tool(tmp_path, monkeypatch, "rocminfo", ROCMINFO_STRIX)
     host = host_facts(strix_halo_root(tmp_path / "root"))
     assert host.amd_gpu == "gfx1151" and host.amd_agents == ["gfx1151"] and host.amdgpu_version == "6.16.6"
-    assert host.kfd_present and host.kfd_accessible and [n.path.rsplit("/", 1)[1] for n in host.device_nodes] == ["kfd", "renderD128"]
-    assert host.kernel == "6.17.1-061701-generic" and host.os_name == "Ubuntu 25.10" and host.cpu_model.startswith("AMD RYZEN AI MAX+ 395")
+    assert (
+        host.kfd_present
+        and host.kfd_accessible
+        and [n.path.rsplit("/", 1)[1] for n in host.device_nodes] == ["kfd", "renderD128"]
+    )
+    assert (
+        host.kernel == "6.17.1-061701-generic"
+        and host.os_name == "Ubuntu 25.10"
+        and host.cpu_model.startswith("AMD RYZEN AI MAX+ 395")
+    )
     assert host.mem_total_gb == 134.2 and host.mem_available_gb == 122.9
-    assert host.gtt["amdgpu.gttsize"] == "126976" and host.gtt["card1_mem_info_gtt_total_gb"] == 133.1 and host.gtt["ttm_pages_limit_gb"] == 133.1
+    assert (
+        host.gtt["amdgpu.gttsize"] == "126976"
+        and host.gtt["card1_mem_info_gtt_total_gb"] == 133.1
+        and host.gtt["ttm_pages_limit_gb"] == 133.1
+    )
 
 
 def test_amd_gpu_without_rocminfo_is_still_named(tmp_path, monkeypatch):
@@ -162,7 +222,9 @@ def test_nvidia_machine_facts_from_nvidia_smi(tmp_path, monkeypatch):
     fake_tool(tmp_path, monkeypatch, "nvidia-smi", NVIDIA_SMI_H200)
     host = host_facts(tmp_path / "bare")
     assert (host.nvidia_driver, host.driver_cuda) == ("580.95.05", "13.0")
-    assert host.nvidia_gpus == [{"name": "NVIDIA H200", "memory_total_gb": 150.8, "memory_free_gb": 150.1, "compute_cap": "9.0"}]
+    assert host.nvidia_gpus == [
+        {"name": "NVIDIA H200", "memory_total_gb": 150.8, "memory_free_gb": 150.1, "compute_cap": "9.0"}
+    ]
     assert host.amd_gpu is None and not host.kfd_present
 
 
@@ -177,14 +239,21 @@ AMD = dict(amd_gpu="gfx1151", kfd_present=True, kfd_accessible=True, kernel="6.1
 
 def test_driver_against_the_wheels_cuda():
     old = valid(doctor_report(ctx=context("n", CU130, H200, HostFacts(nvidia_driver="550.54", driver_cuda="12.4"))))
-    assert named(old, "gpu driver")["status"] == "fail" and "older than torch's CUDA 13.0" in named(old, "gpu driver")["summary"]
+    assert (
+        named(old, "gpu driver")["status"] == "fail"
+        and "older than torch's CUDA 13.0" in named(old, "gpu driver")["summary"]
+    )
     new = valid(doctor_report(ctx=context("n", CU130, H200, HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0"))))
     assert named(new, "gpu driver")["status"] == "ok" and ">= torch's CUDA 13.0" in named(new, "gpu driver")["summary"]
     assert named(new, "gpus")["summary"] == "1 seen by torch: NVIDIA H200 (150.0 GB)"
 
 
 def test_gpus_on_the_machine_that_torch_does_not_see():
-    host = HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0", nvidia_gpus=[{"name": "NVIDIA H200", "memory_total_gb": 150.8, "memory_free_gb": 150.1, "compute_cap": "9.0"}])
+    host = HostFacts(
+        nvidia_driver="580.95.05",
+        driver_cuda="13.0",
+        nvidia_gpus=[{"name": "NVIDIA H200", "memory_total_gb": 150.8, "memory_free_gb": 150.1, "compute_cap": "9.0"}],
+    )
     report = valid(doctor_report(ctx=context("n", CU130, Devices(), host)))
     assert named(report, "gpus")["status"] == "warn" and "torch sees none" in named(report, "gpus")["summary"]
     assert named(report, "device")["status"] == "fail"
@@ -195,23 +264,50 @@ def test_gpus_on_the_machine_that_torch_does_not_see():
     [
         (CU130, H200, "ok", "sm_90 native"),
         (CU130, Devices("cuda", 1, ["NVIDIA GB10"], "sm_121", [128.0], 100.0), "ok", "sm_120 kernels run on sm_121"),
-        (TorchBuild("2.13.0", "cuda", cuda="13.0", arch_list=["sm_80", "compute_80"]), H200, "warn", "PTX compute_80 is compiled at load time for sm_90"),
-        (TorchBuild("2.13.0", "cuda", cuda="13.0", arch_list=["sm_100", "sm_120"]), H200, "fail", "nothing in sm_100, sm_120 runs on sm_90"),
+        (
+            TorchBuild("2.13.0", "cuda", cuda="13.0", arch_list=["sm_80", "compute_80"]),
+            H200,
+            "warn",
+            "PTX compute_80 is compiled at load time for sm_90",
+        ),
+        (
+            TorchBuild("2.13.0", "cuda", cuda="13.0", arch_list=["sm_100", "sm_120"]),
+            H200,
+            "fail",
+            "nothing in sm_100, sm_120 runs on sm_90",
+        ),
         (THEROCK, STRIX, "ok", "gfx1151 native"),
     ],
 )
 def test_arch_item(build, devices, status, words):
-    report = valid(doctor_report(ctx=context("n", build, devices, HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0"))))
+    report = valid(
+        doctor_report(ctx=context("n", build, devices, HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0")))
+    )
     assert named(report, "arch")["status"] == status and words in named(report, "arch")["summary"]
 
 
 def test_unified_memory_two_readings_of_one_pool():
     agree = valid(doctor_report(ctx=context("x", THEROCK, STRIX, HostFacts(**AMD))))
     assert named(agree, "unified memory")["status"] == "ok"
-    apart = valid(doctor_report(ctx=context("s", CU130, Devices("cuda", 1, ["NVIDIA GB10"], "sm_121", [128.0], 4.0), HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0", mem_available_gb=90.0))))
+    apart = valid(
+        doctor_report(
+            ctx=context(
+                "s",
+                CU130,
+                Devices("cuda", 1, ["NVIDIA GB10"], "sm_121", [128.0], 4.0),
+                HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0", mem_available_gb=90.0),
+            )
+        )
+    )
     um = named(apart, "unified memory")
-    assert um["status"] == "warn" and "MemAvailable 90.0 GB, torch.cuda.mem_get_info free 4.0 GB" in um["summary"] and "vLLM" in um["action"]
-    assert not any(i["name"] == "unified memory" for i in doctor_report(ctx=context("n", CU130, H200, HostFacts()))["items"])
+    assert (
+        um["status"] == "warn"
+        and "MemAvailable 90.0 GB, torch.cuda.mem_get_info free 4.0 GB" in um["summary"]
+        and "vLLM" in um["action"]
+    )
+    assert not any(
+        i["name"] == "unified memory" for i in doctor_report(ctx=context("n", CU130, H200, HostFacts()))["items"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -235,7 +331,11 @@ def test_rocm_node_this_user_cannot_open(tmp_path):
 
     host = HostFacts(**AMD, device_nodes=[DeviceNode("/dev/kfd", "render", 110, False, False)])
     rocm = named(valid(doctor_report(ctx=context("x", THEROCK, STRIX, host))), "rocm")
-    assert rocm["status"] == "fail" and "/dev/kfd present but not usable" in rocm["summary"] and "render group" in rocm["action"]
+    assert (
+        rocm["status"] == "fail"
+        and "/dev/kfd present but not usable" in rocm["summary"]
+        and "render group" in rocm["action"]
+    )
 
 
 def installed(name):
@@ -254,7 +354,11 @@ def test_lock_drift_names_what_a_later_pip_install_replaced(tmp_path, monkeypatc
     assert minor["status"] == "warn" and f"packaging {lines['packaging']} (lock 1.0)" in minor["summary"]
     lock.write_text(lock.read_text().replace(f"torch=={lines['torch']}", "torch==2.13.0+rocm7.2"))
     torch = named(doctor_report("c"), "lock drift")
-    assert torch["status"] == "fail" and f"torch {lines['torch']} (lock 2.13.0+rocm7.2)" in torch["summary"] and "re-sync" in torch["action"]
+    assert (
+        torch["status"] == "fail"
+        and f"torch {lines['torch']} (lock 2.13.0+rocm7.2)" in torch["summary"]
+        and "re-sync" in torch["action"]
+    )
 
 
 def test_no_lock_to_compare_with(tmp_path, monkeypatch):
@@ -273,7 +377,11 @@ def test_environment_variables_with_secrets_masked(monkeypatch):
     for secret in ("DoNotPrintThis", "NorThisOne", "NeitherThis"):
         assert secret not in dumped
     variables = named(report, "environment")["details"]["variables"]
-    assert variables["NCCL_DEBUG"] == "INFO" and variables["VLLM_API_KEY"] == "<set, value hidden>" and variables["HF_TOKEN"] == "<set, value hidden>"
+    assert (
+        variables["NCCL_DEBUG"] == "INFO"
+        and variables["VLLM_API_KEY"] == "<set, value hidden>"
+        and variables["HF_TOKEN"] == "<set, value hidden>"
+    )
     assert variables["HF_TOKEN_PATH"] == "/run/secrets/hf_token"
     token = named(report, "huggingface token")
     assert "HF_TOKEN" in token["summary"] and "not shown" in token["summary"]
@@ -294,7 +402,10 @@ def test_vllm_item():
     colocate = named(valid(doctor_report("c", rollout="vllm-colocate")), "vllm")
     inprocess = named(doctor_report("c", rollout="inprocess"), "vllm")
     if not has_vllm:
-        assert colocate["status"] == "fail" and "not installed, but the rollout path is vllm-colocate" in colocate["summary"]
+        assert (
+            colocate["status"] == "fail"
+            and "not installed, but the rollout path is vllm-colocate" in colocate["summary"]
+        )
         assert inprocess["status"] == "ok" and "not installed" in inprocess["summary"]
 
 
@@ -302,7 +413,11 @@ def test_llamacpp_item():
     llama = named(valid(doctor_report("c")), "llama.cpp")
     version = importlib.metadata.version("llama-cpp-python") if importlib.util.find_spec("llama_cpp") else None
     if version:
-        assert llama["status"] == "ok" and f"llama-cpp-python {version}" in llama["summary"] and "GPU offload" in llama["summary"]
+        assert (
+            llama["status"] == "ok"
+            and f"llama-cpp-python {version}" in llama["summary"]
+            and "GPU offload" in llama["summary"]
+        )
         assert "system_info" in llama["details"]
     else:
         assert llama["status"] == "warn"  # track c's lock has it
@@ -361,14 +476,18 @@ def test_drift_since_last_passing_smoke():
     old = json.loads(json.dumps(now))
     old["torch_version"] = old["packages"]["torch"] = "2.12.0"
     old["driver"] = "570.1"
-    append_run({"kind": "smoke", "status": "passed", "run_id": "r1", "finished_at": "2026-11-01T10:00:00Z", "fingerprint": old})
+    append_run(
+        {"kind": "smoke", "status": "passed", "run_id": "r1", "finished_at": "2026-11-01T10:00:00Z", "fingerprint": old}
+    )
     s = named(doctor_report("c"), "last smoke test")
     assert s["status"] == "warn"
     assert f"torch 2.12.0 -> {now['torch_version'] or 'absent'}" in s["details"]["drift"]
     assert f"driver 570.1 -> {now['driver'] or 'absent'}" in s["details"]["drift"]
     assert "2026-11-01" in s["summary"]
 
-    append_run({"kind": "smoke", "status": "passed", "run_id": "r2", "finished_at": "2026-11-02T10:00:00Z", "fingerprint": now})
+    append_run(
+        {"kind": "smoke", "status": "passed", "run_id": "r2", "finished_at": "2026-11-02T10:00:00Z", "fingerprint": now}
+    )
     append_run({"kind": "smoke", "status": "failed", "run_id": "r3", "fingerprint": old})
     s = named(doctor_report("c"), "last smoke test")
     assert s["status"] == "ok" and s["details"]["run_id"] == "r2" and s["details"]["drift"] == []
@@ -415,7 +534,9 @@ def test_gpu_scripts_judge_accepts_an_h200_with_a_cu130_torch_and_catches_a_wron
 
     facts = {"arch": "sm_90", "arch_list": CU130.arch_list, "cuda": "13.0", "name": "NVIDIA H200"}
     good = doctor_report(ctx=context("n", CU130, H200, HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0")))
-    good["fingerprint"].update(device_type="cuda", device_arch="sm_90", torch_cuda="13.0")  # what the fingerprint reads there
+    good["fingerprint"].update(
+        device_type="cuda", device_arch="sm_90", torch_cuda="13.0"
+    )  # what the fingerprint reads there
     assert judge(good, facts) == []
     old_driver = doctor_report(ctx=context("n", CU130, H200, HostFacts(nvidia_driver="550.54", driver_cuda="12.4")))
     old_driver["fingerprint"].update(device_type="cuda", device_arch="sm_90", torch_cuda="13.0")
@@ -425,20 +546,34 @@ def test_gpu_scripts_judge_accepts_an_h200_with_a_cu130_torch_and_catches_a_wron
 def test_gpu_script_refuses_without_a_gpu(tmp_path):
     if environment_fingerprint()["device_type"] == "cuda":
         pytest.skip("this machine has a GPU: the script runs for real")
-    done = subprocess.run(["bash", str(REPO / "images" / "gpu" / "check_doctor.sh")], capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path)}, timeout=120)
+    done = subprocess.run(
+        ["bash", str(REPO / "images" / "gpu" / "check_doctor.sh")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OUT": str(tmp_path)},
+        timeout=120,
+    )
     assert done.returncode == 1 and "FAIL  no CUDA GPU visible to torch" in done.stdout
 
 
 def test_memory_nearly_exhausted():
     low = named(valid(doctor_report(ctx=context(host=HostFacts(mem_total_gb=128.0, mem_available_gb=6.0)))), "memory")
     assert low["status"] == "warn" and "under a tenth is free" in low["summary"]
-    assert named(doctor_report(ctx=context(host=HostFacts(mem_total_gb=128.0, mem_available_gb=90.0))), "memory")["status"] == "ok"
+    assert (
+        named(doctor_report(ctx=context(host=HostFacts(mem_total_gb=128.0, mem_available_gb=90.0))), "memory")["status"]
+        == "ok"
+    )
 
 
 def test_torch_item_verdicts():
-    broken = TorchBuild("2.13.0+cu130", "cuda", cuda="13.0", import_error="OSError: libcudart.so.13: cannot open shared object file")
+    broken = TorchBuild(
+        "2.13.0+cu130", "cuda", cuda="13.0", import_error="OSError: libcudart.so.13: cannot open shared object file"
+    )
     assert named(valid(doctor_report(ctx=context("n", broken))), "torch")["status"] == "fail"
-    assert "needs a hip build" in named(doctor_report(ctx=context("x", CU130, Devices(), HostFacts(**AMD))), "torch")["summary"]
+    assert (
+        "needs a hip build"
+        in named(doctor_report(ctx=context("x", CU130, Devices(), HostFacts(**AMD))), "torch")["summary"]
+    )
     assert named(doctor_report(ctx=context("c", TorchBuild())), "torch")["summary"] == "torch is not installed"
 
 
@@ -452,7 +587,10 @@ def test_vllm_outside_trls_range_and_a_broken_install():
         pytest.skip("TRL is not installed: no range to judge against")
     outside = named(valid(doctor_report(ctx=context(rollout="inprocess", packages={"vllm": "0.99.0"}))), "vllm")
     assert outside["status"] == "warn" and f"outside TRL's declared range {trl_vllm_range()}" in outside["summary"]
-    assert named(doctor_report(ctx=context(rollout="vllm-colocate", packages={"vllm": "0.99.0"})), "vllm")["status"] == "fail"
+    assert (
+        named(doctor_report(ctx=context(rollout="vllm-colocate", packages={"vllm": "0.99.0"})), "vllm")["status"]
+        == "fail"
+    )
     if importlib.util.find_spec("vllm") is None:
         broken = named(doctor_report(ctx=context(packages={"vllm": "0.30.0"})), "vllm")
         assert broken["status"] == "fail" and "its module is missing" in broken["summary"]
@@ -475,14 +613,19 @@ def test_disk_thresholds_on_this_machines_real_free_space(monkeypatch):
 
 
 def test_gpu_driver_on_an_amd_machine():
-    amd = named(valid(doctor_report(ctx=context("x", THEROCK, STRIX, HostFacts(**AMD, amdgpu_version="6.16.6")))), "gpu driver")
+    amd = named(
+        valid(doctor_report(ctx=context("x", THEROCK, STRIX, HostFacts(**AMD, amdgpu_version="6.16.6")))), "gpu driver"
+    )
     assert amd["status"] == "ok" and amd["summary"] == "amdgpu 6.16.6 for gfx1151; torch's HIP 7.11.0"
 
 
 def image_exists(tag: str) -> bool:
     import shutil
 
-    return shutil.which("docker") is not None and subprocess.run(["docker", "image", "inspect", tag], capture_output=True, timeout=60).returncode == 0
+    return (
+        shutil.which("docker") is not None
+        and subprocess.run(["docker", "image", "inspect", tag], capture_output=True, timeout=60).returncode == 0
+    )
 
 
 @pytest.mark.docker
@@ -494,7 +637,18 @@ def test_compose_doctor_on_track_c_prints_the_short_form(tmp_path):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "LAB_", "HF_", "GRPOLAB_", "VLLM_"))}
 
     def compose_run(*args):
-        cmd = ["docker", "compose", "--env-file", str(env_file), "run", "--rm", "-T", "-v", f"{REPO / 'entrypoint'}:/opt/grpolab/entrypoint:ro", *args]
+        cmd = [
+            "docker",
+            "compose",
+            "--env-file",
+            str(env_file),
+            "run",
+            "--rm",
+            "-T",
+            "-v",
+            f"{REPO / 'entrypoint'}:/opt/grpolab/entrypoint:ro",
+            *args,
+        ]
         return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=clean, timeout=300)
 
     short = compose_run("doctor")
@@ -514,27 +668,53 @@ GTX_1080 = Devices("cuda", 1, ["NVIDIA GeForce GTX 1080"], "sm_61", [8.0], 7.5)
 
 
 def test_kernels_item_names_the_library_that_only_jits_on_gb10():
-    report = valid(doctor_report(ctx=context("s", CU130, GB10, HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0"), rollout="vllm-colocate")))
+    report = valid(
+        doctor_report(
+            ctx=context(
+                "s", CU130, GB10, HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0"), rollout="vllm-colocate"
+            )
+        )
+    )
     kernels = named(report, "kernels")
-    assert kernels["status"] == "warn" and "only JIT-compile on GB10, DGX Spark (compute 12.1) (slow first run)" in kernels["summary"]
-    assert any("_vllm_fa2_C.abi3.so (vllm 0.31.0) has no machine code for sm_121" in line for line in kernels["details"]["libraries"])
+    assert (
+        kernels["status"] == "warn"
+        and "only JIT-compile on GB10, DGX Spark (compute 12.1) (slow first run)" in kernels["summary"]
+    )
+    assert any(
+        "_vllm_fa2_C.abi3.so (vllm 0.31.0) has no machine code for sm_121" in line
+        for line in kernels["details"]["libraries"]
+    )
 
 
 def test_kernels_item_fails_on_a_gpu_the_image_has_no_code_for():
-    report = valid(doctor_report(ctx=context("n", CU130, GTX_1080, HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0"), rollout="vllm-colocate")))
+    report = valid(
+        doctor_report(
+            ctx=context(
+                "n", CU130, GTX_1080, HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0"), rollout="vllm-colocate"
+            )
+        )
+    )
     kernels = named(report, "kernels")
     assert kernels["status"] == "fail" and "have no code for GTX 10xx, Pascal (compute 6.1)" in kernels["summary"]
-    assert "torch/lib/libtorch_cuda.so (torch 2.13.0) has no code for sm_61: the run fails when it launches one of its kernels" in kernels["details"]["libraries"]
+    assert (
+        "torch/lib/libtorch_cuda.so (torch 2.13.0) has no code for sm_61: the run fails when it launches one of its "
+        "kernels"
+        in kernels["details"]["libraries"]
+    )
 
 
 def test_driver_item_gives_the_tables_driver_minimum():
     report = valid(doctor_report(ctx=context("n", CU130, H200, HostFacts(nvidia_driver="575.51.03", driver_cuda=None))))
     driver = named(report, "gpu driver")
-    assert driver["status"] == "fail" and "older than 580, the oldest that runs this image's CUDA 13 libraries" in driver["summary"]
+    assert (
+        driver["status"] == "fail"
+        and "older than 580, the oldest that runs this image's CUDA 13 libraries" in driver["summary"]
+    )
 
 
 def test_packages_the_image_leaves_out_are_not_drift_and_the_llamacpp_path_says_how_to_get_them(monkeypatch, tmp_path):
-    """The track's image leaves llama-cpp-python out (GRPOLAB_NOT_INSTALLED): not drift, and the llama.cpp item names the
+    """The track's image leaves llama-cpp-python out (GRPOLAB_NOT_INSTALLED): not drift, and the llama.cpp item names
+    the
     command that builds the image with it, failing only when the run asks for that path."""
     lock = tmp_path / "c.txt"
     installed = {d.metadata["Name"]: d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}

@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from grpolab.export.verl_result import eval_dtype
-from grpolab.memory.estimate import ALLOCATOR_RETAINED_FRACTION, estimate_memory, lora_trainable_parameters, os_reserved_default_gb, run_estimate
+from grpolab.memory.estimate import (
+    ALLOCATOR_RETAINED_FRACTION,
+    estimate_memory,
+    lora_trainable_parameters,
+    os_reserved_default_gb,
+    run_estimate,
+)
 from grpolab.model.shape import QWEN3_MODELS, UnknownModel, dtype_on, model_shape, parameters_from_shape, weights_dtype
 from grpolab.run.training import torch_dtype
 from grpolab.settings.lab_settings import LabSettings
@@ -48,7 +54,9 @@ def test_lesson_table_16gb_qwen3_1_7b():
 
 
 def test_lesson_table_128gb_qwen3_4b_colocate():
-    e = estimate_memory("Qwen/Qwen3-4B", lesson_settings(rollout="vllm-colocate", track="s"), device_total_gb=128, activations="lesson")
+    e = estimate_memory(
+        "Qwen/Qwen3-4B", lesson_settings(rollout="vllm-colocate", track="s"), device_total_gb=128, activations="lesson"
+    )
     assert rounded(e) == [
         ("Policy weights, BF16", 8.0),
         ("Reference model, BF16", 8.0),
@@ -80,7 +88,11 @@ def test_beta_zero_drops_the_reference_model():
 
 def test_colocate_term_scales_with_the_fraction():
     def vllm_gb(fraction, total):
-        e = estimate_memory("Qwen/Qwen3-4B", lesson_settings(rollout="vllm-colocate", vllm_gpu_memory_utilization=fraction), device_total_gb=total)
+        e = estimate_memory(
+            "Qwen/Qwen3-4B",
+            lesson_settings(rollout="vllm-colocate", vllm_gpu_memory_utilization=fraction),
+            device_total_gb=total,
+        )
         return e.term("vLLM")
 
     assert vllm_gb(0.3, 128) == pytest.approx(38.4)
@@ -112,7 +124,12 @@ def test_local_config_json(tmp_path):
 
 def test_config_dict_and_shape_sum_match_the_model_cards():
     # Summing the published shapes lands on each model card's count.
-    for model_id, card in (("Qwen/Qwen3-0.6B", 0.6e9), ("Qwen/Qwen3-1.7B", 1.7e9), ("Qwen/Qwen3-4B", 4.0e9), ("Qwen/Qwen3-8B", 8.2e9)):
+    for model_id, card in (
+        ("Qwen/Qwen3-0.6B", 0.6e9),
+        ("Qwen/Qwen3-1.7B", 1.7e9),
+        ("Qwen/Qwen3-4B", 4.0e9),
+        ("Qwen/Qwen3-8B", 8.2e9),
+    ):
         assert parameters_from_shape(QWEN3_MODELS[model_id]) == pytest.approx(card, rel=0.02)
     e = estimate_memory(dict(QWEN3_MODELS["Qwen/Qwen3-4B"]), lesson_settings(), device_total_gb=128)
     assert round(e.term("Policy weights"), 1) == 8.0
@@ -157,7 +174,11 @@ def test_auto_dtype_is_one_rule_for_the_estimate_the_trainer_and_verls_evaluatio
     assert [weights_dtype("auto", track) for track in ("s", "n", "x", "m", "c")] == ["bfloat16"] * 3 + ["float32"] * 2
     assert torch_dtype(lesson_settings(dtype="auto", track="c"), "cpu") is torch.float32
     assert torch_dtype(lesson_settings(dtype="auto", track="s"), "cuda") is torch.bfloat16
-    assert eval_dtype({"dtype": "auto"}) is eval_dtype({}) is (torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+    assert (
+        eval_dtype({"dtype": "auto"})
+        is eval_dtype({})
+        is (torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+    )
     assert eval_dtype({"dtype": "bfloat16"}) is torch.bfloat16
 
 
@@ -196,14 +217,18 @@ def test_shape_based_update_row_says_where_it_differs_from_the_lesson():
     assert rounded(shape)[:4] == rounded(lesson)[:4]
     assert shape.inputs["gradient_checkpointing"] is True  # track n trains on a GPU
     assert shape.lesson_difference and "2.0 GB" in shape.lesson_difference
-    assert [line for line in shape.render().splitlines() if "lesson's table" in line] == ["  " + shape.lesson_difference]
+    assert [line for line in shape.render().splitlines() if "lesson's table" in line] == [
+        "  " + shape.lesson_difference
+    ]
     assert lesson.lesson_difference is None
 
 
 def test_update_row_follows_tokens_layers_vocab_and_checkpointing():
     def update_gb(model="Qwen/Qwen3-0.6B", device="cpu", **changes):
         settings = lesson_settings(dtype="float32", **changes)
-        return estimate_memory(model, settings, device_total_gb=64, device_type=device, prompt_tokens=32).term("Logits and activations")
+        return estimate_memory(model, settings, device_total_gb=64, device_type=device, prompt_tokens=32).term(
+            "Logits and activations"
+        )
 
     base = update_gb()
     # Twice the completions: twice the tokens of one update, about twice the row.
@@ -293,11 +318,20 @@ def test_a_run_goes_on_without_an_estimate(tmp_path, monkeypatch):
 def test_a_cpu_run_counts_the_heap_glibc_keeps_and_a_gpu_run_does_not():
     """On a CPU the measured peak is the resident set under glibc's own settings (the meter changes none), so the
     estimate adds the freed heap glibc keeps resident: its own term, a fitted share of the update's activations."""
-    settings = LabSettings(model="Qwen/Qwen3-0.6B", dtype="float32", num_generations=4, per_device_train_batch_size=4, max_completion_length=16)
+    settings = LabSettings(
+        model="Qwen/Qwen3-0.6B",
+        dtype="float32",
+        num_generations=4,
+        per_device_train_batch_size=4,
+        max_completion_length=16,
+    )
     cpu = estimate_memory(None, settings, device_total_gb=24, device_type="cpu", prompt_tokens=18)
     gpu = estimate_memory(None, settings, device_total_gb=24, device_type="cuda", prompt_tokens=18)
     update = cpu.term("Logits and activations")
-    assert cpu.term("Allocator's retained heap") == pytest.approx(ALLOCATOR_RETAINED_FRACTION * update) and 0 < ALLOCATOR_RETAINED_FRACTION < 1
+    assert (
+        cpu.term("Allocator's retained heap") == pytest.approx(ALLOCATOR_RETAINED_FRACTION * update)
+        and 0 < ALLOCATOR_RETAINED_FRACTION < 1
+    )
     assert gpu.term("Allocator's retained heap") is None
     assert "fitted" in dict((name, note) for name, _, note in cpu.terms)["Allocator's retained heap (glibc, CPU)"]
     assert cpu.modelled_gb == pytest.approx(sum(gb for _, gb, _ in cpu.terms))

@@ -83,8 +83,11 @@ def _fill_log_until_full(log: Path, limit: str, cache: Path) -> subprocess.Compl
     append_run({"run_id": "earlier-1", "kind": "smoke", "status": "passed"}, log)
     append_run({"run_id": "earlier-2", "kind": "lab", "status": "passed", "note": "z" * 300}, log)
     return subprocess.run(
-        [sys.executable, "-c", RUN_UNTIL_LOG_FULL, str(log), limit], env={**PYTHON_ENV, "GRPOLAB_CACHE_DIR": str(cache)},
-        capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", RUN_UNTIL_LOG_FULL, str(log), limit],
+        env={**PYTHON_ENV, "GRPOLAB_CACHE_DIR": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -107,7 +110,9 @@ def test_file_size_limit_while_writing_the_end_record_fails_in_the_runlog_layer_
 def mounted_tmpfs(mount_point, options: str, why_skipped: str):
     """A tmpfs mounted for one test (root only: mounting needs CAP_SYS_ADMIN), unmounted after it."""
     mount_point.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)], capture_output=True, timeout=600).returncode:
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)], capture_output=True, timeout=600
+    ).returncode:
         pytest.skip(why_skipped)
     yield mount_point
     subprocess.run(["umount", str(mount_point)], check=True, timeout=600)
@@ -116,10 +121,16 @@ def mounted_tmpfs(mount_point, options: str, why_skipped: str):
 @pytest.fixture
 def small_filesystem(tmp_path):
     """A 64 KiB tmpfs."""
-    yield from mounted_tmpfs(tmp_path / "small", "size=64k", "this user can't mount a small tmpfs; the file-size-limit test covers the same code path")
+    yield from mounted_tmpfs(
+        tmp_path / "small",
+        "size=64k",
+        "this user can't mount a small tmpfs; the file-size-limit test covers the same code path",
+    )
 
 
-def test_full_filesystem_while_writing_the_end_record_fails_in_the_runlog_layer_with_no_partial_line(small_filesystem, tmp_path):
+def test_full_filesystem_while_writing_the_end_record_fails_in_the_runlog_layer_with_no_partial_line(
+    small_filesystem, tmp_path
+):
     log = small_filesystem / "runlog.jsonl"
     proc = _fill_log_until_full(log, "tmpfs", tmp_path / "cache")
     _assert_log_full_kept_everything(log, proc)
@@ -147,7 +158,9 @@ HOLD_A_RUN_OPEN = textwrap.dedent(
 def test_a_run_killed_with_sigkill_shows_as_unfinished_and_the_next_run_names_it(tmp_path):
     log = tmp_path / "runlog.jsonl"
     append_run({"run_id": "before", "kind": "smoke", "status": "passed"}, log)
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_A_RUN_OPEN, str(log)], env=PYTHON_ENV, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_A_RUN_OPEN, str(log)], env=PYTHON_ENV, stdout=subprocess.PIPE, text=True
+    )
     assert read_until(proc, lambda line: line == "running\n", timeout_s=60) == "running\n"
     proc.kill()
     proc.wait(timeout=30)
@@ -168,9 +181,15 @@ def test_a_run_killed_with_sigkill_shows_as_unfinished_and_the_next_run_names_it
     assert unfinished_runs(log) == [killed]  # the next run ended, the killed one stays unfinished
 
     env = {**PYTHON_ENV, "GRPOLAB_RUNS_DIR": str(tmp_path), "GRPOLAB_TRACK": "c"}
-    doctor = subprocess.run([sys.executable, "-m", "grpolab", "doctor", "--json"], env=env, capture_output=True, text=True, timeout=600)
+    doctor = subprocess.run(
+        [sys.executable, "-m", "grpolab", "doctor", "--json"], env=env, capture_output=True, text=True, timeout=600
+    )
     (shown,) = [i for i in json.loads(doctor.stdout)["items"] if i["name"] == "unfinished runs"]
-    assert shown["status"] == "warn" and shown["details"]["run_ids"] == [killed["run_id"]] and "never finished" in shown["summary"]
+    assert (
+        shown["status"] == "warn"
+        and shown["details"]["run_ids"] == [killed["run_id"]]
+        and "never finished" in shown["summary"]
+    )
 
 
 @pytest.mark.slow
@@ -243,7 +262,9 @@ def test_a_user_not_allowed_to_use_the_engine_is_told_how_to_get_access(tmp_path
 @pytest.mark.parametrize("task", ["build", "up"])
 def test_invoke_build_and_up_name_a_stopped_engine_before_anything_else(task, tmp_path):
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/docker.sock"}
-    proc = subprocess.run(["invoke", task, "--track", "c"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["invoke", task, "--track", "c"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout.strip() == ""  # nothing was done or printed before
     assert proc.stderr.startswith("ERROR: the Docker engine is not running"), proc.stderr
@@ -262,14 +283,16 @@ def committed_copy(tmp_path: Path) -> Path:
     for name in ("entrypoint", "images", "lockfiles"):
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "hostlab").mkdir()
-    shutil.copy2(REPO / "hostlab" / "sourcebuilds.py", tmp_path / "hostlab")  # a dependency input: the compile's options
+    shutil.copy2(
+        REPO / "hostlab" / "sourcebuilds.py", tmp_path / "hostlab"
+    )  # a dependency input: the compile's options
     shutil.copy2(REPO / "pyproject.toml", tmp_path)
     when = f"@{commit_time(REPO, deps_inputs(get_track('c')))} +0000"
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(git + ["init", "-q"], check=True, timeout=600)
     subprocess.run(git + ["add", "."], check=True, timeout=600)
     subprocess.run(git + ["commit", "-qm", "locks as invoke lock wrote them"], check=True, timeout=600,
-                   env={**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when})  # fmt: skip
+                   env={**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when})
     return tmp_path
 
 
@@ -311,7 +334,7 @@ def read_only_folder(tmp_path):
 def test_read_only_runs_folder_fails_in_the_runlog_layer_before_training(read_only_folder, tiny_model_env):
     env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(read_only_folder)}
     proc = subprocess.run([sys.executable, "-m", "grpolab", "smoke", "--track", "c"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == EXIT_STATUS["runlog"], proc.stdout + proc.stderr
     assert "[runlog] could not write the run log" in proc.stderr and "Read-only file system" in proc.stderr
     assert "step " not in proc.stdout  # refused before training, not after it
@@ -334,7 +357,9 @@ def test_a_changed_tiny_model_file_is_named_with_what_to_do(tmp_path):
     with pytest.raises(LayerFailure) as failure:
         verify_tiny_model(copy)
     assert failure.value.layer == "input"
-    assert f"{copy / 'model.safetensors'} has sha256" in str(failure.value) and "git checkout -- entrypoint/tiny-model" in str(failure.value)
+    assert f"{copy / 'model.safetensors'} has sha256" in str(
+        failure.value
+    ) and "git checkout -- entrypoint/tiny-model" in str(failure.value)
     (copy / "tokenizer.json").unlink()
     with pytest.raises(LayerFailure, match="tokenizer.json is missing"):
         verify_tiny_model(copy)
@@ -346,11 +371,19 @@ def test_a_model_folder_without_weights_is_refused_before_anything_loads(tmp_pat
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         (folder / name).write_bytes((REPO / "entrypoint" / "tiny-model" / name).read_bytes())
     env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")}
-    proc = subprocess.run([sys.executable, "-m", "grpolab", "smoke", "--track", "c", "--model", str(folder)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpolab", "smoke", "--track", "c", "--model", str(folder)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == EXIT_STATUS["input"], proc.stdout + proc.stderr
     assert f"--model {folder}: the folder holds no weights" in proc.stderr
-    assert "Traceback" not in proc.stderr and "memory" not in proc.stdout.lower()  # refused before the estimate and the load
+    assert (
+        "Traceback" not in proc.stderr and "memory" not in proc.stdout.lower()
+    )  # refused before the estimate and the load
 
 
 EXTRACT_WITH_A_SIZE_LIMIT = textwrap.dedent(
@@ -379,9 +412,12 @@ def test_a_full_cache_while_the_gguf_converter_is_written_keeps_nothing_half_wri
         pytest.skip(f"no {sdist} here (CI keeps the lock's sdist there)")
     out = tmp_path / "cache" / "llama.cpp-converter" / gguf.LLAMA_CPP_PYTHON_VERSION
     proc = subprocess.run([sys.executable, "-c", EXTRACT_WITH_A_SIZE_LIMIT, str(sdist), str(out)], env=PYTHON_ENV,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == EXIT_STATUS["rollout"], proc.stdout + proc.stderr
-    assert "[rollout] could not write llama.cpp's converter into" in proc.stdout and "nothing half-written was kept" in proc.stdout
+    assert (
+        "[rollout] could not write llama.cpp's converter into" in proc.stdout
+        and "nothing half-written was kept" in proc.stdout
+    )
     assert "df -h" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
     assert list(out.parent.iterdir()) == []  # neither the converter nor its staging folder
     # without the limit the same call makes a whole converter, which is what later runs look for
@@ -417,17 +453,31 @@ def build_copy(tmp_path: Path) -> Path:
 def build_in_a_process(repo: Path, tag: str, extra_env: dict | None = None) -> subprocess.Popen:
     from hostlab.images.standin import host_arch, standin_name
 
-    code = (f"from hostlab.images.build import build; build('c', base={standin_name(host_arch())!r}, repo=__import__('pathlib')"
-            f".Path({str(repo)!r}), tag={tag!r}, skip_host_check=True)")  # fmt: skip
+    code = (
+        f"from hostlab.images.build import build; build('c', base={standin_name(host_arch())!r}, "
+        "repo=__import__('pathlib')"
+        f".Path({str(repo)!r}), tag={tag!r}, skip_host_check=True)"
+    )
     env = {**PYTHON_ENV, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "entrypoint")]), **(extra_env or {})}
-    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=sigint_as_at_a_terminal)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=sigint_as_at_a_terminal,
+    )
 
 
 def compose_still_runs_the_last_image(repo: Path, env_before: str) -> None:
     assert (repo / ".env").read_text() == env_before
-    proc = subprocess.run(["docker", "compose", "run", "--rm", "-T", "--entrypoint", "sh", "lab", "-c", "echo $GRPOLAB_TRACK"],
-                          cwd=repo, capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        ["docker", "compose", "run", "--rm", "-T", "--entrypoint", "sh", "lab", "-c", "echo $GRPOLAB_TRACK"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     subprocess.run(["docker", "compose", "down", "--volumes"], cwd=repo, capture_output=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == "c", proc.stdout + proc.stderr
 
@@ -438,7 +488,9 @@ def test_ctrl_c_during_invoke_build_keeps_env_naming_the_last_image(tmp_path):
     env_before = (repo / ".env").read_text()
     (repo / "entrypoint" / "grpolab" / "changed.py").write_text("# a code change: the build has a layer to make\n")
     build = build_in_a_process(repo, "grpolab-test:interrupted")
-    output = read_until(build, lambda line: line.startswith("#") or "DONE" in line or "STEP" in line, timeout_s=300)  # the builder's progress: under way
+    output = read_until(
+        build, lambda line: line.startswith("#") or "DONE" in line or "STEP" in line, timeout_s=300
+    )  # the builder's progress: under way
     build.send_signal(signal.SIGINT)
     output += build.communicate(timeout=300)[0]
     assert build.returncode != 0, output
@@ -466,15 +518,30 @@ def test_two_builds_of_the_same_track_at_once_both_finish_whole(tmp_path):
     repo = build_copy(tmp_path)
     builds = [build_in_a_process(repo, "grpolab-test:concurrent") for _ in range(2)]
     outputs = [b.communicate(timeout=900)[0] for b in builds]
-    assert [b.returncode for b in builds] == [0, 0], "\n--- the other build:\n".join(outputs)  # a str: pytest shortens a list's repr
+    assert [b.returncode for b in builds] == [0, 0], "\n--- the other build:\n".join(
+        outputs
+    )  # a str: pytest shortens a list's repr
     env = read_env_file(repo / ".env")
     assert env["LAB_IMAGE_NAME"] == "grpolab-test:concurrent" and env["HF_TOKEN"] == "hf_user_line_kept"
     assert env["LAB_IMAGE"] == engine.image_or_none("grpolab-test:concurrent").id  # Compose runs it by its id
     assert [p.name for p in repo.iterdir() if p.name.startswith(".env")] == [".env"]  # no temporary left
     image = engine.image_or_none("grpolab-test:concurrent")
     assert image.labels["io.grpolab.track"] == "c"
-    proc = subprocess.run(["docker", "run", "--rm", "--entrypoint", "python", "grpolab-test:concurrent", "-c",
-                           "import grpolab.common.runlog, torch; print('ok')"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--entrypoint",
+            "python",
+            "grpolab-test:concurrent",
+            "-c",
+            "import grpolab.common.runlog, torch; print('ok')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.stdout.strip() == "ok", proc.stderr
     subprocess.run(["docker", "rmi", "-f", "grpolab-test:concurrent"], capture_output=True, timeout=600)
 
@@ -506,12 +573,20 @@ def test_a_version_the_lock_does_not_pin_is_refused_with_the_command_that_adds_i
         gguf.download_sdist(gguf.LLAMA_CPP_PYTHON_VERSION)
 
 
-def test_the_llamacpp_path_in_an_image_that_leaves_llama_cpp_out_is_refused_before_any_model_loads(tiny_model_env, tmp_path):
+def test_the_llamacpp_path_in_an_image_that_leaves_llama_cpp_out_is_refused_before_any_model_loads(
+    tiny_model_env, tmp_path
+):
     """The track's image leaves llama-cpp-python out (GRPOLAB_NOT_INSTALLED): `--rollout llamacpp` stops in the rollout
     layer right after the device, naming the command that builds the image with it, not after the held-out pass@1."""
     env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path), "GRPOLAB_NOT_INSTALLED": "llama-cpp-python"}
-    proc = subprocess.run([sys.executable, "-m", "grpolab", "lab", "--track", "c", "--rollout", "llamacpp", "--smoke", "never"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpolab", "lab", "--track", "c", "--rollout", "llamacpp", "--smoke", "never"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == EXIT_STATUS["rollout"], proc.stdout + proc.stderr
     assert "which this image leaves out" in proc.stderr and "`invoke up --rollout llamacpp`" in proc.stderr
     assert "pass@1" not in proc.stdout and "Loading weights" not in proc.stdout + proc.stderr

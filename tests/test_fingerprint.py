@@ -52,8 +52,16 @@ def public(version: str) -> str:
 
 def test_torch_build_read_without_importing_torch():
     """On a CPU-only torch the fingerprint never imports torch (that alone takes seconds)."""
-    code = "import sys, json; from grpolab.environment.fingerprint import environment_fingerprint as f; fp = f(); print(json.dumps([fp['torch_build'], 'torch' in sys.modules]))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ENTRYPOINT}, timeout=600)
+    code = ("import sys, json; from grpolab.environment.fingerprint import environment_fingerprint as f; fp = f(); "
+            "print(json.dumps([fp['torch_build'], 'torch' in sys.modules]))")
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": ENTRYPOINT},
+        timeout=600,
+    )
     build, imported = json.loads(out.stdout)
     # torch is imported only where it could find a GPU (the vendor's device nodes are there), never for a CPU build.
     if build != "mps":
@@ -64,7 +72,13 @@ def test_torch_build_read_without_importing_torch():
 def test_fingerprint_and_smoke_share_one_build_answer():
     """The fingerprint's torch fields are torchbuild's answer, field for field (MPS included)."""
     fp, build = environment_fingerprint(), torch_build()
-    assert (fp["torch_version"], fp["torch_build"], fp["torch_cuda"], fp["torch_hip"], fp["torch_arch_list"]) == (build.version, build.kind, build.cuda, build.hip, build.arch_list)
+    assert (fp["torch_version"], fp["torch_build"], fp["torch_cuda"], fp["torch_hip"], fp["torch_arch_list"]) == (
+        build.version,
+        build.kind,
+        build.cuda,
+        build.hip,
+        build.arch_list,
+    )
 
 
 def test_driver_from_the_machines_facts():
@@ -89,8 +103,15 @@ def test_driver_from_nvidia_smi(monkeypatch, tmp_path):
 
 def fp(**changes):
     base = {
-        "python": "3.12.3", "torch_version": "2.13.0", "torch_build": "cuda", "torch_cuda": "13.0", "torch_hip": None, "driver": "580.1",
-        "device_arch": "sm_121", "lock_sha256": "a" * 64, "device_name": "NVIDIA GB10",
+        "python": "3.12.3",
+        "torch_version": "2.13.0",
+        "torch_build": "cuda",
+        "torch_cuda": "13.0",
+        "torch_hip": None,
+        "driver": "580.1",
+        "device_arch": "sm_121",
+        "lock_sha256": "a" * 64,
+        "device_name": "NVIDIA GB10",
         "packages": {"torch": "2.13.0", "trl": "1.16.0", "vllm": None},
     }
     pkgs = changes.pop("packages", {})
@@ -99,16 +120,26 @@ def fp(**changes):
 
 def test_drift_lines():
     assert fingerprint_drift(fp(), fp()) == []
-    lines = fingerprint_drift(fp(), fp(torch_version="2.14.1", driver="590.2", packages={"torch": "2.14.1", "vllm": "0.30.0"}))
+    lines = fingerprint_drift(
+        fp(), fp(torch_version="2.14.1", driver="590.2", packages={"torch": "2.14.1", "vllm": "0.30.0"})
+    )
     assert lines == ["torch 2.13.0 -> 2.14.1", "driver 580.1 -> 590.2", "vllm absent -> 0.30.0"]
     # An older record without torch_version still reports torch, from its package list.
     old = fp()
     del old["torch_version"]
-    assert fingerprint_drift(old, fp(torch_version="2.14.1", packages={"torch": "2.14.1"})) == ["torch 2.13.0 -> 2.14.1"]
-    assert fingerprint_drift(fp(), fp(torch_build="hip", torch_cuda=None)) == ["torch build cuda -> hip", "torch CUDA 13.0 -> absent"]
+    assert fingerprint_drift(old, fp(torch_version="2.14.1", packages={"torch": "2.14.1"})) == [
+        "torch 2.13.0 -> 2.14.1"
+    ]
+    assert fingerprint_drift(fp(), fp(torch_build="hip", torch_cuda=None)) == [
+        "torch build cuda -> hip",
+        "torch CUDA 13.0 -> absent",
+    ]
     assert fingerprint_drift(fp(), fp(lock_sha256="b" * 64)) == ["lock sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb"]
     # Device type and count are drift: the same image on a machine whose GPU is gone, or a second GPU added.
-    assert fingerprint_drift(fp(device_type="cuda", device_count=1), fp(device_type="cpu", device_count=0)) == ["device type cuda -> cpu", "device count 1 -> 0"]
+    assert fingerprint_drift(fp(device_type="cuda", device_count=1), fp(device_type="cpu", device_count=0)) == [
+        "device type cuda -> cpu",
+        "device count 1 -> 0",
+    ]
 
 
 def test_drift_ignores_what_does_not_matter_and_what_was_never_recorded():

@@ -57,7 +57,13 @@ def test_converter_is_taken_from_the_sdist_only(tmp_path, monkeypatch):
     found = gguf.converter_dir("9.9.9", download=False, progress=lambda *_: None)
     assert found == tmp_path / "cache" / "llama.cpp-converter" / "9.9.9"
     files = sorted(str(p.relative_to(found)) for p in found.rglob("*") if p.is_file())
-    assert files == ["conversion/__init__.py", "conversion/qwen.py", "convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "gguf-py/gguf/__init__.py"]
+    assert files == [
+        "conversion/__init__.py",
+        "conversion/qwen.py",
+        "convert_hf_to_gguf.py",
+        "convert_lora_to_gguf.py",
+        "gguf-py/gguf/__init__.py",
+    ]
     assert gguf.converter_dir("9.9.9", download=False) == found  # extracted once, then reused
 
 

@@ -1,4 +1,5 @@
-"""An image buildah built, handed to the Docker engine (hostlab/images/builders/handover.py): only the layers the engine lacks at the
+"""An image buildah built, handed to the Docker engine (hostlab/images/builders/handover.py): only the layers the engine
+lacks at the
 bottom of its images, with buildah's id kept; the whole image where the engine holds too little of it. The images
 here are buildah's and the engine's for real: the stand-in base with a file or two more."""
 
@@ -41,7 +42,7 @@ def buildah_image_with(parent: str, name: str, content: bytes, folder) -> str:
 
 def in_engine(name: str, *command: str) -> str:
     return subprocess.run(["docker", "run", "--rm", "--entrypoint", command[0], name, *command[1:]],
-                          capture_output=True, text=True, check=True, timeout=300).stdout  # fmt: skip
+                          capture_output=True, text=True, check=True, timeout=300).stdout
 
 
 @pytest.mark.docker
@@ -73,7 +74,7 @@ def test_an_image_the_engine_holds_too_little_of_goes_whole(tmp_path, capsys):
         assert buildah_to_engine(alone, name).removeprefix("sha256:") == alone
         assert f"handing {alone[:12]} to the Docker engine as {name}, every layer" in capsys.readouterr().out
         saved = subprocess.run(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", name],
-                               capture_output=True, text=True, check=True, timeout=300).stdout  # fmt: skip
+                               capture_output=True, text=True, check=True, timeout=300).stdout
         assert saved.count("sha256:") == 1
     finally:
         subprocess.run(["docker", "image", "rm", "--force", name], capture_output=True, timeout=300)

@@ -11,8 +11,14 @@ MAX_FILE_LINES = 600
 
 
 def source_files(repo: Path = REPO) -> list[Path]:
-    return sorted([repo / "tasks.py", *(repo / "hostlab").rglob("*.py"), *(repo / "entrypoint" / "grpolab").rglob("*.py"),
-                   *(repo / "images").glob("*.py")])
+    return sorted(
+        [
+            repo / "tasks.py",
+            *(repo / "hostlab").rglob("*.py"),
+            *(repo / "entrypoint" / "grpolab").rglob("*.py"),
+            *(repo / "images").glob("*.py"),
+        ]
+    )
 
 
 def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:

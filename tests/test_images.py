@@ -21,7 +21,16 @@ from hostlab import REPO, HostError
 from hostlab.host import engine  # noqa: E402
 from hostlab.images.standin import host_arch, standin_name  # noqa: E402
 from hostlab.locks.lockfile import read_lock  # noqa: E402
-from hostlab.images.build import build, explain_failure, image_for_rollout, image_name, runtime_build_args, source_build_args, stage_context, track_env_file  # noqa: E402
+from hostlab.images.build import (
+    build,
+    explain_failure,
+    image_for_rollout,
+    image_name,
+    runtime_build_args,
+    source_build_args,
+    stage_context,
+    track_env_file,
+)  # noqa: E402
 from hostlab.images.builders import engine_layers  # noqa: E402
 from hostlab.run.up import up  # noqa: E402
 from hostlab.locks.lockfile import lock_path, lock_sha256, parse_lock  # noqa: E402
@@ -55,7 +64,10 @@ def test_dockerfile_layout():
     # adds the compiled packages to the lab image, only for the rollout path that loads them
     assert text.count("\nFROM ") == 5 and "\nFROM ${BASE_IMAGE} AS source-builds\n" in text
     assert "\nFROM ${BASE_IMAGE} AS deps\n" in text and "\nFROM ${DEPS} AS lab\n" in text
-    assert text.rstrip().endswith("USER 1000:1000") and "\nFROM ${SOURCE_BUILDS} AS compiled\nFROM ${LAB} AS with-source-builds\n" in text
+    assert (
+        text.rstrip().endswith("USER 1000:1000")
+        and "\nFROM ${SOURCE_BUILDS} AS compiled\nFROM ${LAB} AS with-source-builds\n" in text
+    )
     deps = text.index("uv pip sync")
     assert deps < text.index("COPY entrypoint/"), "the dependency layer comes before the code"
     assert text.index("ARG GIT_REVISION") > text.index("COPY entrypoint/"), "the revision must not bust the layers"
@@ -80,10 +92,16 @@ def test_runtime_libraries_come_from_the_lock():
 def test_source_only_packages_compile_in_a_stage_of_their_own_only_for_the_image_that_loads_them():
     with_llama = source_build_args(get_track("c"), read_lock(get_track("c")))
     assert with_llama["SOURCE_PACKAGES"] == "llama-cpp-python"
-    assert "g++" in [p.split("=")[0] for p in with_llama["BUILD_PACKAGES"].split()] and with_llama["IMPORT_CHECK"] == "llama_cpp"
+    assert (
+        "g++" in [p.split("=")[0] for p in with_llama["BUILD_PACKAGES"].split()]
+        and with_llama["IMPORT_CHECK"] == "llama_cpp"
+    )
     assert "--config-settings=cmake.define.GGML_NATIVE=OFF" in with_llama["BUILD_CONFIG_SETTINGS"].split()
     assert with_llama["KEEP_SDISTS"] == "llama-cpp-python"  # its sdist carries llama.cpp's GGUF converter
-    assert set(source_build_args(get_track("n"), read_lock(get_track("n"))).values()) == {"", "trixie"}  # nothing to compile; DEBIAN_SUITE alone
+    assert set(source_build_args(get_track("n"), read_lock(get_track("n"))).values()) == {
+        "",
+        "trixie",
+    }  # nothing to compile; DEBIAN_SUITE alone
     text = DOCKERFILE.read_text()
     stage, image = text.split("\nFROM ${BASE_IMAGE} AS deps\n", 1)
     assert "AS source-builds" in stage and "pip wheel" in stage
@@ -97,8 +115,12 @@ def test_source_only_packages_compile_in_a_stage_of_their_own_only_for_the_image
         "libraries the lock's wheels link at run time (RUNTIME_PACKAGES), at their pinned versions"
     )
     install, joined = image.split("\nFROM ${LAB} AS with-source-builds\n", 1)
-    assert "from=source-builds" not in install and "from=compiled" not in install  # the track's image never waits for a compile
-    assert "uv pip sync" in install and "verify-locked.py /tmp/rest.txt" in install  # the lock but the source-only packages
+    assert (
+        "from=source-builds" not in install and "from=compiled" not in install
+    )  # the track's image never waits for a compile
+    assert (
+        "uv pip sync" in install and "verify-locked.py /tmp/rest.txt" in install
+    )  # the lock but the source-only packages
     assert "ENV GRPOLAB_NOT_INSTALLED=${SOURCE_PACKAGES}" in install  # and it says which it leaves out
     assert "from=compiled" in joined and "uv pip install" in joined and "verify-locked.py /tmp/lock.txt" in joined
     assert 'ENV GRPOLAB_NOT_INSTALLED=""' in joined
@@ -109,13 +131,21 @@ def test_the_llamacpp_rollout_gets_the_image_with_llama_cpp_and_every_other_path
     assert image_for_rollout(c, "llamacpp", read_lock(c)) == ("grpolab:c-llamacpp", True)
     for rollout in (None, "inprocess", "vllm-colocate"):
         assert image_for_rollout(c, rollout, read_lock(c)) == ("grpolab:c", False)
-    assert image_for_rollout(get_track("cv"), "llamacpp", read_lock(get_track("cv"))) == ("grpolab:cv", False)  # nothing to compile in cv's lock
+    assert image_for_rollout(get_track("cv"), "llamacpp", read_lock(get_track("cv"))) == (
+        "grpolab:cv",
+        False,
+    )  # nothing to compile in cv's lock
 
 
 def test_a_rollout_path_the_lab_lacks_is_refused_before_anything_is_built():
     """A misspelt --rollout would otherwise build for minutes and only then meet the lab's own refusal."""
-    for refuse in (lambda: image_for_rollout(get_track("c"), "lamacpp", read_lock(get_track("c"))), lambda: up("c", rollout="lamacpp")):
-        with pytest.raises(HostError, match="'lamacpp' is not a rollout path: one of inprocess, vllm-colocate, vllm-server, llamacpp"):
+    for refuse in (
+        lambda: image_for_rollout(get_track("c"), "lamacpp", read_lock(get_track("c"))),
+        lambda: up("c", rollout="lamacpp"),
+    ):
+        with pytest.raises(
+            HostError, match="'lamacpp' is not a rollout path: one of inprocess, vllm-colocate, vllm-server, llamacpp"
+        ):
             refuse()
 
 
@@ -123,9 +153,19 @@ def test_verify_locked_fails_a_module_that_does_not_import(tmp_path):
     lock = tmp_path / "lock.txt"
     lock.write_text("")
     script = REPO / "images" / "verify-locked.py"
-    ok = subprocess.run([sys.executable, str(script), str(lock), "torch", "--import", "json"], capture_output=True, text=True, timeout=600)
+    ok = subprocess.run(
+        [sys.executable, str(script), str(lock), "torch", "--import", "json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert ok.returncode == 0 and "verified: json imports" in ok.stdout
-    bad = subprocess.run([sys.executable, str(script), str(lock), "--import", "no_such_module_here"], capture_output=True, text=True, timeout=600)
+    bad = subprocess.run(
+        [sys.executable, str(script), str(lock), "--import", "no_such_module_here"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert bad.returncode == 1 and "no_such_module_here was installed but does not import" in bad.stderr
 
 
@@ -148,7 +188,9 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
     assert sorted(p.name for p in (tmp_path / "source-build-files").iterdir()) == names
     for name in names:
         assert (tmp_path / "source-build-files" / name).read_bytes() == (REPO / "images" / name).read_bytes()
-    assert (tmp_path / "build.txt").read_bytes() == (REPO / "lockfiles" / "c.build.txt").read_bytes()  # the tools that compile
+    assert (tmp_path / "build.txt").read_bytes() == (
+        REPO / "lockfiles" / "c.build.txt"
+    ).read_bytes()  # the tools that compile
     assert not list(tmp_path.rglob("__pycache__"))
     assert (tmp_path / "kernels.json").read_text() == "{}\n"  # track c serves no GPU: an empty table
     # the committed tiny model travels with entrypoint/: the image has it, readable by the user it runs as
@@ -173,7 +215,9 @@ def test_build_context_is_the_same_whatever_the_checkout_holds_beside_the_code(t
     assert not list(tmp_path.rglob("*.egg-info")) and not list(tmp_path.rglob("*.pyc"))
     modes = {oct(p.stat().st_mode & 0o777) for p in tmp_path.rglob("*")}
     assert modes <= {"0o644", "0o755"}, modes
-    assert oct((tmp_path / "entrypoint" / "container-entrypoint.sh").stat().st_mode & 0o777) == ("0o755" if os.access(ENTRYPOINT, os.X_OK) else "0o644")
+    assert oct((tmp_path / "entrypoint" / "container-entrypoint.sh").stat().st_mode & 0o777) == (
+        "0o755" if os.access(ENTRYPOINT, os.X_OK) else "0o644"
+    )
 
 
 def test_entrypoint_script(tmp_path):
@@ -332,7 +376,15 @@ LLAMACPP_IMAGE = "grpolab:c-llamacpp"  # `invoke up --rollout llamacpp` builds i
 def test_llama_cpp_compiled_into_the_image_without_a_compiler_left():
     probe = "import llama_cpp; print(llama_cpp.__version__); print(llama_cpp.llama_supports_mmap())"
     proc = subprocess.run(
-        ["docker", "run", "--rm", LLAMACPP_IMAGE, "shell", "-c", f'! command -v g++ cc gcc >/dev/null && python -c "{probe}"'],
+        [
+            "docker",
+            "run",
+            "--rm",
+            LLAMACPP_IMAGE,
+            "shell",
+            "-c",
+            f'! command -v g++ cc gcc >/dev/null && python -c "{probe}"',
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -349,10 +401,17 @@ def test_the_test_venv_loads_the_very_llama_cpp_the_image_compiled(tmp_path):
     # glibc 2.36, because the compile keeps glibc's pre-C23 strtol and sscanf (images/pre-c23-strtol.h).
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not in this venv (.ci/run installs it)")
     here = Path(llama_cpp.__file__).parent / "lib"
-    container = subprocess.run(["docker", "create", LLAMACPP_IMAGE], capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    container = subprocess.run(
+        ["docker", "create", LLAMACPP_IMAGE], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.strip()
     try:
         site = f"/opt/venv/lib/python{get_track('c').python}/site-packages/llama_cpp/lib"
-        subprocess.run(["docker", "cp", f"{container}:{site}", str(tmp_path / "image")], capture_output=True, timeout=120, check=True)
+        subprocess.run(
+            ["docker", "cp", f"{container}:{site}", str(tmp_path / "image")],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
     finally:
         subprocess.run(["docker", "rm", container], capture_output=True, timeout=60)
     names = sorted(p.name for p in (tmp_path / "image").glob("lib*.so"))
@@ -366,11 +425,29 @@ def test_the_test_venv_loads_the_very_llama_cpp_the_image_compiled(tmp_path):
 @needs_image(image_name(get_track("c")))
 @needs_image(LLAMACPP_IMAGE)
 def test_the_tracks_image_leaves_llama_cpp_out_and_the_llamacpp_image_is_it_plus_one_layer():
-    proc = subprocess.run(["docker", "run", "--rm", "grpolab:c", "shell", "-c", 'echo "$GRPOLAB_NOT_INSTALLED"; python -c "import llama_cpp"'],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert proc.returncode != 0 and "No module named 'llama_cpp'" in proc.stderr and proc.stdout.strip() == "llama-cpp-python"
+    proc = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "grpolab:c",
+            "shell",
+            "-c",
+            'echo "$GRPOLAB_NOT_INSTALLED"; python -c "import llama_cpp"',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert (
+        proc.returncode != 0
+        and "No module named 'llama_cpp'" in proc.stderr
+        and proc.stdout.strip() == "llama-cpp-python"
+    )
     plain, with_llama = (engine_layers(name) for name in ("grpolab:c", LLAMACPP_IMAGE))
-    revisions = {engine.image_or_none(name).labels["org.opencontainers.image.revision"] for name in ("grpolab:c", LLAMACPP_IMAGE)}
+    revisions = {
+        engine.image_or_none(name).labels["org.opencontainers.image.revision"] for name in ("grpolab:c", LLAMACPP_IMAGE)
+    }
     if len(revisions) > 1 or revisions.pop().endswith("-dirty"):
         pytest.skip("grpolab:c and grpolab:c-llamacpp were not built from one clean commit")
     # the layers the engine already holds, and the compiled package's on top (with buildah's empty history layer)
@@ -382,14 +459,16 @@ def test_the_tracks_image_leaves_llama_cpp_out_and_the_llamacpp_image_is_it_plus
 def test_the_image_converts_to_gguf_offline(tmp_path):
     # llama.cpp's converter comes from the sdist the image kept (hash-checked), not from the network.
     tmp_path.chmod(0o777)
-    script = "from grpolab.model.gguf import converter_dir; print(converter_dir(download=False, progress=lambda *a: None))"
+    script = (
+        "from grpolab.model.gguf import converter_dir; print(converter_dir(download=False, progress=lambda *a: None))"
+    )
     proc = subprocess.run(
         ["docker", "run", "--rm", "--network", "none", "-e", "GRPOLAB_CACHE_DIR=/out", "-v", f"{tmp_path}:/out",
          LLAMACPP_IMAGE, "shell", "-c", f'python -c "{script}"'],
         capture_output=True,
         text=True,
         timeout=600,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().startswith("/out/llama.cpp-converter/")
     assert (tmp_path / "llama.cpp-converter").is_dir()

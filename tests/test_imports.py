@@ -129,7 +129,9 @@ def wrong_way_imports(graph: dict[str, set[str]]) -> list[str]:
 
 def test_the_import_graph_has_no_circle():
     graph = import_graph()
-    assert len(graph) > 60 and "grpolab.run.pipeline" in graph and "hostlab.locks.resolve" in graph  # the walk found the project
+    assert (
+        len(graph) > 60 and "grpolab.run.pipeline" in graph and "hostlab.locks.resolve" in graph
+    )  # the walk found the project
     assert circles(graph) == []
 
 

@@ -18,7 +18,7 @@ from grpolab.run.checks import kernels_note  # noqa: E402
 from grpolab.common.errors import LayerFailure  # noqa: E402
 from grpolab.common.tracks import get_track  # noqa: E402
 
-from hostlab import HostError
+from hostlab import HostError  # noqa: E402
 
 from hostlab.kernels import table as kernels, readme as kernelsreadme  # noqa: E402
 from hostlab.locks.wheels import fetch, locked_files  # noqa: E402
@@ -52,34 +52,53 @@ def test_gfx_targets_are_exact():
 
 
 # --- the lock's refusals, on tables built from constructed shared objects --------------------------------
-TORCH = SharedObject("torch/lib/libtorch_cuda.so", needed=["libcudart.so.13", "libcuda.so.1", "libc.so.6"], glibc="GLIBC_2.28",
-                     cuda_major=13, sass=["sm_80", "sm_120"], ptx=[], device_code=True)
+TORCH = SharedObject(
+    "torch/lib/libtorch_cuda.so",
+    needed=["libcudart.so.13", "libcuda.so.1", "libc.so.6"],
+    glibc="GLIBC_2.28",
+    cuda_major=13,
+    sass=["sm_80", "sm_120"],
+    ptx=[],
+    device_code=True,
+)
 CUDART = SharedObject("nvidia/cu13/lib/libcudart.so.13", soname="libcudart.so.13", needed=["libc.so.6"], cuda_major=13)
 
 
 def table_of(track_name="s", **wheels):
     track = get_track(track_name)
-    scans = {"torch 2.13.0": [TORCH], "nvidia-cuda-runtime 13.0.96": [CUDART], **{k.replace("_", " "): v for k, v in wheels.items()}}
+    scans = {
+        "torch 2.13.0": [TORCH],
+        "nvidia-cuda-runtime 13.0.96": [CUDART],
+        **{k.replace("_", " "): v for k, v in wheels.items()},
+    }
     return kernels.build_table(track, scans, "13.0", "0" * 64)
 
 
 def test_a_clean_table_is_not_refused():
     table = table_of()
     assert kernels.problems(table) == ([], [])
-    assert table["driver_minimum"] == "580" and table["host_driver_libraries"] == {"libcuda.so.1": kernels.HOST_DRIVER["libcuda.so.1"]}
+    assert table["driver_minimum"] == "580" and table["host_driver_libraries"] == {
+        "libcuda.so.1": kernels.HOST_DRIVER["libcuda.so.1"]
+    }
 
 
 def test_refused_a_needed_library_without_code_for_the_tracks_gpu():
     fa3 = SharedObject("vllm/_C.abi3.so", needed=["libcudart.so.13"], cuda_major=13, sass=["sm_90a"], device_code=True)
     refusals, _ = kernels.problems(table_of(**{"vllm_0.31.0": [fa3]}))
-    assert refusals == ["vllm 0.31.0, vllm/_C.abi3.so: no code for sm_121 (GB10, DGX Spark (compute 12.1)), which track s's "
-                        "vllm-colocate path needs (SASS sm_90a; PTX none)"]
+    assert refusals == [
+        "vllm 0.31.0, vllm/_C.abi3.so: no code for sm_121 (GB10, DGX Spark (compute 12.1)), which track s's "
+        "vllm-colocate path needs (SASS sm_90a; PTX none)"
+    ]
 
 
 def test_a_library_only_the_jit_runs_is_a_warning_not_a_refusal():
-    fa2 = SharedObject("vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", cuda_major=13, sass=["sm_80"], ptx=["sm_80"], device_code=True)
+    fa2 = SharedObject(
+        "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", cuda_major=13, sass=["sm_80"], ptx=["sm_80"], device_code=True
+    )
     refusals, warnings = kernels.problems(table_of(**{"vllm_0.31.0": [fa2]}))
-    assert refusals == [] and len(warnings) == 1 and "only PTX for sm_121" in warnings[0] and "_vllm_fa2_C" in warnings[0]
+    assert (
+        refusals == [] and len(warnings) == 1 and "only PTX for sm_121" in warnings[0] and "_vllm_fa2_C" in warnings[0]
+    )
 
 
 def test_a_library_the_path_uses_only_on_other_gpus_is_not_refused():
@@ -89,21 +108,26 @@ def test_a_library_the_path_uses_only_on_other_gpus_is_not_refused():
     assert kernels.problems(table) == ([], []) and table["libraries"][-1]["verdicts"] == {"sm_121": "none"}
     on_hopper = kernels.build_table(dataclasses.replace(get_track("s"), gpus=["sm_90"], gpus_required=["sm_90"]),
                                     {"vllm 0.31.0": [dataclasses.replace(fa3, sass=["sm_80"])]}, "13.0", "0" * 64)
-    assert kernels.problems(on_hopper)[0][0].startswith("vllm 0.31.0, vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so: no code for sm_90")
+    assert kernels.problems(on_hopper)[0][0].startswith(
+        "vllm 0.31.0, vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so: no code for sm_90"
+    )
 
 
 def test_refused_libraries_built_for_another_cuda_major():
     old = SharedObject("flashinfer/libold.so", needed=["libcudart.so.12"], cuda_major=12)
     cudart12 = SharedObject("nvidia/cuda_runtime/lib/libcudart.so.12", soname="libcudart.so.12", cuda_major=12)
     refusals, _ = kernels.problems(table_of(**{"flashinfer_0.6": [old, cudart12]}))
-    assert len(refusals) == 1 and refusals[0].startswith("built for CUDA 12, but torch is built for CUDA 13: flashinfer 0.6: flashinfer/libold.so")
+    assert len(refusals) == 1 and refusals[0].startswith(
+        "built for CUDA 12, but torch is built for CUDA 13: flashinfer 0.6: flashinfer/libold.so"
+    )
 
 
 def test_refused_an_unresolved_library_and_a_glibc_newer_than_the_base():
     lonely = SharedObject("thing/_ext.so", needed=["libavcodec.so.61", "libc.so.6"], glibc="GLIBC_2.42")
     refusals, _ = kernels.problems(table_of(**{"thing_1.0": [lonely]}))
     assert refusals == [
-        "thing 1.0, thing/_ext.so: links libavcodec.so.61, which no locked wheel, the base image or the host's driver provides",
+        "thing 1.0, thing/_ext.so: links libavcodec.so.61, which no locked wheel, the base image or the host's driver "
+        "provides",
         "thing 1.0, thing/_ext.so: needs GLIBC_2.42, newer than the base image's glibc 2.41",
     ]
 
@@ -115,7 +139,8 @@ def test_an_optional_plugin_is_listed_with_its_reason_not_refused():
     assert table["optional_unresolved"]["torchcodec/libtorchcodec_core7.so"]["needed"] == ["libavcodec.so.61"]
 
 
-# --- the committed tables: current, obeyed, and what the README and docs/kernels.md say --------------------------------------
+# --- the committed tables: current, obeyed, and what the README and docs/kernels.md say
+# --------------------------------------
 @pytest.mark.parametrize("track", ["s", "n"])
 def test_committed_table_is_current_and_passes(track):
     assert kernels.check_table(get_track(track))[0] == []
@@ -138,8 +163,10 @@ def test_check_fails_on_a_stale_table(tmp_path):
 @pytest.mark.parametrize("track", ["s", "n"])
 def test_committed_table_was_read_by_this_reader(track):
     """Edit the reader (READER_FILES) and this fails until `invoke kernels` has read the wheels with it again."""
-    assert kernels.load_table(LOCK_DIR / f"{track}.kernels.json")["reader_sha256"] == kernels.reader_sha256(), \
-        f"the reader changed since lockfiles/{track}.kernels.json was made: run `invoke kernels --track {track}` and commit it"
+    assert kernels.load_table(LOCK_DIR / f"{track}.kernels.json")["reader_sha256"] == kernels.reader_sha256(), (
+        f"the reader changed since lockfiles/{track}.kernels.json was made: run `invoke kernels --track {track}` and "
+        "commit it"
+    )
 
 
 def test_ci_reads_the_wheels_again_only_when_the_lock_or_the_reader_moved(tmp_path, monkeypatch):
@@ -182,11 +209,16 @@ def test_docs_hold_the_section_made_from_the_tables():
     readme = (REPO / "README.md").read_text()
     rows = {line.split("|")[1].strip(" `"): line for line in readme.splitlines() if line.startswith("| `")}
     for track in ("s", "n"):  # the course's tracks in the README's track table (cluster has a section of its own)
-        assert rows[track].rstrip(" |").endswith(kernelsreadme.gpu_cell(kernelsreadme.tables()[track])), f"README's track table lacks track {track}'s GPU cell"
+        assert rows[track].rstrip(" |").endswith(kernelsreadme.gpu_cell(kernelsreadme.tables()[track])), (
+            f"README's track table lacks track {track}'s GPU cell"
+        )
 
 
 # --- the fatbin reader against cuobjdump, on a small real library of n's lock ------------------------------
-SMALL_CUDA_WHEEL, SMALL_CUDA_LIBRARY = "nvidia-cufile", "libcufile.so."  # a 1 MB wheel; its 3 MB library has SASS and PTX
+SMALL_CUDA_WHEEL, SMALL_CUDA_LIBRARY = (
+    "nvidia-cufile",
+    "libcufile.so.",
+)  # a 1 MB wheel; its 3 MB library has SASS and PTX
 
 
 def small_cuda_library(tmp_path) -> tuple[Path, str]:
@@ -210,7 +242,9 @@ def test_fatbin_reader_agrees_with_cuobjdump_on_a_real_library(tmp_path):
     inside, _, _ = fatbin_code(data, (0, len(data)))
     assert inside == listed
     assert (shared.sass, shared.ptx) == listed
-    recorded = next(lib for lib in json.loads((LOCK_DIR / "n.kernels.json").read_text())["libraries"] if lib["path"] == name)
+    recorded = next(
+        lib for lib in json.loads((LOCK_DIR / "n.kernels.json").read_text())["libraries"] if lib["path"] == name
+    )
     assert (recorded["sass"], recorded["ptx"]) == listed
 
 
@@ -218,7 +252,10 @@ def test_fatbin_reader_agrees_with_cuobjdump_on_a_real_library(tmp_path):
 def test_smoke_names_a_library_that_only_jits():
     table = json.loads((LOCK_DIR / "s.kernels.json").read_text())
     note = kernels_note(get_track("s"), "sm_121", "vllm-colocate", "580.95.05", table)
-    assert "_vllm_fa2_C.abi3.so (vllm 0.31.0) has no machine code for sm_121: the driver compiles its PTX at first use" in note
+    assert (
+        "_vllm_fa2_C.abi3.so (vllm 0.31.0) has no machine code for sm_121: the driver compiles its PTX at first use"
+        in note
+    )
 
 
 def test_smoke_stops_in_the_device_layer_on_a_gpu_without_code():
@@ -226,14 +263,20 @@ def test_smoke_stops_in_the_device_layer_on_a_gpu_without_code():
     with pytest.raises(LayerFailure) as failure:
         kernels_note(get_track("n"), "sm_61", "vllm-colocate", "580.95.05", table)
     assert failure.value.layer == "device"
-    assert "torch/lib/libtorch_cuda.so (torch 2.13.0) has no code for sm_61: the run fails when it launches one of its kernels" in str(failure.value)
+    assert (
+        "torch/lib/libtorch_cuda.so (torch 2.13.0) has no code for sm_61: the run fails when it launches one of its "
+        "kernels"
+        in str(failure.value)
+    )
 
 
 def test_smoke_stops_on_a_driver_older_than_the_tables_cuda():
     table = json.loads((LOCK_DIR / "n.kernels.json").read_text())
     with pytest.raises(LayerFailure) as failure:
         kernels_note(get_track("n"), "sm_89", "inprocess", "570.86.10", table)
-    assert "NVIDIA driver 570.86.10 is older than 580, the oldest that runs this image's CUDA 13 libraries" in str(failure.value)
+    assert "NVIDIA driver 570.86.10 is older than 580, the oldest that runs this image's CUDA 13 libraries" in str(
+        failure.value
+    )
 
 
 # --- `invoke lock` keeps the lock it had when the new one is refused ----------------------------------------
@@ -244,7 +287,9 @@ def test_a_refused_lock_leaves_the_old_one_in_place(tmp_path, monkeypatch):
     lock = tmp_path / "s.txt"
     lock.write_text("the lock that was there\n")
     monkeypatch.setattr(lockcli, "lock_path", lambda track: lock)
-    monkeypatch.setattr(lockcli, "make_lock", lambda track, vllm=None: lock.write_text("a new lock whose vLLM lost sm_121\n"))
+    monkeypatch.setattr(
+        lockcli, "make_lock", lambda track, vllm=None: lock.write_text("a new lock whose vLLM lost sm_121\n")
+    )
 
     def refuse(track, text):
         assert text == "a new lock whose vLLM lost sm_121\n"  # the table is read from the new lock

@@ -28,7 +28,10 @@ def test_short_lab_run_logs_everything_and_plots(short_lab):
     assert lab_run["time_split_s_per_step"]["generation"] > 0
     assert lab_run["peak_memory_gb_measured"] > 0 and lab_run["peak_memory_gb_predicted"] > 0
     # The smoke test ran first in the same process: the lab's own peak and baseline, not the smoke test's.
-    assert lab_run["runtime_baseline_gb"] > 0.1 and lab_run["peak_memory_parts"]["peak_gb"] >= lab_run["runtime_baseline_gb"]
+    assert (
+        lab_run["runtime_baseline_gb"] > 0.1
+        and lab_run["peak_memory_parts"]["peak_gb"] >= lab_run["runtime_baseline_gb"]
+    )
     assert smoke_run["peak_memory_gb_measured"] > 0 and "above a runtime baseline" in out
     assert lab_run["rollout"]["path"] == "inprocess" and lab_run["rollout"]["stale"] is False
     assert lab_run["first_reward"] is not None and lab_run["seconds_per_step"] > 0
@@ -46,7 +49,13 @@ def test_smoke_needed_follows_the_fingerprint(tmp_path):
     assert smoke_needed("auto", lab, log) == ["no smoke test has passed in this environment yet"]
     assert smoke_needed("never", lab, log) == []
     current = environment_fingerprint()
-    passed = {"kind": "smoke", "status": "passed", "track": "c", "rollout": {"path": "inprocess"}, "device_checked": True}
+    passed = {
+        "kind": "smoke",
+        "status": "passed",
+        "track": "c",
+        "rollout": {"path": "inprocess"},
+        "device_checked": True,
+    }
     append_run({**passed, "fingerprint": current}, log)
     assert smoke_needed("auto", lab, log) == []
     assert smoke_needed("always", lab, log)
@@ -62,12 +71,20 @@ def test_only_a_smoke_test_of_this_run_counts_as_passed_before(tmp_path):
 
     log = tmp_path / "runlog.jsonl"
     lab = resolve_settings(get_track("c"))
-    passed = {"kind": "smoke", "status": "passed", "track": "c", "rollout": {"path": "inprocess"}, "device_checked": True,
-              "fingerprint": environment_fingerprint()}
+    passed = {
+        "kind": "smoke",
+        "status": "passed",
+        "track": "c",
+        "rollout": {"path": "inprocess"},
+        "device_checked": True,
+        "fingerprint": environment_fingerprint(),
+    }
     for differs in ({"track": "m"}, {"rollout": {"path": "llamacpp"}}, {"device_checked": False}, {"status": "failed"}):
         append_run({**passed, **differs}, log)
         assert smoke_needed("auto", lab, log), differs
-    assert smoke_needed("auto", lab, log) == ["no smoke test has passed on track c with rollout path inprocess and the device checked"]
+    assert smoke_needed("auto", lab, log) == [
+        "no smoke test has passed on track c with rollout path inprocess and the device checked"
+    ]
     # A matching pass without a fingerprint is drift, not "nothing changed".
     append_run({**passed, "fingerprint": {}}, log)
     assert smoke_needed("auto", lab, log) == ["no environment fingerprint recorded by the earlier run to compare with"]

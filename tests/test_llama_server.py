@@ -67,7 +67,13 @@ def test_llama_server_client_samples_ids_with_grpo_settings():
     assert ids == [[11, 12, 2]] * 2
     payload = seen[0]
     assert payload["prompt"] == [1, 2, 3] and payload["n_probs"] >= 1 and payload["return_tokens"] is True
-    assert (payload["temperature"], payload["top_k"], payload["top_p"], payload["min_p"], payload["repeat_penalty"]) == (1.0, 0, 1.0, 0.0, 1.0)
+    assert (
+        payload["temperature"],
+        payload["top_k"],
+        payload["top_p"],
+        payload["min_p"],
+        payload["repeat_penalty"],
+    ) == (1.0, 0, 1.0, 0.0, 1.0)
     assert seen[0]["seed"] != seen[1]["seed"]  # a group's completions are independent draws
 
 

@@ -3,7 +3,8 @@ parity with the HF model, and a short TRL GRPOTrainer run sampling through rollo
 staleness ledger (the lag grows without refresh and stays below K with refresh_every=K).
 
 Needs llama-cpp-python, an sdist: CI installs the compile of track c's llama.cpp image (`invoke source-wheels --track c
---into DIR`, then `uv pip install DIR/wheels/*.whl`; about 2 minutes on 2 cores the first time, cached with the image). The GGUF converter comes
+--into DIR`, then `uv pip install DIR/wheels/*.whl`; about 2 minutes on 2 cores the first time, cached with the image).
+The GGUF converter comes
 from the llama-cpp-python sdist (see grpolab/model/gguf.py).
 """
 
@@ -13,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (.ci/run installs the image's compile: invoke source-wheels --track c)")
+llama_cpp = pytest.importorskip(
+    "llama_cpp",
+    reason="llama-cpp-python is not installed (.ci/run installs the image's compile: invoke source-wheels --track c)",
+)
 
 from grpolab.common.errors import LayerFailure  # noqa: E402
 from grpolab.model.gguf import check_gguf, export_gguf, uses_qwen2_pretokenizer  # noqa: E402
@@ -61,7 +65,11 @@ def gguf_metadata(path) -> dict:
 def test_export_names_qwen2_pretokenizer(tiny_dir, tiny_gguf):
     assert uses_qwen2_pretokenizer(tiny_dir)
     assert check_gguf(tiny_gguf) == tiny_gguf
-    assert gguf_metadata(tiny_gguf) == {"general.architecture": "qwen3", "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2"}
+    assert gguf_metadata(tiny_gguf) == {
+        "general.architecture": "qwen3",
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "qwen2",
+    }
 
 
 def test_unknown_pretokenizer_is_refused(tiny_dir, tmp_path):
@@ -111,8 +119,13 @@ def test_samples_and_logprobs_match_the_hf_model(sampler, tokenizer, tiny_dir):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
-    prompt = encode_prompts([[{"role": "user", "content": "What is 23 plus 41? Put only the final number inside <answer></answer>."}]], tokenizer)[0]
-    groups = [sampler.sample(prompt, max_tokens=8, temperature=1.0, stop_ids=(tokenizer.eos_token_id,)) for _ in range(8)]
+    prompt = encode_prompts(
+        [[{"role": "user", "content": "What is 23 plus 41? Put only the final number inside <answer></answer>."}]],
+        tokenizer,
+    )[0]
+    groups = [
+        sampler.sample(prompt, max_tokens=8, temperature=1.0, stop_ids=(tokenizer.eos_token_id,)) for _ in range(8)
+    ]
     for ids, logprobs in groups:
         assert 1 <= len(ids) <= 8 and len(logprobs) == len(ids)
         assert ids[-1] == tokenizer.eos_token_id or len(ids) == 8
@@ -144,7 +157,9 @@ def test_refresh_exports_the_merged_adapter(tiny_dir, tokenizer, tmp_path):
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_dir), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_dir), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")
+    )
     with torch.no_grad():
         for name, p in peft_model.named_parameters():
             if "lora_B" in name:
@@ -171,13 +186,31 @@ def grpo_run(tiny_dir, tokenizer, tmp_path, refresh_every, steps=4):
     from trl import GRPOConfig, GRPOTrainer
 
     train = Dataset.from_list(arithmetic_splits()["train"][:32])
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_dir), LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
-    sampler = InProcessLlama(export_gguf(tiny_dir, tmp_path / "policy-step000000.gguf", progress=lambda *_: None), n_ctx=128, n_threads=1)
-    rollout = LlamaCppRollout(sampler, tokenizer, temperature=1.0, max_completion_length=8, refresh_every=refresh_every, export_dir=tmp_path)
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_dir),
+        LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
+    sampler = InProcessLlama(
+        export_gguf(tiny_dir, tmp_path / "policy-step000000.gguf", progress=lambda *_: None), n_ctx=128, n_threads=1
+    )
+    rollout = LlamaCppRollout(
+        sampler, tokenizer, temperature=1.0, max_completion_length=8, refresh_every=refresh_every, export_dir=tmp_path
+    )
     args = GRPOConfig(
-        output_dir=str(tmp_path / "out"), max_steps=steps, per_device_train_batch_size=8, num_generations=4, max_completion_length=8,
-        learning_rate=1e-3, use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
-        gradient_checkpointing=False, seed=0,
+        output_dir=str(tmp_path / "out"),
+        max_steps=steps,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        learning_rate=1e-3,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        gradient_checkpointing=False,
+        seed=0,
     )
     trainer = GRPOTrainer(model=model, reward_funcs=[numeric_reward, format_reward], args=args, train_dataset=train,
                           processing_class=tokenizer, rollout_func=rollout)
@@ -218,11 +251,27 @@ def test_configure_rollout_for_the_lab(tiny_dir, tokenizer, tmp_path):
     from grpolab.settings.lab_settings import LabSettings
     from grpolab.common.tracks import get_track
 
-    settings = LabSettings(track="c", model=str(tiny_dir), rollout="llamacpp", llamacpp_refresh_every=3, max_completion_length=8, dtype="float32")
-    kwargs, line = configure_rollout(settings, get_track("c"), "cpu", tiny_dir, tokenizer, out_dir=tmp_path / "gguf", progress=lambda *_: None)
+    settings = LabSettings(
+        track="c",
+        model=str(tiny_dir),
+        rollout="llamacpp",
+        llamacpp_refresh_every=3,
+        max_completion_length=8,
+        dtype="float32",
+    )
+    kwargs, line = configure_rollout(
+        settings, get_track("c"), "cpu", tiny_dir, tokenizer, out_dir=tmp_path / "gguf", progress=lambda *_: None
+    )
     rollout, log = kwargs.pop("rollout_func"), kwargs.pop("log")
     assert kwargs == {} and "refreshed every 3 steps" in line
-    assert log["refresh_every"] == 3 and log["sampling"] == {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0}
+    assert log["refresh_every"] == 3 and log["sampling"] == {
+        "temperature": 1.0,
+        "top_k": 0,
+        "top_p": 1.0,
+        "min_p": 0.0,
+        "typical_p": 1.0,
+        "repeat_penalty": 1.0,
+    }
     trainer = SimpleNamespace(state=SimpleNamespace(global_step=0), model=None)
     out = rollout([[{"role": "user", "content": "What is 1 plus 1?"}]] * 4, trainer)
     assert len(out["completion_ids"]) == 4 and trainer.rollout_ledger.summary()["rollout_batches"] == 1
@@ -231,7 +280,8 @@ def test_configure_rollout_for_the_lab(tiny_dir, tokenizer, tmp_path):
 
 
 def test_the_test_venvs_llama_cpp_holds_only_the_libraries_it_loads():
-    """llama.cpp's `common` library, which llama-cpp-python forces on, is not compiled (images/llama-cpp-libraries-only.cmake,
+    """llama.cpp's `common` library, which llama-cpp-python forces on, is not compiled
+    (images/llama-cpp-libraries-only.cmake,
     the same option in the image and in CI's compile): the package still loads, and no libllama-common is anywhere."""
     assert llama_cpp.llama_cpp.llama_print_system_info()  # libllama and libggml loaded and answer
     assert not list(Path(sys.prefix).rglob("libllama-common*"))

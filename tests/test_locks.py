@@ -36,7 +36,9 @@ def test_lock_inputs_take_the_extras_from_pyproject():
     # Tracks that may sample from llama.cpp lock it; the others don't.
     assert locks.lock_inputs(get_track("c")) == get_track("c").lock_inputs + lab + llamacpp
     # The GPU tracks keep tensorboard for --report-to; the CPU track does not.
-    assert locks.lock_inputs(get_track("n")) == get_track("n").lock_inputs + lab + locks.extra_requirements("tensorboard")
+    assert locks.lock_inputs(get_track("n")) == get_track("n").lock_inputs + lab + locks.extra_requirements(
+        "tensorboard"
+    )
     assert "tensorboard" in locks.parse_lock(locks.lock_path(get_track("n")).read_text()).packages
     assert "tensorboard" not in locks.parse_lock(locks.lock_path(get_track("c")).read_text()).packages
     assert "llama-cpp-python" in locks.parse_lock(locks.lock_path(get_track("c")).read_text()).packages
@@ -196,8 +198,13 @@ def test_track_x_lock_command_is_exactly_right():
         "--python-platform", "x86_64-manylinux_2_40", "--python-version", "3.12",
         "--generate-hashes", "--no-header", "--output-file", "lockfiles/x.txt", "--emit-index-url",
     ]  # no --index: on the command line it would replace the uv.toml entry that carries ignore-error-codes
-    assert locks.uv_config(track) == '[[index]]\nurl = "https://repo.amd.com/rocm/whl-multi-arch/"\nignore-error-codes = [403]\n'
-    assert locks.lock_inputs(track)[:2] == ["torch[device-gfx1151]", "trl[peft]"] and not locks.uses_vllm(locks.lock_inputs(track))
+    assert (
+        locks.uv_config(track)
+        == '[[index]]\nurl = "https://repo.amd.com/rocm/whl-multi-arch/"\nignore-error-codes = [403]\n'
+    )
+    assert locks.lock_inputs(track)[:2] == ["torch[device-gfx1151]", "trl[peft]"] and not locks.uses_vllm(
+        locks.lock_inputs(track)
+    )
     readme = sidelocks.instructions(track)
     assert locks.display_command(track) in readme and "ignore-error-codes = [403]" in readme and "Unverified" in readme
     # Tracks whose indexes need no such setting keep plain --index flags.
@@ -210,8 +217,13 @@ def wheel(folder: Path, name: str, requires: list[str]) -> None:
 
     dist = f"{name.replace('-', '_')}-1.0"
     with zipfile.ZipFile(folder / f"{dist}-py3-none-any.whl", "w") as whl:
-        whl.writestr(f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires))
-        whl.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(
+            f"{dist}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        )
+        whl.writestr(
+            f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         whl.writestr(f"{dist}.dist-info/RECORD", "")
 
 
@@ -248,7 +260,10 @@ def stand_in_indexes(tmp_path, monkeypatch):
 
         return Index
 
-    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(roots[label], label == "amd")) for label in ("amd", "pypi")]
+    servers = [
+        http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler(roots[label], label == "amd"))
+        for label in ("amd", "pypi")
+    ]
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     urls = [f"http://127.0.0.1:{s.server_port}/" for s in servers]
@@ -327,7 +342,10 @@ def test_track_cs_environment_has_no_triton_and_torch_still_trains():
 
     import torch
 
-    if locks.parse_lock(locks.lock_path(get_track("c")).read_text()).version("torch") != torch.__version__.split("+")[0]:
+    if (
+        locks.parse_lock(locks.lock_path(get_track("c")).read_text()).version("torch")
+        != torch.__version__.split("+")[0]
+    ):
         pytest.skip("these tests are not running in track c's environment (.venvs/c)")
     for name in ("triton", "cuda-bindings"):
         with pytest.raises(importlib.metadata.PackageNotFoundError):

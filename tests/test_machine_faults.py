@@ -26,7 +26,9 @@ BIN = Path(sys.executable).parent  # the venv that runs the tests: its invoke an
 
 
 def grpolab(args: list[str], env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grpolab", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "grpolab", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def log_lines(runs: Path) -> list[dict]:
@@ -48,8 +50,13 @@ def assert_one_verdict(proc: subprocess.CompletedProcess, layer: str, *phrases: 
 
 def mounted_tmpfs(mount_point: Path, size: str):
     mount_point.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], capture_output=True, timeout=60).returncode:
-        pytest.skip("this user can't mount a small tmpfs (root only); the full-disk verdict is shown where tests run as root (CI)")
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], capture_output=True, timeout=60
+    ).returncode:
+        pytest.skip(
+            "this user can't mount a small tmpfs (root only); the full-disk verdict is shown where tests run as root "
+            "(CI)"
+        )
     yield mount_point
     subprocess.run(["umount", str(mount_point)], check=True, timeout=60)
 
@@ -82,10 +89,19 @@ def fill(folder: Path) -> Path:
 def test_a_runs_folder_without_room_is_refused_before_training_with_the_numbers(small_runs, tiny_model_env):
     env = {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(small_runs)}
     proc = grpolab(["lab", "--track", "c", "--smoke", "never", "--max-steps", "2"], env)
-    line = assert_one_verdict(proc, "runlog", f"{small_runs} has ", "this run writes about", "adapter", "Nothing was trained",
-                              f"df -h {small_runs}")  # fmt: skip
+    line = assert_one_verdict(
+        proc,
+        "runlog",
+        f"{small_runs} has ",
+        "this run writes about",
+        "adapter",
+        "Nothing was trained",
+        f"df -h {small_runs}",
+    )
     assert "KiB (" in line and "bytes) free" in line and "it needs " in line
-    assert "step " not in proc.stdout and "pass@1 before" not in proc.stdout  # refused before the evaluation and the training
+    assert (
+        "step " not in proc.stdout and "pass@1 before" not in proc.stdout
+    )  # refused before the evaluation and the training
     start, end = log_lines(small_runs)  # the start record, then the whole failed line: its room was held from the start
     assert start["record"] == "start" and (end["status"], end["failed_layer"]) == ("failed", "runlog")
     assert sorted(p.name for p in small_runs.iterdir()) == ["runlog.jsonl"]  # the line's room was given back
@@ -93,9 +109,29 @@ def test_a_runs_folder_without_room_is_refused_before_training_with_the_numbers(
 
 def lab_while_the_disk_fills(runs: Path, env: dict) -> tuple[subprocess.Popen, str]:
     """A 40-step lab into `runs`, whose disk the test fills (as another program would) once training is under way."""
-    process = subprocess.Popen([sys.executable, "-m", "grpolab", "lab", "--track", "c", "--smoke", "never", "--max-steps", "40", "--logging-steps", "1",
-                                "--heldout-size", "20"], cwd=REPO, env={**env, "GRPOLAB_RUNS_DIR": str(runs)}, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "grpolab",
+            "lab",
+            "--track",
+            "c",
+            "--smoke",
+            "never",
+            "--max-steps",
+            "40",
+            "--logging-steps",
+            "1",
+            "--heldout-size",
+            "20",
+        ],
+        cwd=REPO,
+        env={**env, "GRPOLAB_RUNS_DIR": str(runs)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     output = read_until(process, lambda line: "step    1/40" in line, timeout_s=600)  # training is under way
     assert process.poll() is None, output
     filler = fill(runs)
@@ -105,7 +141,9 @@ def lab_while_the_disk_fills(runs: Path, env: dict) -> tuple[subprocess.Popen, s
 
 
 @pytest.mark.slow
-def test_a_disk_filled_while_the_lab_trains_keeps_the_adapter_elsewhere_and_the_line_whole(runs_to_fill, tmp_path, tiny_model_env):
+def test_a_disk_filled_while_the_lab_trains_keeps_the_adapter_elsewhere_and_the_line_whole(
+    runs_to_fill, tmp_path, tiny_model_env
+):
     cache = tmp_path / "cache"
     process, output = lab_while_the_disk_fills(runs_to_fill, {**tiny_model_env, "GRPOLAB_CACHE_DIR": str(cache)})
     assert process.returncode == EXIT_STATUS["runlog"], output
@@ -130,8 +168,13 @@ def test_a_disk_filled_with_nowhere_else_to_go_says_plainly_the_adapter_is_lost(
     assert process.returncode == EXIT_STATUS["runlog"], output
     (run,) = [line for line in log_lines(runs_to_fill) if line.get("record") != "start"]
     assert "The trained adapter is lost: nothing half-written was kept in" in output
-    assert f"{runs_to_fill / 'cache' / 'rescued' / run['run_id']}: " in output and f"{runs_to_fill / 'tmp' / 'grpolab-rescued-'}" in output
-    assert (run["status"], run["failed_layer"], run["adapter"]) == ("failed", "runlog", None) and run["pass_at_1_after"] is not None
+    assert (
+        f"{runs_to_fill / 'cache' / 'rescued' / run['run_id']}: " in output
+        and f"{runs_to_fill / 'tmp' / 'grpolab-rescued-'}" in output
+    )
+    assert (run["status"], run["failed_layer"], run["adapter"]) == ("failed", "runlog", None) and run[
+        "pass_at_1_after"
+    ] is not None
     assert "Traceback" not in output
 
 
@@ -139,27 +182,40 @@ def test_a_disk_filled_with_nowhere_else_to_go_says_plainly_the_adapter_is_lost(
 def test_the_estimate_of_what_a_lab_writes_covers_what_it_wrote(tmp_path, tiny_model_env):
     """The lab's estimate (its run-log line's disk.estimate) against every byte it left under runs/."""
     runs = tmp_path / "runs"
-    proc = grpolab(["lab", "--track", "c", "--smoke", "never", "--max-steps", "10", "--heldout-size", "20"], {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(runs)})
+    proc = grpolab(
+        ["lab", "--track", "c", "--smoke", "never", "--max-steps", "10", "--heldout-size", "20"],
+        {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(runs)},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run,) = [line for line in log_lines(runs) if line.get("record") != "start"]
     written = {path.relative_to(runs).as_posix(): path.stat().st_size for path in runs.rglob("*") if path.is_file()}
     estimate = run["disk"]["estimate"]
     adapter = sum(size for name, size in written.items() if "/adapter/" in name)
-    assert 0.9 * estimate["adapter"] <= adapter <= estimate["adapter"], (estimate, written)  # weights are most of it, counted exactly
+    assert 0.9 * estimate["adapter"] <= adapter <= estimate["adapter"], (
+        estimate,
+        written,
+    )  # weights are most of it, counted exactly
     assert written[f"{run['run_id']}/reward.png"] <= estimate["plot"]
     assert written["runlog.jsonl"] <= estimate["run-log lines"]
     assert sum(written.values()) <= run["disk"]["estimated_bytes"] <= 2 * sum(written.values()), (estimate, written)
 
 
 def test_a_quota_is_a_full_disk_too():
-    assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded")) and is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
-    wrapped = RuntimeError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: \"No space left on device\" })")
+    assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded")) and is_disk_full(
+        OSError(errno.ENOSPC, "No space left on device")
+    )
+    wrapped = RuntimeError(
+        'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+    )
     assert is_disk_full(wrapped)  # safetensors' own words
     assert not is_disk_full(OSError(errno.EACCES, "Permission denied"))
 
 
 def test_a_lora_target_the_model_lacks_still_fails_the_adapter_layer_naming_its_modules(tmp_path, tiny_model_env):
-    proc = grpolab(["smoke", "--track", "c", "--lora-target-modules", "query_key_value"], {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path)})
+    proc = grpolab(
+        ["smoke", "--track", "c", "--lora-target-modules", "query_key_value"],
+        {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path)},
+    )
     assert_one_verdict(proc, "adapter", "matched no module of this model", "q_proj", "down_proj")
 
 
@@ -183,7 +239,11 @@ def cut_short(path: Path, keep_bytes: int) -> None:
 
 
 BROKEN_FILES = [  # (file, how it is broken, what the verdict says)
-    ("model.safetensors", lambda p: cut_short(p, 100_000), "is 100,000 bytes, but its header promises 2,115,040: cut short"),
+    (
+        "model.safetensors",
+        lambda p: cut_short(p, 100_000),
+        "is 100,000 bytes, but its header promises 2,115,040: cut short",
+    ),
     ("config.json", lambda p: cut_short(p, 40), "config.json is not valid JSON at line"),
     ("tokenizer.json", lambda p: cut_short(p, 1000), "tokenizer.json is not valid JSON at line 50, column 16"),
     ("tokenizer_config.json", lambda p: p.write_bytes(b""), "tokenizer_config.json is empty (0 bytes)"),
@@ -194,9 +254,12 @@ BROKEN_FILES = [  # (file, how it is broken, what the verdict says)
 def test_a_broken_file_in_a_model_folder_is_one_input_line_naming_it(name, breaking, said, tmp_path, tiny_model_env):
     folder = model_copy(tmp_path)
     breaking(folder / name)
-    proc = grpolab(["smoke", "--track", "c", "--model", str(folder)], {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")})
+    proc = grpolab(
+        ["smoke", "--track", "c", "--model", str(folder)],
+        {**tiny_model_env, "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")},
+    )
     assert_one_verdict(proc, "input", f"model {str(folder)!r} has a broken file: {folder / name}", said,
-                       f"hf download ORG/NAME --local-dir {folder} --force-download")  # fmt: skip
+                       f"hf download ORG/NAME --local-dir {folder} --force-download")
     assert "memory" not in proc.stdout.lower()  # before the estimate and any loader
 
 
@@ -204,7 +267,8 @@ REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 
 def fake_hub_cache(hub: Path, source: Path = TINY, hub_id: str = "org/tiny") -> Path:
-    """The Hugging Face cache's layout for `hub_id` at REVISION: models--org--name/blobs/<name>, snapshots/<revision>/<file>
+    """The Hugging Face cache's layout for `hub_id` at REVISION: models--org--name/blobs/<name>,
+    snapshots/<revision>/<file>
     -> ../../blobs/<name>, refs/main. Large files (safetensors) are LFS blobs named by their sha256, the rest git blobs
     (named by git's sha1), as the Hub stores them."""
     repo = hub / ("models--" + hub_id.replace("/", "--"))
@@ -214,7 +278,11 @@ def fake_hub_cache(hub: Path, source: Path = TINY, hub_id: str = "org/tiny") -> 
     (repo / "refs" / "main").write_text(REVISION)
     for path in sorted(source.iterdir()):
         data = path.read_bytes()
-        name = hashlib.sha256(data).hexdigest() if path.suffix == ".safetensors" else hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        name = (
+            hashlib.sha256(data).hexdigest()
+            if path.suffix == ".safetensors"
+            else hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        )
         (repo / "blobs" / name).write_bytes(data)
         (snapshot / path.name).symlink_to(Path("..") / ".." / "blobs" / name)
     return snapshot
@@ -223,7 +291,12 @@ def fake_hub_cache(hub: Path, source: Path = TINY, hub_id: str = "org/tiny") -> 
 @pytest.fixture
 def hub_env(tmp_path, tiny_model_env) -> dict:
     """A fake Hub cache holding org/tiny (the tiny model's files), offline: no Hub is reachable here."""
-    return {**tiny_model_env, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1", "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")}
+    return {
+        **tiny_model_env,
+        "HF_HUB_CACHE": str(tmp_path / "hub"),
+        "HF_HUB_OFFLINE": "1",
+        "GRPOLAB_RUNS_DIR": str(tmp_path / "runs"),
+    }
 
 
 def test_a_hub_blob_that_no_longer_matches_its_sha256_is_refused_naming_it(tmp_path, hub_env):
@@ -233,8 +306,13 @@ def test_a_hub_blob_that_no_longer_matches_its_sha256_is_refused_naming_it(tmp_p
     data[-1] ^= 1  # one flipped bit: the size and header are right, only the hash tells
     blob.write_bytes(bytes(data))
     proc = grpolab(["smoke", "--track", "c", "--model", "org/tiny"], hub_env)
-    assert_one_verdict(proc, "input", f"{snapshot / 'model.safetensors'}: its content has sha256 {hashlib.sha256(data).hexdigest()}, not the {blob.name}",
-                       "`hf download org/tiny --force-download`")  # fmt: skip
+    assert_one_verdict(
+        proc,
+        "input",
+        f"{snapshot / 'model.safetensors'}: its content has sha256 {hashlib.sha256(data).hexdigest()}, not the "
+        f"{blob.name}",
+        "`hf download org/tiny --force-download`",
+    )
     assert "memory" not in proc.stdout.lower()
 
 
@@ -243,8 +321,14 @@ def test_a_cut_short_hub_blob_and_a_broken_hub_config_are_named_with_the_downloa
     cut_short((snapshot / "model.safetensors").resolve(), 5000)
     (snapshot / "config.json").resolve().write_text("<html>rate limited</html>")
     proc = grpolab(["smoke", "--track", "c", "--model", "org/tiny"], hub_env)
-    assert_one_verdict(proc, "input", "has 2 broken files", f"{snapshot / 'config.json'} is not valid JSON at line 1, column 1",
-                       f"{snapshot / 'model.safetensors'} is 5,000 bytes, but its header promises 2,115,040", "`hf download org/tiny --force-download`")  # fmt: skip
+    assert_one_verdict(
+        proc,
+        "input",
+        "has 2 broken files",
+        f"{snapshot / 'config.json'} is not valid JSON at line 1, column 1",
+        f"{snapshot / 'model.safetensors'} is 5,000 bytes, but its header promises 2,115,040",
+        "`hf download org/tiny --force-download`",
+    )
 
 
 @pytest.mark.slow
@@ -254,7 +338,12 @@ def test_a_sound_hub_model_runs_and_its_weights_are_hashed_not_taken_from_the_bl
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run,) = [line for line in log_lines(tmp_path / "runs") if line.get("record") != "start"]
     blob = (snapshot / "model.safetensors").resolve().name
-    assert run["model_identity"] == {"name": "org/tiny", "weights_sha256": blob, "revision": REVISION, "source": "Hugging Face Hub"}
+    assert run["model_identity"] == {
+        "name": "org/tiny",
+        "weights_sha256": blob,
+        "revision": REVISION,
+        "source": "Hugging Face Hub",
+    }
 
 
 # ------------------------------------------------------------------------------------------ missing tools
@@ -271,39 +360,73 @@ def test_uv_is_found_beside_the_running_python_when_path_has_none(tmp_path):
     if not (BIN / "uv").exists():
         pytest.skip(f"no uv in {BIN}: the test venv was made without the host tasks' packages")
     _, env = python_without_uv(tmp_path)
-    proc = subprocess.run([sys.executable, "-c", "from hostlab.host.console import run; run(['uv', '--version'])"], cwd=REPO,
-                          env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert proc.returncode == 0 and "$ uv --version" in proc.stdout and "uv 0." in proc.stdout, proc.stdout + proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-c", "from hostlab.host.console import run; run(['uv', '--version'])"],
+        cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and "$ uv --version" in proc.stdout and "uv 0." in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
 
 
 def test_uv_missing_beside_python_and_on_path_is_one_error_line_from_invoke(tmp_path):
     python, env = python_without_uv(tmp_path)
-    proc = subprocess.run([python, "-m", "invoke", "venv", "--track", "c"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [python, "-m", "invoke", "venv", "--track", "c"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
-    assert out.strip().splitlines() == [f"ERROR: `uv` was not found beside this Python ({Path(python).parent}) nor on PATH: it comes with the "
-                                        "host tasks' packages (`bash images/setup-host.sh`, or `pip install uv` in the venv that runs invoke)"]
+    assert out.strip().splitlines() == [
+        f"ERROR: `uv` was not found beside this Python ({Path(python).parent}) nor on PATH: it comes with the "
+        "host tasks' packages (`bash images/setup-host.sh`, or `pip install uv` in the venv that runs invoke)"
+    ]
 
 
 def test_every_host_subprocess_of_uv_docker_debootstrap_git_is_found_by_hostlab_tools():
-    """Every call in hostlab/ and tasks.py that starts a program finds it with hostlab.host.tools (`resolved`, or console.run
+    """Every call in hostlab/ and tasks.py that starts a program finds it with hostlab.host.tools (`resolved`, or
+    console.run
     and console.stream, which resolve), or is one of the exceptions named here with the reason."""
     import re
 
     exceptions = {  # (file, what the call starts): why it does not go through hostlab.host.tools
-        ("hostlab/host/engine.py", "[path, "): "build_cli tries every docker CLI it finds (PATH, /usr/bin, /usr/local/bin) for one with buildx",
-        ("hostlab/host/packages.py", "[path, "): "setup-host probes the Python it found on PATH and in sbin, skipping the venv's",
-        ("hostlab/host/packages.py", "[docker, "): "setup-host asks the docker it found (or not) for its plugins: it installs what is missing",
+        (
+            "hostlab/host/engine.py",
+            "[path, ",
+        ): "build_cli tries every docker CLI it finds (PATH, /usr/bin, /usr/local/bin) for one with buildx",
+        (
+            "hostlab/host/packages.py",
+            "[path, ",
+        ): "setup-host probes the Python it found on PATH and in sbin, skipping the venv's",
+        (
+            "hostlab/host/packages.py",
+            "[docker, ",
+        ): "setup-host asks the docker it found (or not) for its plugins: it installs what is missing",
         ("hostlab/host/detect.py", '["nvidia-smi"'): "track detection, only when shutil.which finds nvidia-smi",
         ("hostlab/run/lab.py", "argv"): "a lab command: the track's venv Python (lab_command)",
         ("hostlab/bench/labs.py", "argv"): "a lab command: the track's venv Python (lab_command)",
         ("hostlab/bench/projection.py", "[python, "): "the track's venv Python, writing the shape folder",
         ("hostlab/bench/colocate.py", "[str(python), "): "the track's venv Python, writing the shape folder",
         ("hostlab/bench/colocate.py", "argv"): "a lab command: the track's venv Python (lab_command)",
-        ("hostlab/locks/buildtools.py", "[python, "): "the throwaway venv's Python, asking an sdist's build backend what it needs",
-        ("hostlab/kernels/elf.py", "[cuobjdump(), "): "NVIDIA's cuobjdump, from the nvidia-cuda-cuobjdump package beside this Python, else PATH",
-        ("hostlab/images/builders/buildah.py", "[path, "): "detect() asks the buildah shutil.which found for its version (none found: the engine's builder)",
-        ("hostlab/images/diff.py", "[diffoscope, "): "diffoscope only where shutil.which finds it (optional: without it the first differing bytes are shown)",
+        (
+            "hostlab/locks/buildtools.py",
+            "[python, ",
+        ): "the throwaway venv's Python, asking an sdist's build backend what it needs",
+        (
+            "hostlab/kernels/elf.py",
+            "[cuobjdump(), ",
+        ): "NVIDIA's cuobjdump, from the nvidia-cuda-cuobjdump package beside this Python, else PATH",
+        (
+            "hostlab/images/builders/buildah.py",
+            "[path, ",
+        ): "detect() asks the buildah shutil.which found for its version (none found: the engine's builder)",
+        (
+            "hostlab/images/diff.py",
+            "[diffoscope, ",
+        ): "diffoscope only where shutil.which finds it (optional: without it the first differing bytes are shown)",
     }
     unresolved = []
     for path in [*sorted((REPO / "hostlab").rglob("*.py")), REPO / "tasks.py"]:
@@ -315,7 +438,9 @@ def test_every_host_subprocess_of_uv_docker_debootstrap_git_is_found_by_hostlab_
                 continue
             if not any(name == file and started.startswith(what) for file, what in exceptions):
                 unresolved.append(f"{name}: subprocess.{call[0].split('.')[1]}")
-    assert unresolved == [], "start these through hostlab.host.tools.resolved (or console.run): " + "; ".join(unresolved)
+    assert unresolved == [], "start these through hostlab.host.tools.resolved (or console.run): " + "; ".join(
+        unresolved
+    )
 
 
 # ------------------------------------------------------------------------------------------ the tracks table
@@ -332,24 +457,43 @@ def broken_tracks_table(tmp_path: Path) -> tuple[Path, int]:
 @pytest.mark.parametrize("command", ["lab", "smoke"])
 def test_a_broken_tracks_table_is_one_input_line_with_file_line_and_column(command, tmp_path):
     table, line = broken_tracks_table(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint"), "GRPOLAB_TRACKS_FILE": str(table), "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "entrypoint"),
+        "GRPOLAB_TRACKS_FILE": str(table),
+        "GRPOLAB_RUNS_DIR": str(tmp_path / "runs"),
+    }
     proc = subprocess.run([sys.executable, "-c", ENTRY_SAYING_WHAT_LOADED, command, "--track", "c"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
-    assert_one_verdict(proc, "input", f"the tracks table {table} is not valid TOML at line {line}, column 11", f"fix {table} at that place")
+    assert_one_verdict(
+        proc,
+        "input",
+        f"the tracks table {table} is not valid TOML at line {line}, column 11",
+        f"fix {table} at that place",
+    )
     (refused,) = log_lines(tmp_path / "runs")  # one failed line, as a broken --config gets
     assert (refused["status"], refused["failed_layer"], refused["kind"]) == ("failed", "input", command)
-    assert "imported: []" in proc.stderr, proc.stderr  # refused before torch, transformers, datasets, TRL or PEFT loaded
+    assert "imported: []" in proc.stderr, (
+        proc.stderr
+    )  # refused before torch, transformers, datasets, TRL or PEFT loaded
 
 
 def test_a_broken_tracks_table_is_one_error_line_from_invoke(tmp_path):
     table, line = broken_tracks_table(tmp_path)
-    proc = subprocess.run([str(BIN / "invoke"), "lock.check"], cwd=REPO, env={**os.environ, "GRPOLAB_TRACKS_FILE": str(table)},
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [str(BIN / "invoke"), "lock.check"],
+        cwd=REPO,
+        env={**os.environ, "GRPOLAB_TRACKS_FILE": str(table)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in out, out
-    assert out.strip().splitlines() == [f"ERROR: the tracks table {table} is not valid TOML at line {line}, column 11: Expected newline or end of "
-                                        f"document after a statement; fix {table} at that place, or unset GRPOLAB_TRACKS_FILE to use images/tracks.toml"]
-
+    assert out.strip().splitlines() == [
+        f"ERROR: the tracks table {table} is not valid TOML at line {line}, column 11: Expected newline or end of "
+        f"document after a statement; fix {table} at that place, or unset GRPOLAB_TRACKS_FILE to use images/tracks.toml"
+    ]
 
 
 def test_the_faults_page_names_only_tests_that_exist():

@@ -167,7 +167,13 @@ def test_gpu_checks_refuse_clearly_without_a_gpu(tmp_path, script):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: the script would run its cases")
-    result = subprocess.run(["bash", f"images/gpu/{script}"], cwd=REPO, env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OUT": str(tmp_path)},
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        ["bash", f"images/gpu/{script}"],
+        cwd=REPO,
+        env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "OUT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 1
     assert "FAIL  no CUDA GPU visible to torch" in result.stdout and "--dry-run" in result.stdout

@@ -25,8 +25,12 @@ def test_cpu_meter_measures_what_the_run_adds():
     fields = meter.fields(predicted_gb=0.2)
     assert 0.19 <= fields["peak_memory_gb_measured"] < 0.3
     assert fields["runtime_baseline_gb"] > 0.01  # Python and torch were already resident
-    assert fields["peak_memory_parts"]["peak_gb"] == pytest.approx(fields["runtime_baseline_gb"] + fields["peak_memory_gb_measured"], abs=0.002)
-    assert "VmHWM" in fields["peak_memory_basis"] and "before the model loads" in fields["peak_memory_sources"]["baseline"]
+    assert fields["peak_memory_parts"]["peak_gb"] == pytest.approx(
+        fields["runtime_baseline_gb"] + fields["peak_memory_gb_measured"], abs=0.002
+    )
+    assert (
+        "VmHWM" in fields["peak_memory_basis"] and "before the model loads" in fields["peak_memory_sources"]["baseline"]
+    )
     assert fields["peak_memory_ratio"] == pytest.approx(0.2 / fields["peak_memory_gb_measured"], rel=0.01)
 
 
@@ -72,7 +76,10 @@ def test_parts_reported_by_another_layer_are_logged():
         pass
     meter.record_part("vllm_kv_cache_gb", 1.5, "vLLM's own report")
     fields = meter.fields()
-    assert fields["peak_memory_parts"]["vllm_kv_cache_gb"] == 1.5 and fields["peak_memory_sources"]["vllm_kv_cache_gb"] == "vLLM's own report"
+    assert (
+        fields["peak_memory_parts"]["vllm_kv_cache_gb"] == 1.5
+        and fields["peak_memory_sources"]["vllm_kv_cache_gb"] == "vLLM's own report"
+    )
 
 
 def test_the_summary_line_puts_both_on_one_basis():
@@ -142,8 +149,13 @@ def test_the_meter_leaves_the_allocator_and_threads_as_they_were():
     entrypoint = str(Path(memory.__file__).resolve().parents[2])
     seen = {}
     for mode in ("plain", "meter"):
-        proc = subprocess.run([sys.executable, "-c", ALLOCATOR_BEHAVIOUR, mode], capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "PYTHONPATH": entrypoint})  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", ALLOCATOR_BEHAVIOUR, mode],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": entrypoint},
+        )
         assert proc.returncode == 0, proc.stderr
         seen[mode] = json.loads(proc.stdout.splitlines()[-1])
     # glibc's own behaviour in both: the 0.15 GB freed stays resident (with the old 64 KiB setting: about 0.02 GB).

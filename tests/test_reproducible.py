@@ -44,10 +44,18 @@ needs_buildah = pytest.mark.skipif(
 
 
 def git(repo: Path, *args: str, when: int | None = None) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     if when is not None:
         env |= {"GIT_AUTHOR_DATE": f"@{when} +0000", "GIT_COMMITTER_DATE": f"@{when} +0000"}
-    return subprocess.run(["git", "-C", str(repo), *args], env=env, check=True, capture_output=True, text=True, timeout=60).stdout
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], env=env, check=True, capture_output=True, text=True, timeout=60
+    ).stdout
 
 
 # ------------------------------------------------------------------------------------------ times from git
@@ -74,11 +82,20 @@ def test_each_part_gets_the_time_of_the_last_commit_that_changed_it(tmp_path):
 def test_the_dockerfile_gives_each_stage_its_time_and_every_run_fails_on_error():
     text = (REPO / "images" / "Dockerfile").read_text()
     stages = text.split("\nFROM ")[1:]
-    assert [s.split("\n", 1)[0] for s in stages] == ["${BASE_IMAGE} AS source-builds", "${BASE_IMAGE} AS deps", "${DEPS} AS lab",
-                                                     "${SOURCE_BUILDS} AS compiled", "${LAB} AS with-source-builds"]
-    assert stages[3].strip() == "${SOURCE_BUILDS} AS compiled"  # a name for the compile's image, which the last stage mounts
+    assert [s.split("\n", 1)[0] for s in stages] == [
+        "${BASE_IMAGE} AS source-builds",
+        "${BASE_IMAGE} AS deps",
+        "${DEPS} AS lab",
+        "${SOURCE_BUILDS} AS compiled",
+        "${LAB} AS with-source-builds",
+    ]
+    assert (
+        stages[3].strip() == "${SOURCE_BUILDS} AS compiled"
+    )  # a name for the compile's image, which the last stage mounts
     building = [s for s in stages if "\nRUN " in s or "\nCOPY " in s]
-    assert len(building) == 4 and all("\nARG SOURCE_DATE_EPOCH\n" in s for s in building), "each stage's time must be in its cache key"
+    assert len(building) == 4 and all("\nARG SOURCE_DATE_EPOCH\n" in s for s in building), (
+        "each stage's time must be in its cache key"
+    )
     runs = text.split("\nRUN ")[1:]
     bodies = [" ".join(line.strip() for line in r.split("\n") if not line.strip().startswith("--mount")) for r in runs]
     assert bodies and all(b.lstrip("\\ ").startswith("set -eu;") for b in bodies), "buildah's OCI images ignore SHELL"
@@ -114,7 +131,9 @@ def own_store(tmp_path):
 def small_build(context: Path, epoch: int, cached: bool = False) -> str:
     """The built image's id (without history); `cached`: every step must come from buildah's layer cache."""
     base = base_into_buildah(engine.image_or_none(STANDIN).id)
-    image_id, built, tail = buildah_build(context / "Dockerfile", context, "deps", epoch, {"BASE_IMAGE": base}, "linux/" + host_arch(), None)
+    image_id, built, tail = buildah_build(
+        context / "Dockerfile", context, "deps", epoch, {"BASE_IMAGE": base}, "linux/" + host_arch(), None
+    )
     assert image_id and built and image_id != built, "\n".join(tail[-20:])
     steps_run = [line for line in tail if line.startswith("STEP ") and (" RUN " in line or " COPY " in line)]
     if cached:
@@ -128,7 +147,9 @@ def test_two_builds_from_nothing_give_one_id_and_another_time_another(tmp_path, 
     """A venv (files stamped by the clock as they are written) and a COPY: buildah's --timestamp sets them all."""
     context = small_context(tmp_path, "print('lab')\n")
     first = small_build(context, 1_700_000_000)
-    assert small_build(context, 1_700_000_000, cached=True) == first  # a rebuild: every step from the cache, the same id
+    assert (
+        small_build(context, 1_700_000_000, cached=True) == first
+    )  # a rebuild: every step from the cache, the same id
     buildah_forget(first)
     second = small_build(context, 1_700_000_000)
     assert first == second
@@ -175,9 +196,15 @@ def fake_repo(tmp_path: Path, track) -> Path:
 
 
 def built(**fields) -> SimpleNamespace:
-    made = dict(base="grpolab-base:trixie-amd64", base_id="sha256:" + "b" * 64, deps_image_id="sha256:" + "d" * 64,
-                deps_layers=["sha256:" + "1" * 64, "sha256:" + "2" * 64], epochs={"deps": 1_700_000_000, "lab": 1_700_000_500},
-                builder="buildah 1.28.2", image_id="sha256:" + "e" * 64)  # fmt: skip
+    made = dict(
+        base="grpolab-base:trixie-amd64",
+        base_id="sha256:" + "b" * 64,
+        deps_image_id="sha256:" + "d" * 64,
+        deps_layers=["sha256:" + "1" * 64, "sha256:" + "2" * 64],
+        epochs={"deps": 1_700_000_000, "lab": 1_700_000_500},
+        builder="buildah 1.28.2",
+        image_id="sha256:" + "e" * 64,
+    )
     return SimpleNamespace(**(made | fields))
 
 
@@ -189,16 +216,24 @@ def test_a_build_is_held_to_the_record_of_its_inputs(tmp_path):
     record = json.loads((repo / "lockfiles" / "c.image.json").read_text())
     assert record["inputs"] == input_hashes(track, repo) and "lockfiles/c.txt" in record["inputs"]
     assert compare_with_record(track, built(), repo)[0] == "same"
-    verdict, lines = compare_with_record(track, built(deps_image_id="sha256:" + "f" * 64, deps_layers=["sha256:" + "1" * 64, "sha256:" + "3" * 64]), repo)
+    verdict, lines = compare_with_record(
+        track, built(deps_image_id="sha256:" + "f" * 64, deps_layers=["sha256:" + "1" * 64, "sha256:" + "3" * 64]), repo
+    )
     assert verdict == "differs" and "first differing layer: #1" in "\n".join(lines)
-    verdict, lines = compare_with_record(track, built(base="python:3.13-slim-trixie", base_id="sha256:" + "a" * 64), repo)
+    verdict, lines = compare_with_record(
+        track, built(base="python:3.13-slim-trixie", base_id="sha256:" + "a" * 64), repo
+    )
     assert verdict == "other base" and "invoke build --track c --base grpolab-base:trixie-amd64" in lines[0]
     verdict, lines = compare_with_record(track, built(base_id="sha256:" + "a" * 64), repo)  # the stand-in, made anew
     assert verdict == "stale" and "--base grpolab-base:trixie-amd64 --record" in lines[0]
     with (repo / "lockfiles" / "c.txt").open("a") as lock:
         lock.write("# edited\n")
     verdict, lines = compare_with_record(track, built(), repo)
-    assert verdict == "stale" and "lockfiles/c.txt changed" in lines[0] and "build.reproducible --track c --record" in lines[0]
+    assert (
+        verdict == "stale"
+        and "lockfiles/c.txt changed" in lines[0]
+        and "build.reproducible --track c --record" in lines[0]
+    )
 
 
 def test_the_committed_records_match_their_inputs():
@@ -206,7 +241,9 @@ def test_the_committed_records_match_their_inputs():
     for path in sorted((REPO / "lockfiles").glob("*.image.json")):
         record = json.loads(path.read_text())
         track = get_track(record["track"])
-        assert record["inputs"] == input_hashes(track), f"{path.name} is stale: `invoke build.reproducible --track {track.name} --record`"
+        assert record["inputs"] == input_hashes(track), (
+            f"{path.name} is stale: `invoke build.reproducible --track {track.name} --record`"
+        )
         assert record["checked"]["same"] is True and record["checked"]["builds"] == 2
 
 
@@ -218,7 +255,9 @@ def test_the_image_id_reaches_the_run_log_the_doctor_and_the_report(monkeypatch)
     monkeypatch.delenv("GRPOLAB_IMAGE_REPO_DIGEST", raising=False)
     fp = image_identity()
     assert fp == {"image_id": image_id, "image_name": "grpolab:c", "image_repo_digest": None}
-    assert fingerprint_drift({"image_id": "sha256:" + "9" * 64}, {"image_id": image_id}) == [f"image sha256:{'9' * 64} -> {image_id}"]
+    assert fingerprint_drift({"image_id": "sha256:" + "9" * 64}, {"image_id": image_id}) == [
+        f"image sha256:{'9' * 64} -> {image_id}"
+    ]
     monkeypatch.setenv("GRPOLAB_LOCK_SHA256", "a" * 64)  # inside an image
     ctx = SimpleNamespace(fingerprint=fp)
     found = image_item(ctx)
@@ -246,8 +285,10 @@ def engine_builder():
 
 
 @pytest.mark.docker
-@pytest.mark.skipif(isinstance(engine_builder(), HostError),
-                    reason=f"the engine's own builder cannot set every time here ({engine_builder()}); buildah does (CI)")
+@pytest.mark.skipif(
+    isinstance(engine_builder(), HostError),
+    reason=f"the engine's own builder cannot set every time here ({engine_builder()}); buildah does (CI)",
+)
 def test_the_engines_own_builder_where_it_can(tmp_path):
     """Docker >= 26 with the containerd image store: SOURCE_DATE_EPOCH and rewrite-timestamp, the build cache emptied
     between two builds, one id. (Run here against Debian 13's Docker 26.1.5: DOCKER_HOST and DOCKER_CONFIG pointed at
@@ -257,8 +298,16 @@ def test_the_engines_own_builder_where_it_can(tmp_path):
     try:
         for attempt in (1, 2):
             subprocess.run(["docker", "buildx", "prune", "--all", "--force"], capture_output=True, timeout=300)
-            image_id, tail = buildx_build(context / "Dockerfile", context, "deps", 1_700_000_000, {"BASE_IMAGE": STANDIN},
-                                          "linux/" + host_arch(), None, f"grpolab-test:buildx-{attempt}")  # fmt: skip
+            image_id, tail = buildx_build(
+                context / "Dockerfile",
+                context,
+                "deps",
+                1_700_000_000,
+                {"BASE_IMAGE": STANDIN},
+                "linux/" + host_arch(),
+                None,
+                f"grpolab-test:buildx-{attempt}",
+            )
             assert image_id, "\n".join(tail[-20:])
             ids.append(image_id)
         assert ids[0] == ids[1] and engine_layers("grpolab-test:buildx-1") == engine_layers("grpolab-test:buildx-2")

@@ -7,7 +7,15 @@ import pytest
 from grpolab.common.tracks import get_track
 from grpolab.settings.lab_settings import SettingsRefused, resolve_settings
 from grpolab.task.reward_choice import resolve_reward
-from grpolab.task.rewards import CONTROL_REWARDS, REWARD_COLUMNS, REWARD_FUNCS, extract_final_number, format_reward, numeric_reward, random_reward
+from grpolab.task.rewards import (
+    CONTROL_REWARDS,
+    REWARD_COLUMNS,
+    REWARD_FUNCS,
+    extract_final_number,
+    format_reward,
+    numeric_reward,
+    random_reward,
+)
 
 # (completion, answer, numeric_reward, format_reward)
 CASES = [
@@ -109,8 +117,12 @@ def test_registry_matches_the_functions():
 
 def test_the_control_is_named_like_a_built_in_reward_but_is_not_one_of_the_labs():
     """`--reward-weights random_reward=1` (the learning benchmark's control) needs no module path of the lab's."""
-    assert CONTROL_REWARDS == {"random_reward": random_reward} and "random_reward" not in REWARD_FUNCS  # the verl export inlines only REWARD_FUNCS
+    assert (
+        CONTROL_REWARDS == {"random_reward": random_reward} and "random_reward" not in REWARD_FUNCS
+    )  # the verl export inlines only REWARD_FUNCS
     assert resolve_reward("random_reward") is random_reward and resolve_reward("numeric_reward") is numeric_reward
-    assert resolve_settings(get_track("c"), overrides={"reward_weights": "random_reward=1"}).reward_weights == {"random_reward": 1.0}
+    assert resolve_settings(get_track("c"), overrides={"reward_weights": "random_reward=1"}).reward_weights == {
+        "random_reward": 1.0
+    }
     with pytest.raises(SettingsRefused, match="a control \\(random_reward\\)"):
         resolve_settings(get_track("c"), overrides={"reward_weights": "random=1"})

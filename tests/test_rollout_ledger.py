@@ -48,7 +48,9 @@ class FakeSampler:
 class FakeTokenizer:
     eos_token_id = 2
 
-    def apply_chat_template(self, conversation, add_generation_prompt, tokenize, return_dict, chat_template=None, **kwargs):
+    def apply_chat_template(
+        self, conversation, add_generation_prompt, tokenize, return_dict, chat_template=None, **kwargs
+    ):
         assert add_generation_prompt and tokenize and return_dict
         return {"input_ids": [[1, len(m[0]["content"])] for m in conversation]}
 
@@ -103,7 +105,9 @@ def test_refresh_every_k_keeps_the_lag_below_k(no_export, tmp_path, K):
 
 def test_close_removes_the_gguf_copies(no_export, tmp_path):
     sampler = FakeSampler()
-    rollout = LlamaCppRollout(sampler, FakeTokenizer(), max_completion_length=4, refresh_every=1, export_dir=tmp_path / "gguf")
+    rollout = LlamaCppRollout(
+        sampler, FakeTokenizer(), max_completion_length=4, refresh_every=1, export_dir=tmp_path / "gguf"
+    )
     (tmp_path / "gguf").mkdir()
     run_steps(rollout, 3)
     assert list((tmp_path / "gguf").glob("*.gguf"))

@@ -16,7 +16,7 @@ import pytest
 from grpolab.common import gpucode
 from grpolab.common.rollout_paths import (
     ROLLOUT_PATH_REGISTRY, MemoryBasis, RolloutPath, SettingsWarning, needs_doctor_item, paths_by_setting, rollout_path,
-)  # fmt: skip
+)
 from grpolab.common.tracks import ROLLOUT_PATHS, get_track
 from grpolab.rollouts.base import RolloutChoice, RolloutEngine
 

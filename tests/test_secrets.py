@@ -33,7 +33,9 @@ def test_hf_token_never_reaches_a_run_log_line(tmp_path, monkeypatch):
 def test_hf_token_never_reaches_the_doctors_output(tmp_path):
     env = {**PYTHON_ENV, "HF_TOKEN": CANARY, "GRPOLAB_RUNS_DIR": str(tmp_path), "GRPOLAB_TRACK": "c"}
     for flags in ([], ["--json"]):
-        proc = subprocess.run([sys.executable, "-m", "grpolab", "doctor", *flags], env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-m", "grpolab", "doctor", *flags], env=env, capture_output=True, text=True, timeout=600
+        )
         assert "HF_TOKEN" in proc.stdout and CANARY not in proc.stdout + proc.stderr
 
 
@@ -47,12 +49,28 @@ def test_hf_token_never_reaches_an_image_layer_its_config_or_docker_inspect(tmp_
     assert build.returncode == 0, output
     try:
         seen = {
-            "docker inspect": subprocess.run(["docker", "inspect", "grpolab-test:secrets"], capture_output=True, text=True, timeout=600).stdout,
-            "docker history": subprocess.run(["docker", "history", "--no-trunc", "grpolab-test:secrets"], capture_output=True, text=True, timeout=600).stdout,
+            "docker inspect": subprocess.run(
+                ["docker", "inspect", "grpolab-test:secrets"], capture_output=True, text=True, timeout=600
+            ).stdout,
+            "docker history": subprocess.run(
+                ["docker", "history", "--no-trunc", "grpolab-test:secrets"], capture_output=True, text=True, timeout=600
+            ).stdout,
             # the files of every layer the build made or could have touched (the base's and the venv's are the lock's)
-            "image files": subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", "grpolab-test:secrets", "-c",
-                                           "grep -rl hf_Canary /opt/grpolab /home/lab /work /etc /root 2>/dev/null; env"],
-                                          capture_output=True, text=True, timeout=600).stdout,  # fmt: skip
+            "image files": subprocess.run(
+                [
+                    "docker",
+                    "run",
+                    "--rm",
+                    "--entrypoint",
+                    "sh",
+                    "grpolab-test:secrets",
+                    "-c",
+                    "grep -rl hf_Canary /opt/grpolab /home/lab /work /etc /root 2>/dev/null; env",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            ).stdout,
         }
         assert "grpolab-test:secrets" in seen["docker inspect"] and "GRPOLAB_TRACK=c" in seen["image files"]
         for where, text in seen.items():
@@ -71,12 +89,25 @@ def test_hf_token_reaches_the_running_lab_as_a_file_never_in_docker_inspect(tmp_
     seen, env_text = {}, (repo / ".env").read_text()
     try:
         for case, shell, env_line in cases:
-            (repo / ".env").write_text(env_text.replace("HF_TOKEN=hf_user_line_kept\n", f"HF_TOKEN={env_line}\n" if env_line else ""))
+            (repo / ".env").write_text(
+                env_text.replace("HF_TOKEN=hf_user_line_kept\n", f"HF_TOKEN={env_line}\n" if env_line else "")
+            )
             name = names[case]
-            run = subprocess.run(["docker", "compose", "run", "-T", "--name", name, "--entrypoint", "python", "lab", "-c", read_token],
-                                 cwd=repo, capture_output=True, text=True, timeout=300, env={**clean, **({"HF_TOKEN": shell} if shell else {})})  # fmt: skip
+            run = subprocess.run(
+                ["docker", "compose", "run", "-T", "--name", name, "--entrypoint", "python", "lab", "-c", read_token],
+                cwd=repo,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env={**clean, **({"HF_TOKEN": shell} if shell else {})},
+            )
             inspect = subprocess.run(["docker", "inspect", name], capture_output=True, text=True, timeout=600).stdout
-            seen[case] = (run.returncode, run.stdout.strip().splitlines()[-1:], CANARY in inspect, '"HF_TOKEN_PATH=/run/secrets/hf_token"' in inspect)
+            seen[case] = (
+                run.returncode,
+                run.stdout.strip().splitlines()[-1:],
+                CANARY in inspect,
+                '"HF_TOKEN_PATH=/run/secrets/hf_token"' in inspect,
+            )
     finally:
         for name in names.values():
             subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=600)
@@ -97,7 +128,9 @@ def test_the_doctor_reports_a_token_file_without_its_value(tmp_path):
     summaries = {}
     for case, content in (("token", CANARY + "\n"), ("blank", "\n")):
         token_file.write_text(content)
-        proc = subprocess.run([sys.executable, "-m", "grpolab", "doctor", "--json"], env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-m", "grpolab", "doctor", "--json"], env=env, capture_output=True, text=True, timeout=600
+        )
         assert CANARY not in proc.stdout + proc.stderr
         items = {i["name"]: i for i in json.loads(proc.stdout)["items"]}
         summaries[case] = items["huggingface token"]["summary"]

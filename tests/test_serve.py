@@ -54,7 +54,7 @@ def test_the_command_has_trls_server_mode_flags_and_the_labs_model():
 
 def test_settings_flags_and_extra_vllm_arguments_reach_the_command():
     argv = dry_run("--track", "n", "--model", "Qwen/Qwen3-0.6B", "--max-completion-length", "64", "--port", "8011",
-                   "--gpu-memory-utilization", "0.5", "--", "--enforce-eager")  # fmt: skip
+                   "--gpu-memory-utilization", "0.5", "--", "--enforce-eager")
     assert argv[3] == "Qwen/Qwen3-0.6B" and value(argv, "--max-model-len") == str(256 + 64)
     assert value(argv, "--port") == "8011" and value(argv, "--gpu-memory-utilization") == "0.5"
     assert argv[-1] == "--enforce-eager"
@@ -126,7 +126,8 @@ def test_invoke_serve_names_the_missing_gpu(tmp_path):
 
 def test_without_trl_the_dry_run_says_where_to_run_it():
     # A host with only the `host` extra has no TRL: a sentence, not a traceback.
-    code = "import sys; sys.modules['trl'] = None; from grpolab.cli import main; sys.exit(main(['serve', '--dry-run', '--track', 'n']))"
+    code = ("import sys; sys.modules['trl'] = None; from grpolab.cli import main; sys.exit(main(['serve', '--dry-run', "
+            "'--track', 'n']))")
     proc = python("-c", code)
     assert proc.returncode == 14 and "Traceback" not in proc.stderr
     assert "docker compose run --rm lab serve --dry-run" in proc.stderr

@@ -2,7 +2,8 @@
 track's row): exit 2, one [input] line naming the setting, no traceback, one whole failed run-log line, and
 nothing loaded (no torch, transformers or datasets imported; the process done in well under 5 s).
 
-BAD_INPUTS is also the table in docs/faults.md, "Settings refused before anything loads" (test_the_faults_page_lists_every_refused_setting)."""
+BAD_INPUTS is also the table in docs/faults.md, "Settings refused before anything loads"
+(test_the_faults_page_lists_every_refused_setting)."""
 
 import json
 import os
@@ -39,7 +40,12 @@ BAD_INPUTS = [
     ("dataset", "flag", ["--dataset", "math problems"], "neither a built-in dataset"),
     ("train_size", "flag", ["--train-size", "0"], "at least 1"),
     ("train_size", "flag", ["--train-size", "9000"], "8500 training problems"),
-    ("train_size", "flag", ["--train-size", "4", "--per-device-train-batch-size", "64", "--num-generations", "8"], "never makes one"),
+    (
+        "train_size",
+        "flag",
+        ["--train-size", "4", "--per-device-train-batch-size", "64", "--num-generations", "8"],
+        "never makes one",
+    ),
     ("train_size", "flag", ["--train-size", "ten"], "expected an integer"),
     ("heldout_size", "flag", ["--heldout-size", "-1"], "at least 0"),
     ("heldout_size", "flag", ["--heldout-size", "0"], "measures pass@1 on held-out problems"),
@@ -62,11 +68,21 @@ BAD_INPUTS = [
     ("max_prompt_length", "flag", ["--max-prompt-length", "0"], "at least 1"),
     ("max_prompt_length", "flag", ["--model", "{context 128}", "--max-prompt-length", "200"], "context of 128 tokens"),
     ("max_prompt_length", "flag", ["--max-prompt-length", "long"], "expected an integer"),
-    ("max_completion_length", "flag", ["--model", "{context 128}", "--max-completion-length", "200"], "context of 128 tokens"),
+    (
+        "max_completion_length",
+        "flag",
+        ["--model", "{context 128}", "--max-completion-length", "200"],
+        "context of 128 tokens",
+    ),
     ("max_completion_length", "flag", ["--max-completion-length", "16.5"], "expected an integer"),
     ("max_steps", "flag", ["--max-steps", "many"], "expected an integer"),
     ("per_device_train_batch_size", "flag", ["--per-device-train-batch-size", "0"], "at least 1"),
-    ("per_device_train_batch_size", "flag", ["--per-device-train-batch-size", "12", "--num-generations", "8"], "whole groups per batch"),
+    (
+        "per_device_train_batch_size",
+        "flag",
+        ["--per-device-train-batch-size", "12", "--num-generations", "8"],
+        "whole groups per batch",
+    ),
     ("per_device_train_batch_size", "flag", ["--per-device-train-batch-size", "x"], "expected an integer"),
     ("learning_rate", "flag", ["--learning-rate", "0"], "above 0"),
     ("learning_rate", "flag", ["--learning-rate", "nan"], "not a finite number"),
@@ -82,19 +98,34 @@ BAD_INPUTS = [
     ("reward_weights", "flag", ["--reward-weights", "numeric_reward=0"], "every weight is 0"),
     ("reward_weights", "flag", ["--reward-weights", "no such reward=1"], "neither a built-in reward"),
     ("reward_weights", "flag", ["--reward-weights", "numeric_reward=inf"], "not a finite number"),
-    ("reward_weights", "flag", ["--reward-weights", '{"numeric_reward": null}'], "a weight in the JSON is not a number"),
+    (
+        "reward_weights",
+        "flag",
+        ["--reward-weights", '{"numeric_reward": null}'],
+        "a weight in the JSON is not a number",
+    ),
     ("rollout", "flag", ["--rollout", "vllm"], "one of inprocess, vllm-colocate, vllm-server, llamacpp"),
     ("vllm_gpu_memory_utilization", "flag", ["--vllm-gpu-memory-utilization", "0"], "between 0 and 1"),
     ("vllm_gpu_memory_utilization", "flag", ["--vllm-gpu-memory-utilization", "1.5"], "between 0 and 1"),
     ("vllm_gpu_memory_utilization", "flag", ["--vllm-gpu-memory-utilization", "half"], "expected a number"),
-    ("vllm_importance_sampling_correction", "flag", ["--vllm-importance-sampling-correction", "true"], "one of auto, on, off"),
+    (
+        "vllm_importance_sampling_correction",
+        "flag",
+        ["--vllm-importance-sampling-correction", "true"],
+        "one of auto, on, off",
+    ),
     ("vllm_server_url", "flag", ["--vllm-server-url", "localhost:8000"], "http://HOST[:PORT]"),
     ("vllm_server_url", "flag", ["--vllm-server-url", "http://gpu-box:99999"], "Port out of range"),
     ("llamacpp_refresh_every", "flag", ["--llamacpp-refresh-every", "-1"], "at least 0"),
     ("llamacpp_refresh_every", "flag", ["--llamacpp-refresh-every", "often"], "expected an integer"),
     ("report_to", "flag", ["--report-to", "mlflow"], "one of none, tensorboard, trackio, wandb"),
     ("eval_max_new_tokens", "flag", ["--eval-max-new-tokens", "-1"], "at least 0"),
-    ("eval_max_new_tokens", "flag", ["--model", "{context 128}", "--max-prompt-length", "64", "--eval-max-new-tokens", "100"], "context of 128 tokens"),
+    (
+        "eval_max_new_tokens",
+        "flag",
+        ["--model", "{context 128}", "--max-prompt-length", "64", "--eval-max-new-tokens", "100"],
+        "context of 128 tokens",
+    ),
     ("eval_max_new_tokens", "flag", ["--eval-max-new-tokens", "x"], "expected an integer"),
     ("track", "flag", ["--track", "z"], "unknown track 'z'"),
     # from a config file
@@ -102,7 +133,12 @@ BAD_INPUTS = [
     ("max_steps", "config", ("lab.toml", "max_steps = 1.5\n"), "expected an integer"),
     ("lora_rank", "config", ("lab.toml", 'lora_rank = "16"\n'), "expected an integer (this is text in quotes"),
     ("temperature", "config", ("lab.toml", "temperature = nan\n"), "not a finite number"),
-    ("reward_weights", "config", ("lab.toml", '[reward_weights]\nnumeric_reward = "one"\n'), "a number as the weight of numeric_reward"),
+    (
+        "reward_weights",
+        "config",
+        ("lab.toml", '[reward_weights]\nnumeric_reward = "one"\n'),
+        "a number as the weight of numeric_reward",
+    ),
     ("max_steps", "config", ("lab.toml", "max_step = 30\n"), "did you mean max_steps"),
     ("track", "config", ("lab.toml", 'track = "n"\n'), "the track is chosen with --track"),
     ("config", "config", ("lab.toml", "max_steps = 30\nlearning_rate = = 1e-3\n"), "not valid TOML at line 2, column"),
@@ -145,7 +181,12 @@ def tracks_with_row(tmp_path: Path, line: str) -> Path:
 
 def run_bad_input(case, tmp_path: Path, command: str = "lab") -> dict:
     name, source, given, _ = case
-    env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint"), "GRPOLAB_RUNS_DIR": str(tmp_path / "runs"), "GRPOLAB_TRACK": "c"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "entrypoint"),
+        "GRPOLAB_RUNS_DIR": str(tmp_path / "runs"),
+        "GRPOLAB_TRACK": "c",
+    }
     argv = [command, "--track", "c"]
     if source == "flag":
         given = [str(small_context_model(tmp_path / "model")) if arg == "{context 128}" else arg for arg in given]
@@ -157,9 +198,20 @@ def run_bad_input(case, tmp_path: Path, command: str = "lab") -> dict:
     else:
         env["GRPOLAB_TRACKS_FILE"] = str(tracks_with_row(tmp_path, given))
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", ENTRY_SAYING_WHAT_LOADED, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", ENTRY_SAYING_WHAT_LOADED, *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     log = tmp_path / "runs" / "runlog.jsonl"
-    return {"proc": proc, "wall_s": time.perf_counter() - started, "log_lines": log.read_text().splitlines() if log.exists() else []}
+    return {
+        "proc": proc,
+        "wall_s": time.perf_counter() - started,
+        "log_lines": log.read_text().splitlines() if log.exists() else [],
+    }
 
 
 def assert_refused_in_words(case, result: dict, kind: str = "lab") -> None:
@@ -183,7 +235,9 @@ def assert_refused_in_words(case, result: dict, kind: str = "lab") -> None:
     run = json.loads(line)
     assert (run["kind"], run["status"], run["failed_layer"]) == (kind, "failed", "input"), run
     assert "[input]" in run["error"] and phrase in run["error"]
-    assert not {"model_path", "model_identity", "device", "fingerprint", "layers_passed"} & set(run), run  # nothing was loaded
+    assert not {"model_path", "model_identity", "device", "fingerprint", "layers_passed"} & set(run), (
+        run
+    )  # nothing was loaded
 
 
 def test_every_setting_has_bad_inputs_below_above_and_of_the_wrong_type_in_the_table():
@@ -191,8 +245,18 @@ def test_every_setting_has_bad_inputs_below_above_and_of_the_wrong_type_in_the_t
     assert SETTING_NAMES <= refused, SETTING_NAMES - refused
     assert {"flag", "config", "track"} == {source for _, source, *_ in BAD_INPUTS}
     wrong_type = {name for name, _, _, phrase in BAD_INPUTS if "expected" in phrase}
-    typed = SETTING_NAMES - {"track", "model", "dataset", "dtype", "lora_target_modules", "rollout", "vllm_server_url", "report_to", "reward_weights",
-                            "vllm_importance_sampling_correction"}
+    typed = SETTING_NAMES - {
+        "track",
+        "model",
+        "dataset",
+        "dtype",
+        "lora_target_modules",
+        "rollout",
+        "vllm_server_url",
+        "report_to",
+        "reward_weights",
+        "vllm_importance_sampling_correction",
+    }
     assert typed <= wrong_type, typed - wrong_type
 
 
@@ -220,9 +284,25 @@ def test_the_smoke_test_refuses_the_same_way(tmp_path):
 
 def test_every_bad_value_is_reported_in_one_message():
     with pytest.raises(SettingsRefused) as refused:
-        resolve_settings(get_track("c"), overrides={"max_steps": "-3", "lora_rank": "0", "temperature": "-1", "max_completion_length": "0",
-                                                     "learning_rate": "fast", "seed": "1.5"})
-    assert set(refused.value.names) == {"max_steps", "lora_rank", "temperature", "max_completion_length", "learning_rate", "seed"}
+        resolve_settings(
+            get_track("c"),
+            overrides={
+                "max_steps": "-3",
+                "lora_rank": "0",
+                "temperature": "-1",
+                "max_completion_length": "0",
+                "learning_rate": "fast",
+                "seed": "1.5",
+            },
+        )
+    assert set(refused.value.names) == {
+        "max_steps",
+        "lora_rank",
+        "temperature",
+        "max_completion_length",
+        "learning_rate",
+        "seed",
+    }
     assert str(refused.value).startswith("6 settings cannot be used (nothing was loaded):")
     for line in ("--max-steps -3 (from the command line): outside the range; allowed: an integer, at least 1",
                  "--learning-rate fast (from the command line): the wrong type; expected a number"):
@@ -237,8 +317,12 @@ def test_a_relation_is_judged_only_when_its_settings_passed_their_own_check():
 def test_the_models_context_is_read_from_its_config_before_anything_loads(tmp_path):
     folder = small_context_model(tmp_path / "small-context-model")
     with pytest.raises(SettingsRefused, match=r"together 272 tokens, more than model .* context of 128 tokens"):
-        resolve_settings(get_track("c"), overrides={"model": str(folder), "max_prompt_length": 256, "max_completion_length": 16})
-    settings = resolve_settings(get_track("c"), overrides={"model": str(folder), "max_prompt_length": 100, "max_completion_length": 28})
+        resolve_settings(
+            get_track("c"), overrides={"model": str(folder), "max_prompt_length": 256, "max_completion_length": 16}
+        )
+    settings = resolve_settings(
+        get_track("c"), overrides={"model": str(folder), "max_prompt_length": 100, "max_completion_length": 28}
+    )
     assert settings.max_prompt_length + settings.max_completion_length == 128
 
 
@@ -246,16 +330,30 @@ def test_unwise_values_warn_and_reach_the_run_log(tmp_path):
     """Legal but unwise: the run goes on, the warnings printed, and a run's line carries them in `warnings`."""
     from grpolab.run.record import new_record
 
-    settings = resolve_settings(get_track("c"), overrides={"learning_rate": "0.5", "beta": "-0.1", "temperature": "0.1", "lora_rank": "512",
-                                                            "vllm_server_url": "http://gpu-box:8000"})
+    settings = resolve_settings(
+        get_track("c"),
+        overrides={
+            "learning_rate": "0.5",
+            "beta": "-0.1",
+            "temperature": "0.1",
+            "lora_rank": "512",
+            "vllm_server_url": "http://gpu-box:8000",
+        },
+    )
     warnings = new_record("lab", settings)["warnings"]
     assert len(warnings) == 5, warnings
     assert any(w.startswith("--learning-rate 0.5 (from the command line) is outside 1e-06 to 0.01") for w in warnings)
     assert any(w.startswith("--beta -0.1") and "negative beta" in w for w in warnings)
     assert any("--vllm-server-url http://gpu-box:8000" in w and "has no effect" in w for w in warnings)
     env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint"), "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")}
-    proc = subprocess.run([sys.executable, "-m", "grpolab", "estimate", "--track", "c", "--learning-rate", "0.5"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpolab", "estimate", "--track", "c", "--learning-rate", "0.5"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "warning: --learning-rate 0.5 (from the command line) is outside 1e-06 to 0.01" in proc.stderr
 
@@ -263,10 +361,20 @@ def test_unwise_values_warn_and_reach_the_run_log(tmp_path):
 def test_help_shows_each_settings_range_from_the_declaration():
     env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint")}
     for command in ("lab", "smoke"):
-        out = subprocess.run([sys.executable, "-m", "grpolab", command, "--help"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "grpolab", command, "--help"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        ).stdout
         flat = re.sub(r"\s+", " ", out)
         assert "--max-steps STEPS allowed: an integer, at least 1; lesson default: 200" in flat
-        assert "allowed: a number, above 0 (finite); usual: 1e-06 to 0.01 (outside, a warning); lesson default: 1e-05" in flat
+        assert (
+            "allowed: a number, above 0 (finite); usual: 1e-06 to 0.01 (outside, a warning); lesson default: 1e-05"
+            in flat
+        )
 
 
 def test_the_faults_page_lists_every_refused_setting():
@@ -284,14 +392,26 @@ def test_a_default_that_the_users_value_makes_impossible_takes_the_nearest_value
     """`grpolab lab --track c --max-steps 2`: the track row's logging_steps 10 would log no step. The user never
     chose 10, so it becomes 2, with one note; both values the user's own are still refused."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint"), "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")}
-    proc = subprocess.run([sys.executable, "-m", "grpolab", "estimate", "--track", "c", "--max-steps", "2"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpolab", "estimate", "--track", "c", "--max-steps", "2"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     notes = [line for line in proc.stderr.splitlines() if line.startswith("note:")]
-    assert len(notes) == 1 and notes[0].startswith("note: --logging-steps 10 (from [tracks.c.lab]") and "became 2" in notes[0], proc.stderr
+    assert (
+        len(notes) == 1
+        and notes[0].startswith("note: --logging-steps 10 (from [tracks.c.lab]")
+        and "became 2" in notes[0]
+    ), proc.stderr
     assert "to fit --max-steps 2 (from the command line)" in notes[0]
     settings = resolve_settings(get_track("c"), overrides={"max_steps": "2"})
-    assert (settings.max_steps, settings.logging_steps) == (2, 2) and settings.notes() == [notes[0].removeprefix("note: ")]
+    assert (settings.max_steps, settings.logging_steps) == (2, 2) and settings.notes() == [
+        notes[0].removeprefix("note: ")
+    ]
     with pytest.raises(SettingsRefused, match="no step would ever be logged"):
         resolve_settings(get_track("c"), overrides={"max_steps": "2", "logging_steps": "5"})
 
@@ -307,8 +427,13 @@ def test_each_relation_bends_the_default_side_only(tmp_path):
     # The row's 16-token completions cannot make room for 256 prompt tokens in a 128-token context: the prompt's
     # budget (a default too) gives way instead.
     shorter = resolve_settings(track, overrides={"model": str(small_context_model(tmp_path / "model"))})
-    assert (shorter.max_prompt_length, shorter.max_completion_length) == (112, resolve_settings(track).max_completion_length)
-    assert len(shorter.notes()) == 1 and shorter.notes()[0].startswith("--max-prompt-length 256 (from the lesson's default) became 112")
+    assert (shorter.max_prompt_length, shorter.max_completion_length) == (
+        112,
+        resolve_settings(track).max_completion_length,
+    )
+    assert len(shorter.notes()) == 1 and shorter.notes()[0].startswith(
+        "--max-prompt-length 256 (from the lesson's default) became 112"
+    )
     from grpolab.run.record import new_record
 
     assert shorter.notes()[0] in new_record("lab", shorter)["warnings"]  # the run log keeps what was changed

@@ -45,8 +45,18 @@ OS_RELEASE = {
     "UBUNTU_CODENAME=resolute\n",
     "fedora": 'PRETTY_NAME="Fedora Linux 43"\nID=fedora\nVERSION_ID=43\n',
 }
-NOTHING = Found(engine=False, compose_v2=False, buildx=False, debootstrap=False, mmdebstrap=False, buildah=False, python_with_venv=False)
-EVERYTHING = Found(engine=True, compose_v2=True, buildx=True, debootstrap=True, mmdebstrap=True, buildah=True, python_with_venv=True)
+NOTHING = Found(
+    engine=False,
+    compose_v2=False,
+    buildx=False,
+    debootstrap=False,
+    mmdebstrap=False,
+    buildah=False,
+    python_with_venv=False,
+)
+EVERYTHING = Found(
+    engine=True, compose_v2=True, buildx=True, debootstrap=True, mmdebstrap=True, buildah=True, python_with_venv=True
+)
 
 
 # ------------------------------------------------------------------------- the per-release table
@@ -75,25 +85,53 @@ def test_each_system_gets_its_releases_row(system, release, guessed):
 
 
 def test_a_system_without_apt_is_told_what_to_install_itself():
-    with pytest.raises(NotSupported, match="Fedora Linux 43 is not Debian or Ubuntu.*Compose v2, debootstrap, mmdebstrap"):
+    with pytest.raises(
+        NotSupported, match="Fedora Linux 43 is not Debian or Ubuntu.*Compose v2, debootstrap, mmdebstrap"
+    ):
         release_for(parse_os_release(OS_RELEASE["fedora"]))
 
 
 @pytest.mark.parametrize(
     "release, apt, fallback",
     [
-        ("bookworm", ["docker.io", "debootstrap", "mmdebstrap", "buildah", "python3-venv"], True),  # Compose v1 only: the pinned sdist
+        (
+            "bookworm",
+            ["docker.io", "debootstrap", "mmdebstrap", "buildah", "python3-venv"],
+            True,
+        ),  # Compose v1 only: the pinned sdist
         (
             "trixie",
-            ["docker.io", "docker-cli", "docker-compose", "docker-buildx", "debootstrap", "mmdebstrap", "buildah", "python3-venv"],
+            [
+                "docker.io",
+                "docker-cli",
+                "docker-compose",
+                "docker-buildx",
+                "debootstrap",
+                "mmdebstrap",
+                "buildah",
+                "python3-venv",
+            ],
             False,
         ),
         (
             "jammy",
-            ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "mmdebstrap", "buildah", "python3.11", "python3.11-venv"],
+            [
+                "docker.io",
+                "docker-compose-v2",
+                "docker-buildx",
+                "debootstrap",
+                "mmdebstrap",
+                "buildah",
+                "python3.11",
+                "python3.11-venv",
+            ],
             False,
         ),
-        ("noble", ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "mmdebstrap", "buildah", "python3-venv"], False),
+        (
+            "noble",
+            ["docker.io", "docker-compose-v2", "docker-buildx", "debootstrap", "mmdebstrap", "buildah", "python3-venv"],
+            False,
+        ),
     ],
 )
 def test_a_stock_system_gets_every_package_under_its_releases_names(release, apt, fallback):
@@ -108,7 +146,15 @@ def test_a_set_up_system_needs_nothing():
 
 
 def test_dockers_own_engine_without_compose_gets_only_compose():
-    found = Found(engine=True, compose_v2=False, buildx=True, debootstrap=True, mmdebstrap=True, buildah=True, python_with_venv=True)
+    found = Found(
+        engine=True,
+        compose_v2=False,
+        buildx=True,
+        debootstrap=True,
+        mmdebstrap=True,
+        buildah=True,
+        python_with_venv=True,
+    )
     assert plan_for(RELEASES["noble"], found).apt == ["docker-compose-v2"]
 
 
@@ -128,7 +174,9 @@ def test_compose_v2_is_told_from_v1(text, v2):
 
 @pytest.mark.skipif(not Path("/etc/os-release").exists(), reason="not a Linux machine (no /etc/os-release)")
 def test_plan_on_this_machine_answers_in_its_format():
-    proc = subprocess.run([sys.executable, "hostlab/host/packages.py", "plan"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "hostlab/host/packages.py", "plan"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     if "is not Debian or Ubuntu" in proc.stderr:
         pytest.skip(f"not a Debian or Ubuntu machine: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
@@ -162,7 +210,9 @@ def _engine_answers() -> bool:
 needs_engine = pytest.mark.skipif(not _engine_answers(), reason="no Docker engine reachable (CI starts one)")
 
 
-STOCK_RESULTS = REPO / ".cache" / "tests" / "stock-host"  # the check's timings in a test run, not bench/'s committed ones
+STOCK_RESULTS = (
+    REPO / ".cache" / "tests" / "stock-host"
+)  # the check's timings in a test run, not bench/'s committed ones
 EMPTY_TAR = b"\0" * 1024  # a tar archive with no member: two zero blocks
 
 
@@ -190,10 +240,23 @@ def stock_check():
 def test_the_readmes_first_command_works_on_stock_debian(stock_check, suite):
     # An image under the set-up tag, as an earlier check leaves it (an empty one: made in a second): this check's
     # commit takes the tag, and the image left without a name must go, not stay on the disk run after run.
-    subprocess.run(["docker", "image", "rm", f"grpolab-stock:{suite}-set-up"], capture_output=True, timeout=120)  # a real earlier one: gone now, not left by this test
-    earlier = subprocess.run(["docker", "import", "-", f"grpolab-stock:{suite}-set-up"], input=EMPTY_TAR, capture_output=True, check=True, timeout=120).stdout
+    subprocess.run(
+        ["docker", "image", "rm", f"grpolab-stock:{suite}-set-up"], capture_output=True, timeout=120
+    )  # a real earlier one: gone now, not left by this test
+    earlier = subprocess.run(
+        ["docker", "import", "-", f"grpolab-stock:{suite}-set-up"],
+        input=EMPTY_TAR,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    ).stdout
     out = stock_check(suite).stdout
-    assert subprocess.run(["docker", "image", "inspect", earlier.decode().strip()], capture_output=True, timeout=120).returncode != 0
+    assert (
+        subprocess.run(
+            ["docker", "image", "inspect", earlier.decode().strip()], capture_output=True, timeout=120
+        ).returncode
+        != 0
+    )
     assert f"PASS: {suite}: first run" in out
     assert "Available tasks:" in out  # `invoke --list` after the README's activation line
     record = json.loads((STOCK_RESULTS / f"stock-host-{suite}.json").read_text())
@@ -211,7 +274,9 @@ def _as_student(image: str, setup_user: str, run_as: str, socket: bool) -> subpr
     setup = f"{run_as} env HOME=/home/student bash images/setup-host.sh"
     script = f"useradd -m student {setup_user} && cd /repo && {setup}"
     command = ["docker", "run", "--rm", *mounts, image, "bash", "-c", script]
-    return subprocess.run(command, capture_output=True, text=True, timeout=1800)  # the setup script in a container: apt and pip
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=1800
+    )  # the setup script in a container: apt and pip
 
 
 @needs_engine
@@ -224,7 +289,8 @@ def test_no_root_and_no_sudo_gets_one_sentence_for_the_administrator(stock_check
     lines = proc.stderr.strip().splitlines()
     assert lines == [
         "[setup-host] You are not root and may not use sudo, so ask your administrator to run "
-        "`apt-get install -y docker.io debootstrap mmdebstrap buildah python3-venv` and add you (student) to the docker group, "
+        "`apt-get install -y docker.io debootstrap mmdebstrap buildah python3-venv` and add you (student) to the "
+        "docker group, "
         "then run `bash images/setup-host.sh` again."
     ]
     assert "apt-get install" not in proc.stdout  # it stopped before trying

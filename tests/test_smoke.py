@@ -19,7 +19,14 @@ quiet = lambda *_: None  # noqa: E731
 
 
 def smoke(args, env):
-    return subprocess.run([sys.executable, "-m", "grpolab", "smoke", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "grpolab", "smoke", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_smoke_passes_every_layer_on_cpu(tiny_model_env, tmp_path):
@@ -33,13 +40,26 @@ def test_smoke_passes_every_layer_on_cpu(tiny_model_env, tmp_path):
     (run,) = read_runs(tmp_path / "runlog.jsonl")
     assert run["kind"] == "smoke" and run["status"] == "passed" and run["track"] == "c"
     assert run["layers_passed"] == ["device", "adapter", "rewards", "first_step", "rollout", "runlog"]
-    assert run["settings"]["train_size"] == 10 and run["settings"]["num_generations"] == 4 and run["settings"]["max_steps"] == 10
-    assert run["rollout"] == {"path": "inprocess", "stale": False, "max_lag_steps": 0, "lag_basis": rollout_path("inprocess").LAG_BASIS}
+    assert (
+        run["settings"]["train_size"] == 10
+        and run["settings"]["num_generations"] == 4
+        and run["settings"]["max_steps"] == 10
+    )
+    assert run["rollout"] == {
+        "path": "inprocess",
+        "stale": False,
+        "max_lag_steps": 0,
+        "lag_basis": rollout_path("inprocess").LAG_BASIS,
+    }
     assert run["device_checked"] is True and run["seconds_per_step"] > 0
     assert run["fingerprint"]["torch_version"]
     # Peak memory measured and predicted on one basis (above the runtime baseline), in the line and on screen.
-    assert run["peak_memory_gb_measured"] > 0 and run["peak_memory_gb_predicted"] > 0 and run["runtime_baseline_gb"] > 0.1
-    assert run["peak_memory_ratio"] == pytest.approx(run["peak_memory_gb_predicted"] / run["peak_memory_gb_measured"], rel=0.05)
+    assert (
+        run["peak_memory_gb_measured"] > 0 and run["peak_memory_gb_predicted"] > 0 and run["runtime_baseline_gb"] > 0.1
+    )
+    assert run["peak_memory_ratio"] == pytest.approx(
+        run["peak_memory_gb_predicted"] / run["peak_memory_gb_measured"], rel=0.05
+    )
     assert "VmHWM" in run["peak_memory_basis"]
     assert "  peak memory " in result.stdout and "above a runtime baseline" in result.stdout
     # A second run reports what changed since the first pass: nothing.
@@ -65,7 +85,9 @@ def test_lora_target_matching_nothing_fails_the_adapter_layer(tiny_model_path, r
 
 
 def test_constant_reward_is_group_collapse_on_the_first_step(tiny_model_path, runs_dir):
-    settings = resolve_settings(get_track("c"), smoke=True, overrides={"reward_weights": {"rewards_for_tests:constant_reward": 1.0}})
+    settings = resolve_settings(
+        get_track("c"), smoke=True, overrides={"reward_weights": {"rewards_for_tests:constant_reward": 1.0}}
+    )
     with pytest.raises(LayerFailure) as failure:
         run_smoke(settings, get_track("c"), say=quiet)
     assert failure.value.layer == "first_step" and "group collapse" in str(failure.value)
@@ -76,10 +98,16 @@ def test_constant_reward_is_group_collapse_on_the_first_step(tiny_model_path, ru
 def test_metrics_that_are_not_numbers_fail_the_first_step_layer_with_a_runlog_line(tiny_model_path, runs_dir):
     # An infinite reward makes TRL log reward inf and reward_std None (a NaN): NaN passes every threshold
     # comparison, so without its own check the collapse verdict passes and the run log cannot be written.
-    settings = resolve_settings(get_track("c"), smoke=True, overrides={"reward_weights": {"rewards_for_tests:infinite_reward": 1.0}})
+    settings = resolve_settings(
+        get_track("c"), smoke=True, overrides={"reward_weights": {"rewards_for_tests:infinite_reward": 1.0}}
+    )
     with pytest.raises(LayerFailure) as failure:
         run_smoke(settings, get_track("c"), say=quiet)
-    assert failure.value.layer == "first_step" and "not numbers" in str(failure.value) and "reward inf" in str(failure.value)
+    assert (
+        failure.value.layer == "first_step"
+        and "not numbers" in str(failure.value)
+        and "reward inf" in str(failure.value)
+    )
     (run,) = read_runs(runs_dir / "runlog.jsonl")
     assert run["status"] == "failed" and run["failed_layer"] == "first_step"
 
@@ -96,18 +124,26 @@ def test_a_crash_during_training_is_crashed_not_bad_input(tiny_model_env, tmp_pa
 
 
 def test_missing_column_fails_the_rewards_layer_before_the_model_loads(runs_dir):
-    settings = resolve_settings(get_track("c"), smoke=True, overrides={"model": "nobody/no-such-model", "reward_weights": {"rewards_for_tests:needs_missing_column": 1.0}})
+    settings = resolve_settings(
+        get_track("c"),
+        smoke=True,
+        overrides={"model": "nobody/no-such-model", "reward_weights": {"rewards_for_tests:needs_missing_column": 1.0}},
+    )
     with pytest.raises(LayerFailure) as failure:
         run_smoke(settings, get_track("c"), say=quiet)
     assert failure.value.layer == "rewards" and "difficulty" in str(failure.value)
 
 
 def test_raising_reward_is_named_with_its_row(tiny_model_path, runs_dir):
-    settings = resolve_settings(get_track("c"), smoke=True, overrides={"reward_weights": {"rewards_for_tests:raising_reward": 1.0}})
+    settings = resolve_settings(
+        get_track("c"), smoke=True, overrides={"reward_weights": {"rewards_for_tests:raising_reward": 1.0}}
+    )
     with pytest.raises(LayerFailure) as failure:
         run_smoke(settings, get_track("c"), say=quiet)
     assert failure.value.layer == "rewards"
-    assert "rewards_for_tests:raising_reward raised ZeroDivisionError" in str(failure.value) and "row" in str(failure.value)
+    assert "rewards_for_tests:raising_reward raised ZeroDivisionError" in str(failure.value) and "row" in str(
+        failure.value
+    )
 
 
 def test_model_that_cannot_be_loaded_offline_is_bad_input(tiny_model_env, tmp_path):

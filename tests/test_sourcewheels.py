@@ -1,4 +1,5 @@
-"""`invoke source-wheels` (hostlab/images/sourcewheels.py): the compile of the lock's source-only packages, copied out of
+"""`invoke source-wheels` (hostlab/images/sourcewheels.py): the compile of the lock's source-only packages, copied out
+of
 buildah's image of it. The compile itself runs in .ci/run before every test run (the test venv installs its wheel), and
 tests/test_images.py checks that venv's libraries against the image's; here, the copying out, on a real buildah image
 (the stand-in base with two folders more), and the refusal for a lock with nothing to compile."""
@@ -34,7 +35,11 @@ def test_the_images_folders_are_copied_out_whole_and_replace_what_was_there(tmp_
     (made / "sdist" / "pkg").mkdir(parents=True)
     (made / "wheels" / "pkg-1.0-py3-none-any.whl").write_bytes(b"wheel bytes\n")
     (made / "sdist" / "pkg" / "pkg-1.0.tar.gz").write_bytes(bytes(range(256)) * 64)
-    container = run_buildah("from", "--pull-never", base_into_buildah(engine.image_or_none(STANDIN).id)).stdout.strip().splitlines()[-1]
+    container = (
+        run_buildah("from", "--pull-never", base_into_buildah(engine.image_or_none(STANDIN).id))
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     try:
         for folder in ("wheels", "sdist"):
             run_buildah("copy", container, str(made / folder), f"/{folder}")

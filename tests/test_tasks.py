@@ -22,13 +22,43 @@ from hostlab.run import lab as labrun  # noqa: E402
 # Every task, by the name `invoke` runs it under: one that disappears, or appears without being listed here, fails
 # test_every_task_is_listed_and_documented. A sub-collection's default task also answers to the collection's name.
 TASKS = {
-    "base", "source-wheels", "venv", "up", "serve", "smoke", "lab", "estimate", "doctor", "tiny-model", "export",
-    "verl-cpu", "report", "test",
-    "lock.make", "lock.check", "lock.instructions", "lock.prove", "lock.provenance", "lock.base", "lock.side", "lock.test-tools",
-    "kernels.table", "kernels.readme",
-    "build.image", "build.reproducible",
-    "bench.lab", "bench.build", "bench.learning", "bench.stale", "bench.memory", "bench.colocate", "bench.versus-trl",
-    "bench.projection", "bench.cold-up", "bench.reproducible", "bench.docs",
+    "base",
+    "source-wheels",
+    "venv",
+    "up",
+    "serve",
+    "smoke",
+    "lab",
+    "estimate",
+    "doctor",
+    "tiny-model",
+    "export",
+    "verl-cpu",
+    "report",
+    "test",
+    "lock.make",
+    "lock.check",
+    "lock.instructions",
+    "lock.prove",
+    "lock.provenance",
+    "lock.base",
+    "lock.side",
+    "lock.test-tools",
+    "kernels.table",
+    "kernels.readme",
+    "build.image",
+    "build.reproducible",
+    "bench.lab",
+    "bench.build",
+    "bench.learning",
+    "bench.stale",
+    "bench.memory",
+    "bench.colocate",
+    "bench.versus-trl",
+    "bench.projection",
+    "bench.cold-up",
+    "bench.reproducible",
+    "bench.docs",
 }
 DEFAULTS = {"lock": "lock.make", "kernels": "kernels.table", "build": "build.image"}
 # What a first docstring line (what `invoke --list` prints) says a task costs: a time or a size, measured or not.
@@ -86,7 +116,9 @@ def test_lock_check_passes_offline_and_fast():
     "args, message",
     [
         (["build", "--track", "q"], "unknown track 'q'"),
-        pytest.param(["build", "--track", "x"], "lockfiles/x.README", marks=pytest.mark.docker),  # the engine is asked first
+        pytest.param(
+            ["build", "--track", "x"], "lockfiles/x.README", marks=pytest.mark.docker
+        ),  # the engine is asked first
         (["build", "--track", "m"], "invoke venv --track m"),
         (["lock", "--track", "m", "--vllm", "0.30.0"], "has no vLLM"),
         (["smoke", "--track", "q"], "unknown track 'q'"),

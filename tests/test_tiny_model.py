@@ -100,10 +100,12 @@ path = resolve_model_name("tiny")
 tokenizer, model = load_tokenizer(path), load_model(path, torch.float32)
 for threads in sys.argv[1:]:  # one process per kernel set (they are chosen at import), each thread count in it
     torch.set_num_threads(int(threads))
-    done = greedy_completions(model, tokenizer, [r["prompt"] for r in rows], settings.eval_max_new_tokens or settings.max_completion_length)
+    new_tokens = settings.eval_max_new_tokens or settings.max_completion_length
+    done = greedy_completions(model, tokenizer, [r["prompt"] for r in rows], new_tokens)
     rewards = numeric_reward(done, answer=[r["answer"] for r in rows])
-    print(json.dumps({"threads": torch.get_num_threads(), "kernels": torch.backends.cpu.get_cpu_capability(), "rows": len(rows),
-                      "pass_at_1": sum(rewards) / len(rewards), "completions": hashlib.sha256("\\n".join(done).encode()).hexdigest()}))
+    completions = hashlib.sha256("\\n".join(done).encode()).hexdigest()
+    print(json.dumps({"threads": torch.get_num_threads(), "kernels": torch.backends.cpu.get_cpu_capability(),
+                      "rows": len(rows), "pass_at_1": sum(rewards) / len(rewards), "completions": completions}))
 """
 # torch's CPU kernel sets, narrowed the way a machine without AVX-512 (or without AVX) has them: ATen's own
 # kernels (ATEN_CPU_CAPABILITY), MKL's (MKL_ENABLE_INSTRUCTIONS) and oneDNN's (ONEDNN_MAX_CPU_ISA).
@@ -125,14 +127,16 @@ def test_the_labs_pass_at_1_before_training_is_the_same_whatever_the_cpus_kernel
     seen = {}
     for name, kernels in KERNEL_SETS.items():
         proc = subprocess.run([sys.executable, "-c", GREEDY_HELDOUT, "1", "2"], env={**tiny_model_env, **kernels},
-                              capture_output=True, text=True, timeout=600)  # fmt: skip
+                              capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         for line in proc.stdout.splitlines()[-2:]:
             result = json.loads(line)
             seen[name, str(result["threads"])] = result
     assert sorted(seen) == sorted((name, threads) for name in KERNEL_SETS for threads in ("1", "2"))
     assert seen["avx2", "1"]["kernels"] == "AVX2" and seen["default", "1"]["kernels"] == "DEFAULT"
-    assert {(r["completions"], r["pass_at_1"], r["rows"]) for r in seen.values()} == {(seen["best", "1"]["completions"], 0.29, 200)}
+    assert {(r["completions"], r["pass_at_1"], r["rows"]) for r in seen.values()} == {
+        (seen["best", "1"]["completions"], 0.29, 200)
+    }
 
 
 def test_its_context_holds_track_c_prompt_and_completion(tiny_model_path):
@@ -147,8 +151,10 @@ def test_its_context_holds_track_c_prompt_and_completion(tiny_model_path):
 
 @pytest.mark.slow
 def test_the_recipe_still_makes_a_model_of_the_committed_shape_that_adds(tmp_path, tiny_model_path):
-    """The whole recipe (about 600 warm-up steps, 1.5-2.5 minutes on 2 cores: a shortened one answers nothing, validation
-    pass@1 stays under 0.1 until step ~580 here). Its weights need not be the committed bytes (they differ between CPUs),
+    """The whole recipe (about 600 warm-up steps, 1.5-2.5 minutes on 2 cores: a shortened one answers nothing,
+    validation
+    pass@1 stays under 0.1 until step ~580 here). Its weights need not be the committed bytes (they differ between
+    CPUs),
     but the tokenizer, config and every tensor's name and shape must be, and it must add as well as the recipe asks."""
     from safetensors import safe_open
 
@@ -171,7 +177,10 @@ def test_the_recipe_still_makes_a_model_of_the_committed_shape_that_adds(tmp_pat
 
     assert shapes(built) == shapes(tiny_model_path)
     facts = json.loads((built / BUILD_FACTS_FILE).read_text())
-    assert facts["validation_pass_at_1"] >= tiny_model.WARMUP_TARGET_PASS_AT_1 and facts["steps"] < tiny_model.WARMUP_MAX_STEPS
+    assert (
+        facts["validation_pass_at_1"] >= tiny_model.WARMUP_TARGET_PASS_AT_1
+        and facts["steps"] < tiny_model.WARMUP_MAX_STEPS
+    )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model, tokenizer = AutoModelForCausalLM.from_pretrained(built), AutoTokenizer.from_pretrained(built)
@@ -209,7 +218,12 @@ def test_pass_at_1_leaves_the_tokenizer_and_model_as_it_found_them(tokenizer):
     from grpolab.task.evaluate import pass_at_1
 
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **tiny_model.MODEL_CONFIG)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **tiny_model.MODEL_CONFIG,
+    )
     model = Qwen3ForCausalLM(config).train()
     tokenizer.padding_side = "right"
     rows = arithmetic_splits()["heldout"][:5]

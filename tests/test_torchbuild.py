@@ -13,7 +13,18 @@ import pytest
 from grpolab.common.errors import LayerFailure
 from grpolab.environment.machine import HostFacts, host_facts
 from grpolab.run.checks import check_device
-from grpolab.environment.torch_build import Devices, TorchBuild, arch_covered, build_kind, coverage_reason, diagnose_device, gpu_nodes_present, installed_version, torch_build, torch_devices
+from grpolab.environment.torch_build import (
+    Devices,
+    TorchBuild,
+    arch_covered,
+    build_kind,
+    coverage_reason,
+    diagnose_device,
+    gpu_nodes_present,
+    installed_version,
+    torch_build,
+    torch_devices,
+)
 from grpolab.common.tracks import get_track
 
 ENTRYPOINT = str(Path(__file__).resolve().parents[1] / "entrypoint")
@@ -21,7 +32,12 @@ ENTRYPOINT = str(Path(__file__).resolve().parents[1] / "entrypoint")
 H200 = Devices("cuda", 1, ["NVIDIA H200"], "sm_90", [150.0], 149.0)
 GB10 = Devices("cuda", 1, ["NVIDIA GB10"], "sm_121", [128.0], 110.0)
 STRIX = Devices("cuda", 1, ["AMD Radeon 8060S"], "gfx1151", [103.1], 100.0)
-CU130 = TorchBuild("2.13.0+cu130", "cuda", cuda="13.0", arch_list=["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"])
+CU130 = TorchBuild(
+    "2.13.0+cu130",
+    "cuda",
+    cuda="13.0",
+    arch_list=["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"],
+)
 THEROCK = TorchBuild("2.10.0+rocm7.11.0", "hip", hip="7.11.0", arch_list=["gfx1151"])
 PLAIN_AMD_INDEX = TorchBuild("2.10.0+rocm7.11.0", "hip", hip="7.11.0", arch_list=[])  # `torch` without [device-gfx1151]
 PYTORCH_ROCM = TorchBuild("2.13.0+rocm7.2", "hip", hip="7.2.0", arch_list=["gfx90a", "gfx942", "gfx1100"])
@@ -49,7 +65,9 @@ def test_arch_coverage(arch, arch_list, covered):
 def test_coverage_reasoning_is_spelled_out():
     assert coverage_reason("sm_90", CU130.arch_list) == "sm_90 native: the wheel carries sm_90 kernels"
     assert "sm_120 kernels run on sm_121 (same major version, lower minor" in coverage_reason("sm_121", CU130.arch_list)
-    assert coverage_reason("sm_121", ["sm_90", "compute_90"]).startswith("PTX compute_90 is compiled at load time for sm_121")
+    assert coverage_reason("sm_121", ["sm_90", "compute_90"]).startswith(
+        "PTX compute_90 is compiled at load time for sm_121"
+    )
     assert "ROCm needs the exact gfx target" in coverage_reason("gfx1151", ["gfx1100"])
     assert coverage_reason("gfx1151", ["gfx1151"]).startswith("gfx1151 native")
 
@@ -62,11 +80,23 @@ def test_build_kind_one_rule_for_every_caller():
 
 def test_this_machine_without_importing_torch():
     """The CPU wheel here: the build is read from torch/version.py, and torch is never imported for it."""
-    code = ("import sys, json; from grpolab.environment.torch_build import torch_build, torch_devices; b = torch_build(); d = torch_devices(b); "
-            "print(json.dumps([b.version, b.kind, b.cuda, d.type, d.count, 'torch' in sys.modules]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": ENTRYPOINT}, timeout=600)
+    code = (
+        "import sys, json; from grpolab.environment.torch_build import torch_build, torch_devices; b = torch_build(); "
+        "d = torch_devices(b); "
+        "print(json.dumps([b.version, b.kind, b.cuda, d.type, d.count, 'torch' in sys.modules]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": ENTRYPOINT},
+        timeout=600,
+    )
     version, kind, cuda, device, count, imported = json.loads(out.stdout)
-    assert version.split("+")[0] == installed_version("torch").split("+")[0]  # torch says 2.15.0+cu132, its metadata 2.15.0
+    assert (
+        version.split("+")[0] == installed_version("torch").split("+")[0]
+    )  # torch says 2.15.0+cu132, its metadata 2.15.0
     if kind == "cpu":
         assert cuda is None and device == "cpu" and count == 0 and not imported
     elif kind == "cuda" and not gpu_nodes_present("cuda"):  # PyPI's CUDA wheel on a machine without a GPU (CI)
@@ -86,7 +116,11 @@ def test_real_verdicts_on_this_machine():
     assert wrong.status == "fail" and wanted in wrong.summary and wrong.action
     with pytest.raises(LayerFailure) as failure:  # the smoke test's device layer gives the same verdict
         check_device(get_track("n"))
-    assert failure.value.layer == "device" and wrong.summary in str(failure.value) and "grpolab doctor" in str(failure.value)
+    assert (
+        failure.value.layer == "device"
+        and wrong.summary in str(failure.value)
+        and "grpolab doctor" in str(failure.value)
+    )
     assert check_device(get_track("c")) == ("cpu", ok.summary)
 
 
@@ -96,24 +130,73 @@ def test_real_verdicts_on_this_machine():
         (CU130, H200, NVIDIA_HOST, "n", "ok", "cuda:0 NVIDIA H200 (sm_90, kernels from sm_90)"),
         (CU130, GB10, NVIDIA_HOST, "s", "ok", "(sm_121, kernels from sm_120)"),
         (CU130, H200, NVIDIA_HOST, "s", "ok", "track s was made for sm_121"),
-        (TorchBuild("2.13.0+cu130", "cuda", cuda="13.0", arch_list=["sm_100", "sm_120"]), H200, NVIDIA_HOST, "n", "fail", "has no kernels for NVIDIA H200 (sm_90)"),
+        (
+            TorchBuild("2.13.0+cu130", "cuda", cuda="13.0", arch_list=["sm_100", "sm_120"]),
+            H200,
+            NVIDIA_HOST,
+            "n",
+            "fail",
+            "has no kernels for NVIDIA H200 (sm_90)",
+        ),
         (THEROCK, STRIX, AMD_HOST, "x", "ok", "AMD Radeon 8060S (gfx1151, kernels from gfx1151)"),
         (PLAIN_AMD_INDEX, STRIX, AMD_HOST, "x", "fail", "carries no GPU kernels at all"),
         (PYTORCH_ROCM, STRIX, AMD_HOST, "x", "fail", "has no kernels for AMD Radeon 8060S (gfx1151)"),
         (PYTORCH_ROCM, NO_GPU, AMD_HOST, "x", "fail", "device_count() == 0) although /dev/kfd is present"),
-        (THEROCK, NO_GPU, HostFacts(amd_gpu="gfx1151", kfd_present=True, kfd_accessible=False), "x", "fail", "/dev/kfd is present but this user cannot open it"),
+        (
+            THEROCK,
+            NO_GPU,
+            HostFacts(amd_gpu="gfx1151", kfd_present=True, kfd_accessible=False),
+            "x",
+            "fail",
+            "/dev/kfd is present but this user cannot open it",
+        ),
         (THEROCK, NO_GPU, HostFacts(), "x", "fail", "no /dev/kfd on this machine or in this container"),
-        (CU130, NO_GPU, AMD_HOST, "x", "fail", "the wrong wheel: torch 2.13.0+cu130 (cuda 13.0 build) is an NVIDIA build on an AMD machine"),
-        (CPU_WHEEL, NO_GPU, AMD_HOST, "x", "fail", "the wrong wheel: torch 2.13.0+cpu (cpu build) has no GPU support on an AMD machine"),
-        (CU130, NO_GPU, HostFacts(nvidia_driver="550.54", driver_cuda="12.4"), "n", "fail", "supports CUDA up to 12.4, older than the wheel's CUDA 13.0"),
+        (
+            CU130,
+            NO_GPU,
+            AMD_HOST,
+            "x",
+            "fail",
+            "the wrong wheel: torch 2.13.0+cu130 (cuda 13.0 build) is an NVIDIA build on an AMD machine",
+        ),
+        (
+            CPU_WHEEL,
+            NO_GPU,
+            AMD_HOST,
+            "x",
+            "fail",
+            "the wrong wheel: torch 2.13.0+cpu (cpu build) has no GPU support on an AMD machine",
+        ),
+        (
+            CU130,
+            NO_GPU,
+            HostFacts(nvidia_driver="550.54", driver_cuda="12.4"),
+            "n",
+            "fail",
+            "supports CUDA up to 12.4, older than the wheel's CUDA 13.0",
+        ),
         (CU130, NO_GPU, NVIDIA_HOST, "n", "fail", "sees no GPU although nvidia-smi answers"),
         (CU130, NO_GPU, HostFacts(), "n", "fail", "sees no GPU: the device is cpu on a track that expects cuda"),
         (CPU_WHEEL, NO_GPU, HostFacts(), "n", "fail", "needs a CUDA build of PyTorch"),
         (THEROCK, NO_GPU, HostFacts(), "n", "fail", "needs a CUDA build of PyTorch"),
         (TorchBuild("2.13.0", "mps"), NO_GPU, HostFacts(), "m", "fail", "sees no MPS device"),
-        (TorchBuild("2.13.0", "mps"), Devices("mps", 1, ["Apple M3"], "mps"), HostFacts(), "m", "ok", "torch 2.13.0 (mps build) · mps"),
+        (
+            TorchBuild("2.13.0", "mps"),
+            Devices("mps", 1, ["Apple M3"], "mps"),
+            HostFacts(),
+            "m",
+            "ok",
+            "torch 2.13.0 (mps build) · mps",
+        ),
         (TorchBuild(), NO_GPU, HostFacts(), "c", "fail", "PyTorch is not installed"),
-        (TorchBuild("2.13.0", "cuda", cuda="13.0", import_error="OSError: libcudart.so.13"), NO_GPU, HostFacts(), "n", "fail", "does not import: OSError"),
+        (
+            TorchBuild("2.13.0", "cuda", cuda="13.0", import_error="OSError: libcudart.so.13"),
+            NO_GPU,
+            HostFacts(),
+            "n",
+            "fail",
+            "does not import: OSError",
+        ),
     ],
 )
 def test_device_verdicts_for_machines_we_lack(build, devices, host, track, status, words):
@@ -133,7 +216,11 @@ def test_gfx1151_failures_point_at_amds_wheel():
 def test_gpu_device_nodes_decide_whether_torch_is_imported(tmp_path):
     from grpolab.environment.torch_build import gpu_nodes_present
 
-    assert not gpu_nodes_present("cuda", tmp_path) and not gpu_nodes_present("hip", tmp_path) and not gpu_nodes_present("cpu", tmp_path)
+    assert (
+        not gpu_nodes_present("cuda", tmp_path)
+        and not gpu_nodes_present("hip", tmp_path)
+        and not gpu_nodes_present("cpu", tmp_path)
+    )
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "kfd").write_text("")
     assert gpu_nodes_present("hip", tmp_path) and not gpu_nodes_present("cuda", tmp_path)

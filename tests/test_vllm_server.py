@@ -13,7 +13,10 @@ from grpolab.rollouts.vllm import wait_for_vllm_server
 def vllm_routes(version="0.30.0", weight_transfer=True, dev_mode=True):
     routes = {"/health": (200, {}), "/version": (200, {"version": version})}
     if dev_mode:
-        routes["/server_info"] = (200, {"vllm_config": {"weight_transfer_config": {"backend": "nccl"} if weight_transfer else None}})
+        routes["/server_info"] = (
+            200,
+            {"vllm_config": {"weight_transfer_config": {"backend": "nccl"} if weight_transfer else None}},
+        )
     return routes
 
 

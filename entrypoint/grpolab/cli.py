@@ -20,14 +20,23 @@ EXIT_CODES_HELP = "exit status: " + ", ".join(f"{code} {layer}" for layer, code 
 
 
 def add_settings_flags(parser: argparse.ArgumentParser, skip=("track",)) -> None:
-    group = parser.add_argument_group("lab settings (defaults: the lesson's, then the track's row in images/tracks.toml; "
-                                      "every value is checked against what it allows before anything loads)")
+    group = parser.add_argument_group(
+        "lab settings (defaults: the lesson's, then the track's row in images/tracks.toml; "
+        "every value is checked against what it allows before anything loads)"
+    )
     for f in fields(LabSettings):
         if f.name in skip:
             continue
-        # Text as typed: grpolab.settings.lab_settings converts and checks it with every other setting, so that a bad value
+        # Text as typed: grpolab.settings.lab_settings converts and checks it with every other setting, so that a bad
+        # value
         # is one line of one [input] message, not argparse's usage error.
-        group.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None, metavar=f.name.upper().split("_")[-1], help=setting_help(f.name))
+        group.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            dest=f.name,
+            default=None,
+            metavar=f.name.upper().split("_")[-1],
+            help=setting_help(f.name),
+        )
 
 
 def settings_from(args, smoke=False, kind=None):
@@ -62,13 +71,18 @@ def cmd_smoke(args) -> int:
     from .common.runlog import last_passing_smoke
     from .run.smoke import run_smoke
 
-    track, settings = settings_from(args, smoke=True, kind="smoke")  # the lesson's first-run sizes; flags given are honoured
+    track, settings = settings_from(
+        args, smoke=True, kind="smoke"
+    )  # the lesson's first-run sizes; flags given are honoured
     last = last_passing_smoke()
     if last is None:
         print("no smoke test has passed here before")
     else:
         changes = fingerprint_drift(last.get("fingerprint", {}), environment_fingerprint())
-        print(f"since the last passing smoke test ({last.get('finished_at')}): " + ("; ".join(changes) if changes else "nothing changed"))
+        print(
+            f"since the last passing smoke test ({last.get('finished_at')}): "
+            + ("; ".join(changes) if changes else "nothing changed")
+        )
     run_smoke(settings, track, expect_device=args.expect_device)
     print("smoke test passed: every layer answered")
     return 0
@@ -86,8 +100,12 @@ def cmd_estimate(args) -> int:
     from .memory.estimate import estimate_memory
 
     track, settings = settings_from(args)
-    estimate = estimate_memory(args.model_for_estimate or settings.model, settings, device_total_gb=args.device_memory_gb,
-                               activations="lesson" if args.lesson_arithmetic else "shape")
+    estimate = estimate_memory(
+        args.model_for_estimate or settings.model,
+        settings,
+        device_total_gb=args.device_memory_gb,
+        activations="lesson" if args.lesson_arithmetic else "shape",
+    )
     print(json.dumps(estimate.as_dict(), indent=2) if args.json else estimate.render())
     return 0
 
@@ -106,7 +124,10 @@ def cmd_tiny_model(args) -> int:
     if args.rebuild:
         rebuild_tiny_model(Path(args.out or "tiny-model-rebuilt"))
         return 0
-    print(f"tiny model: {verify_tiny_model()} (committed; model.safetensors sha256 {FIXTURE_SHA256['model.safetensors']}, checked)")
+    print(
+        f"tiny model: {verify_tiny_model()} (committed; model.safetensors sha256 "
+        f"{FIXTURE_SHA256['model.safetensors']}, checked)"
+    )
     return 0
 
 
@@ -119,9 +140,15 @@ def cmd_export(args) -> int:
         path = export_bundle(settings, out, engine=args.engine, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
     except OSError as error:  # the bundle's folder cannot be made or written: the runs/ layer's verdict, as for a run
         left = f"; remove what this attempt left in {out} first" if Path(out).exists() else ""
-        raise LayerFailure("runlog", f"could not write the {args.engine} bundle at {error.filename or out}: {error.strerror or error}",
-                           f"export into a folder you can write (--out DIR){left}") from error  # fmt: skip
-    print(f"{args.engine} bundle for {args.nodes} node(s) x {args.gpus_per_node} GPU(s): {path}\n  see {path}/README.md; launch with {path}/ray.sh head, then {path}/ray.sh submit")
+        raise LayerFailure(
+            "runlog",
+            f"could not write the {args.engine} bundle at {error.filename or out}: {error.strerror or error}",
+            f"export into a folder you can write (--out DIR){left}",
+        ) from error
+    print(
+        f"{args.engine} bundle for {args.nodes} node(s) x {args.gpus_per_node} GPU(s): {path}\n  see {path}/README.md; "
+        f"launch with {path}/ray.sh head, then {path}/ray.sh submit"
+    )
     return 0
 
 
@@ -129,7 +156,12 @@ def cmd_verl_result(args) -> int:
     from .export.verl_result import METRICS_FILE, VerlResultError, record_verl_run, summary
 
     try:
-        record = record_verl_run(args.bundle, args.metrics or args.bundle / METRICS_FILE, args.checkpoints, verl_exit_status=args.verl_exit_status)
+        record = record_verl_run(
+            args.bundle,
+            args.metrics or args.bundle / METRICS_FILE,
+            args.checkpoints,
+            verl_exit_status=args.verl_exit_status,
+        )
     except VerlResultError as error:  # not a bundle: nothing to record (the message says what to do)
         raise LayerFailure("input", str(error)) from None
     except OSError as error:  # the run log could not be written: the lab's own verdict for that
@@ -163,7 +195,9 @@ def cmd_serve(args) -> int:
         model = str(tiny_model_dir()) if settings.model == TINY_MODEL else settings.model  # not checked for a dry run
         print(display(serve_command(settings, model, args.host, args.port, args.gpu_memory_utilization, extra)))
         return 0
-    argv, env, version_line = prepare_server(settings, resolve_model_name(settings.model), args.host, args.port, args.gpu_memory_utilization, extra)
+    argv, env, version_line = prepare_server(
+        settings, resolve_model_name(settings.model), args.host, args.port, args.gpu_memory_utilization, extra
+    )
     print(f"vLLM server for TRL's server mode ({version_line}); the lab connects with "
           f"--rollout vllm-server --vllm-server-url http://HOST:{args.port}")
     print("$ " + (f"CUDA_VISIBLE_DEVICES={args.gpu} " if args.gpu is not None else "") + display(argv, env), flush=True)

@@ -6,7 +6,8 @@ the host's uv and pip caches set aside (and put back afterwards), the page cache
 images/setup-host.sh && . .venvs/host/bin/activate && invoke up` does on a machine without a registry: the host
 set-up, the stand-in base, the image (and of it, the hand-over to the Docker engine), `docker compose run lab`
 (the smoke test, then the lab); then, the page cache dropped again, `invoke up --rollout llamacpp`, the first run on
-the path whose image has llama.cpp compiled in (the track's image leaves it out). What it does not time: installing the Docker engine itself, which this machine
+the path whose image has llama.cpp compiled in (the track's image leaves it out). What it does not time: installing the
+Docker engine itself, which this machine
 already has (a fresh machine pays it once, before everything here).
 """
 
@@ -49,7 +50,9 @@ def set_aside(paths: tuple[Path, ...]):
             if path.exists():
                 aside = path.with_name(path.name + ".grpolab-cold-up")
                 if aside.exists():
-                    raise HostError(f"{aside} is left from an earlier --cold-up that did not finish: move it back to {path} first")
+                    raise HostError(
+                        f"{aside} is left from an earlier --cold-up that did not finish: move it back to {path} first"
+                    )
                 path.rename(aside)
                 moved.append((path, aside))
         yield
@@ -71,7 +74,7 @@ def forget_images(names: list[str]) -> None:
             continue
         bottom = image.attrs["RootFS"]["Layers"]
         built_on = [other for other in client.images.list(all=True)
-                    if other.id != image.id and other.attrs["RootFS"]["Layers"][:len(bottom)] == bottom]  # fmt: skip
+                    if other.id != image.id and other.attrs["RootFS"]["Layers"][:len(bottom)] == bottom]
         for other in sorted(built_on, key=lambda other: -len(other.attrs["RootFS"]["Layers"])):  # the top ones first
             say(f"removing {', '.join(other.tags) or other.short_id}, built on {name}")
             client.images.remove(other.id, force=True)
@@ -83,18 +86,27 @@ def _timed(cmd: list[str], cwd: Path) -> float:
     started = time.monotonic()
     status = subprocess.run(resolved(cmd), cwd=cwd).returncode
     if status != 0:
-        raise HostError(f"`{' '.join(cmd)}` exited {status} in the cold clone {cwd}: the first command fails there, see above")
+        raise HostError(
+            f"`{' '.join(cmd)}` exited {status} in the cold clone {cwd}: the first command fails there, see above"
+        )
     return time.monotonic() - started
 
 
 def cold_up_bench() -> Path:
     if not os.access(DROP_CACHES, os.W_OK):
-        raise HostError("--cold-up drops the page cache and removes track c's image and the stand-in base from the engine: run it as root")
+        raise HostError(
+            "--cold-up drops the page cache and removes track c's image and the stand-in base from the engine: run it "
+            "as root"
+        )
     track = get_track(TRACK)
     with tempfile.TemporaryDirectory(prefix="grpolab-cold-up-", dir=Path.home()) as tmp:
         clone = Path(tmp) / "clone"
         subprocess.run(resolved(["git", "clone", "--quiet", str(REPO), str(clone)]), check=True)
-        images = [image_name(track), image_for_rollout(track, "llamacpp", read_lock(track))[0], standin_name(host_arch())]
+        images = [
+            image_name(track),
+            image_for_rollout(track, "llamacpp", read_lock(track))[0],
+            standin_name(host_arch()),
+        ]
         say(f"removing {', '.join(images)} from the engine, for a cold start")
         forget_images(images)
         with set_aside(HOST_CACHES):
@@ -109,15 +121,21 @@ def cold_up_bench() -> Path:
                 lab_s = _timed(compose_command("run", "--rm", "-T", "lab"), clone)
                 total_s = time.monotonic() - started
                 # Then the learner's first llama.cpp run, with the page cache dropped again: `invoke up --rollout
-                # llamacpp` compiles llama.cpp into an image of its own and runs the smoke test and the lab on that path.
+                # llamacpp` compiles llama.cpp into an image of its own and runs the smoke test and the lab on that
+                # path.
                 drop_page_cache()
                 llama_started = time.monotonic()
                 llama = build(TRACK, base=base, repo=clone, rollout="llamacpp")
-                llama_lab_s = _timed(compose_command("run", "--rm", "-T", "lab", "lab", "--smoke", "always", "--rollout", "llamacpp"), clone)
+                llama_lab_s = _timed(
+                    compose_command("run", "--rm", "-T", "lab", "lab", "--smoke", "always", "--rollout", "llamacpp"),
+                    clone,
+                )
                 llama_total_s = time.monotonic() - llama_started
     record = {
-        "what": "the README's first command in a fresh clone, cold: no grpolab image and no stand-in base in the engine, buildah's "
-                "store and caches empty, the host's uv and pip caches aside, the page cache dropped; the Docker engine already installed",
+        "what": "the README's first command in a fresh clone, cold: no grpolab image and no stand-in base in the "
+                "engine, buildah's "
+        "store and caches empty, the host's uv and pip caches aside, the page cache dropped; the Docker engine already "
+        "installed",
         "command": "bash images/setup-host.sh && . .venvs/host/bin/activate && invoke up",
         "total_s": round(total_s, 1),
         "goal_s": GOAL_S,
@@ -131,8 +149,9 @@ def cold_up_bench() -> Path:
         "image": {"id": built.image_id, "bytes": built.size_bytes, "builder": built.builder},
         "not_included": "installing the Docker engine, Compose and buildah (setup-host.sh found them installed)",
         "then_llamacpp": {
-            "what": "right after, the page cache dropped again: the first run on llama.cpp's rollout path, which compiles "
-                    "llama.cpp into the image with it",
+            "what": "right after, the page cache dropped again: the first run on llama.cpp's rollout path, which "
+                    "compiles "
+            "llama.cpp into the image with it",
             "command": LLAMACPP_COMMAND,
             "total_s": round(llama_total_s, 1),
             "image_build_s": round(llama.seconds, 1),

@@ -30,7 +30,13 @@ from .record import write_result
 TINY = {"tiny": str(REPO / "entrypoint" / "tiny-model")}  # the committed tiny model: what most benchmarks run
 
 
-def _write(kind: str, record: dict, tracks: tuple[str, ...] = ("c",), models: dict[str, str | None] = TINY, case: str | None = None) -> Path:
+def _write(
+    kind: str,
+    record: dict,
+    tracks: tuple[str, ...] = ("c",),
+    models: dict[str, str | None] = TINY,
+    case: str | None = None,
+) -> Path:
     """One result, bench/<kind>[-<case>].json, with where it came from (hostlab.bench.record); said in full."""
     path = write_result(kind, record, tracks, models, case)
     say(path.read_text())
@@ -100,8 +106,15 @@ def stale_bench() -> Path:
     """The llama.cpp path's stale rollouts against refreshed ones: the default lab with `--rollout llamacpp`,
     never refreshed and refreshed every 10 steps, on 2 seeds: held-out pass@1, the largest policy lag and
     what a refresh costs, from each run's run-log line. One run at a time, so seconds per step are timings."""
-    cases = [(f"refresh every {every or 'never'}, seed {seed}", {"seed": seed, "rollout": "llamacpp", "llamacpp_refresh_every": every}, [])
-             for every in STALE_REFRESH_EVERY for seed in STALE_SEEDS]  # fmt: skip
+    cases = [
+        (
+            f"refresh every {every or 'never'}, seed {seed}",
+            {"seed": seed, "rollout": "llamacpp", "llamacpp_refresh_every": every},
+            [],
+        )
+        for every in STALE_REFRESH_EVERY
+        for seed in STALE_SEEDS
+    ]
     runs = _lab_runs(cases, at_once=1)
     return _write("lab-stale", {"track": "c", "where": f"{LAB_RUNS_WHERE}, one run at a time", "runs": runs})
 
@@ -123,7 +136,13 @@ def _lab_runs(cases: list[tuple[str, dict, list[str]]], at_once: int, track: str
             argv = lab_command("lab", track, {**options, "smoke": "never"}, extra)
             say(f"[{index + 1}/{len(cases)}] {name}: $ " + " ".join(argv))
             output = open(Path(tmp) / f"{index}.log", "w")  # closed with the folder
-            process = subprocess.Popen(argv, cwd=REPO, env={**lab_env(get_track(track)), "GRPOLAB_RUNS_DIR": str(runs_dir)}, stdout=output, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                argv,
+                cwd=REPO,
+                env={**lab_env(get_track(track)), "GRPOLAB_RUNS_DIR": str(runs_dir)},
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
             running.append((name, argv, runs_dir, process))
         runs += [_lab_run(*run) for run in running]
     return runs
@@ -135,16 +154,47 @@ def _lab_run(name: str, argv: list[str], runs_dir: Path, process) -> dict:
     line = json.loads(log.read_text().splitlines()[-1]) if log.exists() else {}
     say(f"{name}: exit {status}, pass@1 {line.get('pass_at_1_before')} -> {line.get('pass_at_1_after')}")
     rollout = line.get("rollout") or {}
-    return {"case": name, "command": " ".join(argv), "exit_status": status, **{key: line.get(key) for key in LEARNING_FIELDS},
-            **{key: line[key] for key in EXTRA_LAB_FIELDS if key in line},
-            **{key: rollout.get(key) for key in ROLLOUT_FIELDS + SYNC_FIELDS if key in rollout}}  # fmt: skip
+    return {
+        "case": name,
+        "command": " ".join(argv),
+        "exit_status": status,
+        **{key: line.get(key) for key in LEARNING_FIELDS},
+        **{key: line[key] for key in EXTRA_LAB_FIELDS if key in line},
+        **{key: rollout.get(key) for key in ROLLOUT_FIELDS + SYNC_FIELDS if key in rollout},
+    }
 
 
-LEARNING_FIELDS = ("status", "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "seconds_per_step", "wall_clock_s", "settings",
-                   "model_identity")  # which model: its weights' sha256 (grpolab.model.identity)
-ROLLOUT_FIELDS = ("engine", "stale", "max_lag_steps", "refreshes", "refresh_seconds_mean", "refresh_export_seconds_mean", "refresh_reload_seconds_mean", "initial_export_seconds")
-SYNC_FIELDS = ("vllm_version", "vllm_build", "vllm_cpu_kvcache_space_gib", "sync_checks", "sync_failures", "sync_max_logprob_diff",
-               "sync_min_stale_diff", "sync_probe_seconds_mean")
+LEARNING_FIELDS = (
+    "status",
+    "pass_at_1_before",
+    "pass_at_1_after",
+    "first_reward",
+    "last_reward",
+    "seconds_per_step",
+    "wall_clock_s",
+    "settings",
+    "model_identity",
+)  # which model: its weights' sha256 (grpolab.model.identity)
+ROLLOUT_FIELDS = (
+    "engine",
+    "stale",
+    "max_lag_steps",
+    "refreshes",
+    "refresh_seconds_mean",
+    "refresh_export_seconds_mean",
+    "refresh_reload_seconds_mean",
+    "initial_export_seconds",
+)
+SYNC_FIELDS = (
+    "vllm_version",
+    "vllm_build",
+    "vllm_cpu_kvcache_space_gib",
+    "sync_checks",
+    "sync_failures",
+    "sync_max_logprob_diff",
+    "sync_min_stale_diff",
+    "sync_probe_seconds_mean",
+)
 EXTRA_LAB_FIELDS = ("time_split_s_per_step", "peak_memory_gb_measured", "peak_memory_gb_predicted", "peak_memory_ratio")
 COLOCATE_PATHS = ("inprocess", "vllm-colocate")
 
@@ -157,8 +207,17 @@ def colocate_bench() -> Path:
     runs = _lab_runs(cases, at_once=1, track="cv")
     by_path = {run["case"]: run.get("seconds_per_step") for run in runs}
     ratio = by_path["vllm-colocate"] / by_path["inprocess"] if all(by_path.values()) else None
-    return _write("lab-colocate", tracks=("cv",), record={"track": "cv", "where": "host python, track cv's venv (.venvs/cv, else this interpreter), one run at a time",
-                                   "seconds_per_step": by_path, "colocate_over_inprocess": ratio and round(ratio, 3), "runs": runs})
+    return _write(
+        "lab-colocate",
+        tracks=("cv",),
+        record={
+            "track": "cv",
+            "where": "host python, track cv's venv (.venvs/cv, else this interpreter), one run at a time",
+            "seconds_per_step": by_path,
+            "colocate_over_inprocess": ratio and round(ratio, 3),
+            "runs": runs,
+        },
+    )
 
 
 # The lab against plain TRL (grpolab.bench.plain_trl) on the same model, data, rewards and settings: track c's lab at
@@ -191,24 +250,51 @@ def _versus_run(kind: str, extra: list[str], seed: int, runs_dir: Path) -> dict:
     """One variant's run; what it measured (plain TRL's JSON, or the lab's run-log line) and its wall clock."""
     options = {"max_steps": VERSUS_STEPS, "seed": seed}
     result = runs_dir / "plain-trl.json"
-    argv = lab_command("plain-trl", "c", {**options, "out": result}, extra, module="grpolab.bench") if kind == "plain" else lab_command("lab", "c", options, extra)
+    argv = (
+        lab_command("plain-trl", "c", {**options, "out": result}, extra, module="grpolab.bench")
+        if kind == "plain"
+        else lab_command("lab", "c", options, extra)
+    )
     runs_dir.mkdir(parents=True, exist_ok=True)
     env = {**lab_env(get_track("c")), "GRPOLAB_RUNS_DIR": str(runs_dir)}
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = {"command": " ".join(argv[1:]), "exit_status": proc.returncode, "wall_clock_s": round(time.monotonic() - started, 1)}
+    out = {
+        "command": " ".join(argv[1:]),
+        "exit_status": proc.returncode,
+        "wall_clock_s": round(time.monotonic() - started, 1),
+    }
     if kind == "plain":
-        return {**out, **(json.loads(result.read_text()) if result.exists() and not proc.returncode else {"error": proc.stdout[-2000:]})}
+        return {
+            **out,
+            **(
+                json.loads(result.read_text())
+                if result.exists() and not proc.returncode
+                else {"error": proc.stdout[-2000:]}
+            ),
+        }
     lines = read_runs(runs_dir / "runlog.jsonl")  # ended runs only: a run's start record has no figures
     lab = next((line for line in reversed(lines) if line.get("kind") == "lab"), None)
     if lab is None or proc.returncode:
         return {**out, "error": proc.stdout[-2000:]}
     smoke = next((line for line in lines if line.get("kind") == "smoke"), None)
-    return {**out, "steps": len(lab.get("steps") or []) * lab["settings"]["logging_steps"], "train_runtime_s": lab.get("train_runtime_s"),
-            "seconds_per_step": round(lab["train_runtime_s"] / VERSUS_STEPS, 4),
-            "recorder": {"seconds_per_step": lab.get("seconds_per_step"), "time_split_s_per_step": lab.get("time_split_s_per_step")},
-            "peak_memory_gb_measured": lab.get("peak_memory_gb_measured"), "peak_memory_gb_predicted": lab.get("peak_memory_gb_predicted"),
-            **({"smoke_wall_clock_s": smoke.get("wall_clock_s"), "smoke_seconds_per_step": smoke.get("seconds_per_step")} if smoke else {})}  # fmt: skip
+    return {
+        **out,
+        "steps": len(lab.get("steps") or []) * lab["settings"]["logging_steps"],
+        "train_runtime_s": lab.get("train_runtime_s"),
+        "seconds_per_step": round(lab["train_runtime_s"] / VERSUS_STEPS, 4),
+        "recorder": {
+            "seconds_per_step": lab.get("seconds_per_step"),
+            "time_split_s_per_step": lab.get("time_split_s_per_step"),
+        },
+        "peak_memory_gb_measured": lab.get("peak_memory_gb_measured"),
+        "peak_memory_gb_predicted": lab.get("peak_memory_gb_predicted"),
+        **(
+            {"smoke_wall_clock_s": smoke.get("wall_clock_s"), "smoke_seconds_per_step": smoke.get("seconds_per_step")}
+            if smoke
+            else {}
+        ),
+    }
 
 
 def versus_trl_bench(rounds: int = VERSUS_ROUNDS) -> Path:
@@ -220,23 +306,48 @@ def versus_trl_bench(rounds: int = VERSUS_ROUNDS) -> Path:
             for index, (name, (kind, extra)) in enumerate(VERSUS_VARIANTS.items()):
                 say(f"[round {round_index + 1}/{rounds}] {name}")
                 result = _versus_run(kind, extra, seed=0, runs_dir=Path(tmp) / f"{round_index}-{index}")
-                say(f"  {result.get('seconds_per_step', 'failed')} s/step" + (f": {result['error'][-400:]}" if "error" in result else ""))
+                say(
+                    f"  {result.get('seconds_per_step', 'failed')} s/step"
+                    + (f": {result['error'][-400:]}" if "error" in result else "")
+                )
                 runs[name].append(result)
-    median = {name: statistics.median(r["seconds_per_step"] for r in results if "seconds_per_step" in r) for name, results in runs.items()
-              if any("seconds_per_step" in r for r in results)}  # fmt: skip
-    costs = {what: {"s_per_step": round(median[a] - median[b], 4), "ratio": round(median[a] / median[b], 3), "variants": [a, b]}
-             for what, (a, b) in VERSUS_COSTS.items() if a in median and b in median}  # fmt: skip
+    median = {
+        name: statistics.median(r["seconds_per_step"] for r in results if "seconds_per_step" in r)
+        for name, results in runs.items()
+        if any("seconds_per_step" in r for r in results)
+    }
+    costs = {
+        what: {
+            "s_per_step": round(median[a] - median[b], 4),
+            "ratio": round(median[a] / median[b], 3),
+            "variants": [a, b],
+        }
+        for what, (a, b) in VERSUS_COSTS.items()
+        if a in median and b in median
+    }
     ratio = costs.get("the whole lab against plain TRL", {}).get("ratio")
     say(f"lab / plain TRL, seconds per step (median of {rounds}): {ratio}")
-    return _write("versus-trl", {
-        "track": "c", "steps": VERSUS_STEPS, "rounds": rounds, "where": f"{LAB_RUNS_WHERE}, variants interleaved, one at a time",
-        "basis": "seconds per step = transformers' train_runtime / steps (the lab's run-log train_runtime_s; plain TRL's TrainOutput)",
-        "median_seconds_per_step": {name: round(value, 4) for name, value in median.items()},
-        "lab_over_plain_trl": ratio, "goal": "lab / plain TRL <= 1.05 on CPU",
-        # The machine's load (1, 5, 15 min) around the runs: other jobs slow every variant alike, not their ratio.
-        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
-        "observer_costs": costs, "runs": runs,
-    })
+    return _write(
+        "versus-trl",
+        {
+            "track": "c",
+            "steps": VERSUS_STEPS,
+            "rounds": rounds,
+            "where": f"{LAB_RUNS_WHERE}, variants interleaved, one at a time",
+            "basis": "seconds per step = transformers' train_runtime / steps (the lab's run-log train_runtime_s; plain "
+                     "TRL's TrainOutput)",
+            "median_seconds_per_step": {name: round(value, 4) for name, value in median.items()},
+            "lab_over_plain_trl": ratio,
+            "goal": "lab / plain TRL <= 1.05 on CPU",
+            # The machine's load (1, 5, 15 min) around the runs: other jobs slow every variant alike, not their ratio.
+            "load_average": {
+                "before": [round(x, 2) for x in load_before],
+                "after": [round(x, 2) for x in os.getloadavg()],
+            },
+            "observer_costs": costs,
+            "runs": runs,
+        },
+    )
 
 
 MEMORY_CASES = ("tiny-track-c", "qwen3-0.6b-shape", "qwen3-1.7b-shape")
@@ -252,7 +363,11 @@ def _memory_case(case: str, in_container: bool) -> dict:
     say("$ " + " ".join(cmd))
     started = time.monotonic()
     proc = subprocess.run(resolved(cmd), cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
-    result = json.loads(Path(host_file).read_text()) if Path(host_file).exists() else {"case": case, "error": proc.stdout[-2000:]}
+    result = (
+        json.loads(Path(host_file).read_text())
+        if Path(host_file).exists()
+        else {"case": case, "error": proc.stdout[-2000:]}
+    )
     return {**result, "exit_status": proc.returncode, "seconds": round(time.monotonic() - started, 1)}
 
 
@@ -262,13 +377,26 @@ def memory_bench(cases: tuple[str, ...] = MEMORY_CASES) -> list[Path]:
     written = []
     for case in cases:
         r = _memory_case(case, in_container)
-        verdict = r.get("skipped") or (f"ratio {r['ratio_predicted_over_measured']}" if "ratio_predicted_over_measured" in r else "failed")
+        verdict = r.get("skipped") or (
+            f"ratio {r['ratio_predicted_over_measured']}" if "ratio_predicted_over_measured" in r else "failed"
+        )
         say(f"{r['case']}: {verdict}")
         if "skipped" in r:  # nothing measured: the last result of that case stands
             continue
         model = {"tiny": TINY["tiny"]} if r.get("model") == "tiny" else {case: None}  # the shape cases: random weights
-        written.append(_write("memory", {"track": "c", "where": "container (docker compose run)" if in_container else "host python",
-                                         "target": MEMORY_TARGET, **r}, models=model, case=f"c-{case}"))
+        written.append(
+            _write(
+                "memory",
+                {
+                    "track": "c",
+                    "where": "container (docker compose run)" if in_container else "host python",
+                    "target": MEMORY_TARGET,
+                    **r,
+                },
+                models=model,
+                case=f"c-{case}",
+            )
+        )
     return written
 
 
@@ -305,7 +433,11 @@ def build_bench() -> Path:
         "cold_build_handover_to_engine_seconds": round(cold.handover_s, 1),
         "builder": cold.builder,
         # Where the cold build's time went: uv's own account of downloading and compiling, and what it compiled.
-        "cold_build_uv": [line.split(" ", 2)[-1].strip() for line in cold.log_tail if re.search(r"Prepared \d+ packages? in|Built \S+==", line)],
+        "cold_build_uv": [
+            line.split(" ", 2)[-1].strip()
+            for line in cold.log_tail
+            if re.search(r"Prepared \d+ packages? in|Built \S+==", line)
+        ],
         "rebuild_after_entrypoint_change_seconds": round(warm.seconds, 1),
         "image_bytes": warm.size_bytes,
         "installed_packages_bytes": packages,

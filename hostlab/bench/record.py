@@ -31,8 +31,23 @@ BENCH_DIR = REPO / "bench"
 TINY_WEIGHTS = Path("entrypoint") / "tiny-model" / "model.safetensors"
 # CPU flags that change how fast a CPU run goes (torch's kernels pick their path by them); the rest are not recorded.
 # x86 names them in /proc/cpuinfo's `flags`, arm64 (track s's GB10) in its `Features`.
-SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",
-               "asimd", "asimddp", "sve", "sve2", "bf16", "i8mm")
+SPEED_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_vnni",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "asimddp",
+    "sve",
+    "sve2",
+    "bf16",
+    "i8mm",
+)
 PROVENANCE_KEYS = ("commit", "tree_dirty", "locks", "models", "machine")
 
 
@@ -44,7 +59,9 @@ def result_path(kind: str, case: str | None = None, bench_dir: Path = BENCH_DIR)
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(resolved(["git", *args]), cwd=repo, capture_output=True, text=True, check=True, timeout=60).stdout
+    return subprocess.run(
+        resolved(["git", *args]), cwd=repo, capture_output=True, text=True, check=True, timeout=60
+    ).stdout
 
 
 def machine() -> dict:
@@ -79,7 +96,11 @@ def provenance(tracks: tuple[str, ...], models: dict[str, str | None], repo: Pat
     return {
         "commit": _git(repo, "rev-parse", "HEAD").strip(),
         # Results and their page are what benchmarks write: a change there is not a change to what is measured.
-        "tree_dirty": bool(_git(repo, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench", ":!docs/benchmarks.md").strip()),
+        "tree_dirty": bool(
+            _git(
+                repo, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench", ":!docs/benchmarks.md"
+            ).strip()
+        ),
         "locks": locks,
         "models": {name: _weights_hash(folder) for name, folder in models.items()},
         "machine": machine(),
@@ -104,7 +125,13 @@ def stamped_from_git(path: Path, tracks: tuple[str, ...], models: tuple[str, ...
     weights = {}
     for name in models:
         if name == "tiny":
-            blob = subprocess.run(resolved(["git", "show", f"{commit}:{TINY_WEIGHTS}"]), cwd=repo, capture_output=True, check=True, timeout=60).stdout
+            blob = subprocess.run(
+                resolved(["git", "show", f"{commit}:{TINY_WEIGHTS}"]),
+                cwd=repo,
+                capture_output=True,
+                check=True,
+                timeout=60,
+            ).stdout
             weights[name] = hashlib.sha256(blob).hexdigest()
         else:
             weights[name] = _weights_hash(None)
@@ -113,7 +140,8 @@ def stamped_from_git(path: Path, tracks: tuple[str, ...], models: tuple[str, ...
         "tree_dirty": None,  # not known: the result may have been measured on changes that commit then took in
         "locks": locks,
         "models": weights,
-        "machine": "not recorded (measured before results recorded it; the result's own host fields, if any, are all that is known)",
+        "machine": "not recorded (measured before results recorded it; the result's own host fields, if any, are all "
+                   "that is known)",
         "recorded": f"after the fact, from git, on {datetime.now(timezone.utc).strftime('%Y-%m-%d')}",
     }
 
@@ -126,8 +154,15 @@ def missing_provenance(record: dict) -> list[str]:
     return [key for key in PROVENANCE_KEYS if key not in block or (key in ("commit", "machine") and not block[key])]
 
 
-def write_result(kind: str, record: dict, tracks: tuple[str, ...], models: dict[str, str | None], case: str | None = None,
-                 bench_dir: Path = BENCH_DIR, repo: Path = REPO) -> Path:
+def write_result(
+    kind: str,
+    record: dict,
+    tracks: tuple[str, ...],
+    models: dict[str, str | None],
+    case: str | None = None,
+    bench_dir: Path = BENCH_DIR,
+    repo: Path = REPO,
+) -> Path:
     """Write one result as bench/<kind>[-<case>].json (replacing the last of its kind and case), provenance included."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     record = {"kind": kind, **({"case": case} if case else {}), "when": stamp, **record,

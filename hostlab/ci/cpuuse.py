@@ -16,7 +16,9 @@ def cpu_ticks() -> tuple[int, int] | None:
     where there is no /proc/stat (not Linux)."""
     if not PROC_STAT.is_file():
         return None
-    ticks = [int(value) for value in PROC_STAT.read_text().splitlines()[0].split()[1:9]]  # user nice system idle iowait irq softirq steal
+    ticks = [
+        int(value) for value in PROC_STAT.read_text().splitlines()[0].split()[1:9]
+    ]  # user nice system idle iowait irq softirq steal
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
@@ -42,9 +44,12 @@ class CpuUse:
         if not self.parts:
             return "CPU: not measured (no /proc/stat here)"
         busy, had = sum(part[1] for part in self.parts), sum(part[2] for part in self.parts)
-        lines = [f"CPU ({os.cpu_count()} here): busy {_seconds(busy)} of {_seconds(had)} CPU-seconds ({100 * busy / had:.0f} %)"]
+        lines = [
+            f"CPU ({os.cpu_count()} here): busy {_seconds(busy)} of {_seconds(had)} CPU-seconds "
+            f"({100 * busy / had:.0f} %)"
+        ]
         lines += [f"  {name}: busy {_seconds(part_busy)} of {_seconds(part_had)} ({100 * part_busy / part_had:.0f} %)"
-                  for name, part_busy, part_had in self.parts if part_had > 0]  # fmt: skip
+                  for name, part_busy, part_had in self.parts if part_had > 0]
         return "\n".join(lines)
 
 

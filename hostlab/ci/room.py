@@ -35,7 +35,9 @@ def _output(cmd: list[str]) -> str:
 def storage_paths() -> list[Path]:
     """Where CI writes its bulk: the clone, uv's cache, buildah's store, the Docker engine's, buildah's cache mounts."""
     candidates = [REPO, Path(_output(["uv", "cache", "dir"]) or Path.home() / ".cache" / "uv")]
-    candidates.append(Path(_output(["buildah", "info", "--format", "{{.store.GraphRoot}}"]) or "/var/lib/containers/storage"))
+    candidates.append(
+        Path(_output(["buildah", "info", "--format", "{{.store.GraphRoot}}"]) or "/var/lib/containers/storage")
+    )
     candidates.append(Path(_output(["docker", "info", "--format", "{{.DockerRootDir}}"]) or "/var/lib/docker"))
     return [*candidates, buildah_cache_mounts()]
 
@@ -75,7 +77,9 @@ def _remove_leftovers() -> None:
     # here, on a machine 2.9 GiB short of the 40, they gave back 0.9 GiB with the engine's, and cost the next builds
     # 154 s for track c (cached after `invoke up`) and 232 s for its llama.cpp image, compiled again. They go with
     # buildah's store, later in the order.
-    _run_all(["docker", "container", "prune", "--force"], ["docker", "image", "prune", "--force"], ["buildah", "rm", "--all"])
+    _run_all(
+        ["docker", "container", "prune", "--force"], ["docker", "image", "prune", "--force"], ["buildah", "rm", "--all"]
+    )
 
 
 def _remove_engine_copies() -> None:
@@ -106,10 +110,20 @@ def _prune_uv_cache() -> None:
 # (every exited container and the engine's every untagged image; every build's cache mounts).
 CLEANUPS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("exited containers and the Docker engine's untagged images; buildah's working containers", _remove_leftovers),
-    ("the Docker engine's copies of the grpolab images (buildah keeps them; a build hands them over again, about a minute each)", _remove_engine_copies),
-    ("buildah's store: its layer cache and the stand-in base (the builds then start from nothing, minutes each)", _remove_buildah_store),
+    (
+        "the Docker engine's copies of the grpolab images (buildah keeps them; a build hands them over again, about a "
+        "minute each)",
+        _remove_engine_copies,
+    ),
+    (
+        "buildah's store: its layer cache and the stand-in base (the builds then start from nothing, minutes each)",
+        _remove_buildah_store,
+    ),
     ("uv's cache entries that nothing uses any more (uv cache prune)", _prune_uv_cache),
-    ("buildah's cache mounts, the images' own uv cache (the builds then download their wheels again)", _remove_buildah_cache_mounts),
+    (
+        "buildah's cache mounts, the images' own uv cache (the builds then download their wheels again)",
+        _remove_buildah_cache_mounts,
+    ),
 )
 
 
@@ -179,4 +193,4 @@ class DiskWatch:
 
     def summary(self) -> str:
         return (f"disk: {self.start_gib:.1f} GiB free at the start, {self.low_gib:.1f} GiB at the lowest "
-                f"({self.low_at_s:.0f} s in): this run used up to {self.start_gib - self.low_gib:.1f} GiB")  # fmt: skip
+                f"({self.low_at_s:.0f} s in): this run used up to {self.start_gib - self.low_gib:.1f} GiB")

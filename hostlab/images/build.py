@@ -34,14 +34,16 @@ CA_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 
 
 def runtime_build_args(track: Track, lock: Lock, lock_dir: Path = REPO / "lockfiles") -> dict[str, str]:
-    """RUNTIME_PACKAGES: the Debian pins (package=version, lockfiles/<track>.debian.txt's runtime group) of the libraries
+    """RUNTIME_PACKAGES: the Debian pins (package=version, lockfiles/<track>.debian.txt's runtime group) of the
+    libraries
     RUNTIME_LIBRARIES names for the lock's packages (empty for most); DEBIAN_SUITE: the suite the refusal names."""
     return {"RUNTIME_PACKAGES": pins_arg(track, lock, "runtime", lock_dir), "DEBIAN_SUITE": SUITE}
 
 
 def source_build_args(track: Track, lock: Lock, lock_dir: Path = REPO / "lockfiles") -> dict[str, str]:
     """Build args for the lock's source-only packages, which the Dockerfile's dependency stage leaves out and its
-    source-builds stage compiles for the image that has them (`invoke build --rollout llamacpp`): SOURCE_PACKAGES, BUILD_PACKAGES (the Debian pins of their compilers, package=version,
+    source-builds stage compiles for the image that has them (`invoke build --rollout llamacpp`): SOURCE_PACKAGES,
+    BUILD_PACKAGES (the Debian pins of their compilers, package=version,
     lockfiles/<track>.debian.txt's build group), BUILD_CONFIG_SETTINGS (pip options: every package's settings go to each
     compile, harmless while there is one), IMPORT_CHECK, KEEP_SDISTS; all empty when the lock has none. The build tools
     themselves come from lockfiles/<track>.build.txt, in the build context as build.txt (stage_context)."""
@@ -49,7 +51,9 @@ def source_build_args(track: Track, lock: Lock, lock_dir: Path = REPO / "lockfil
     return {
         "SOURCE_PACKAGES": " ".join(builds),
         "BUILD_PACKAGES": pins_arg(track, lock, "build", lock_dir),
-        "BUILD_CONFIG_SETTINGS": " ".join(f"--config-settings={setting}" for b in builds.values() for setting in b.config_settings),
+        "BUILD_CONFIG_SETTINGS": " ".join(
+            f"--config-settings={setting}" for b in builds.values() for setting in b.config_settings
+        ),
         "IMPORT_CHECK": " ".join(b.module for b in builds.values() if b.module),
         "KEEP_SDISTS": " ".join(name for name, b in builds.items() if b.keep_sdist),
         "DEBIAN_SUITE": SUITE,
@@ -98,7 +102,11 @@ class BuildResult:
             f"image id {self.image_id[:19]}, lock sha256 {self.lock_sha256[:16]}..., base {self.base}"
             + (f" @ {self.base_digest}" if self.base_digest else "")
             + (f", with {self.builder}" if self.builder else "")
-            + (f"; {self.handover_s:.0f} s of it handing the image to the Docker engine" if self.handover_s >= 1 else "")
+            + (
+                f"; {self.handover_s:.0f} s of it handing the image to the Docker engine"
+                if self.handover_s >= 1
+                else ""
+            )
         )
 
 
@@ -224,11 +232,16 @@ def stage_context(track: Track, repo: Path, into: Path) -> Path:
 def code_files(repo: Path, folder: str) -> list[str]:
     """The files under `folder` that git tracks or would track (not ignored), deleted ones left out."""
     out = subprocess.run(
-        resolved(["git", "-C", str(repo), "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", folder]),
-        capture_output=True, text=True,
-    )  # fmt: skip
+        resolved(
+            ["git", "-C", str(repo), "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", folder]
+        ),
+        capture_output=True,
+        text=True,
+    )
     if out.returncode != 0:
-        raise HostError(f"cannot list the code to build from git in {repo}: {out.stderr.strip()} (build from a git clone)")
+        raise HostError(
+            f"cannot list the code to build from git in {repo}: {out.stderr.strip()} (build from a git clone)"
+        )
     return sorted({name for name in out.stdout.split("\0") if name and (repo / name).is_file()})
 
 
@@ -243,7 +256,9 @@ def staged_context(track: Track, repo: Path) -> Iterator[Path]:
 
 def git_revision(repo: Path) -> str:
     out = subprocess.run(
-        resolved(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=40"]), capture_output=True, text=True
+        resolved(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=40"]),
+        capture_output=True,
+        text=True,
     )
     return out.stdout.strip() or "unknown"
 
@@ -286,11 +301,26 @@ def check_buildable(track: Track, lock_dir: Path, pyproject: Path, skip_host_che
 
 
 def build_command(
-    cli: engine.BuildCli, track: Track, repo: Path, image: str, args: dict[str, str], ca: Path | None, target: str = "lab"
+    cli: engine.BuildCli,
+    track: Track,
+    repo: Path,
+    image: str,
+    args: dict[str, str],
+    ca: Path | None,
+    target: str = "lab",
 ) -> list[str]:
     """The engine's build command line, less the context folder (staged at the last moment)."""
     cmd = list(cli.argv)
-    cmd += ["--file", str(repo / "images" / "Dockerfile"), "--target", target, "--tag", image, "--platform", track.platform]
+    cmd += [
+        "--file",
+        str(repo / "images" / "Dockerfile"),
+        "--target",
+        target,
+        "--tag",
+        image,
+        "--platform",
+        track.platform,
+    ]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
     if ca:
@@ -332,12 +362,16 @@ def run_two_stage_build(
     dockerfile = repo / "images" / "Dockerfile"
     with staged_context(track, repo) as context:
         stage_args = builder_stage_args(builder, args, base_id)
-        deps_id, deps_ref, tail = build_target(builder, track, dockerfile, context, "deps", epochs["deps"], stage_args, ca)
+        deps_id, deps_ref, tail = build_target(
+            builder, track, dockerfile, context, "deps", epochs["deps"], stage_args, ca
+        )
         lab_tag = image_name(track) if with_source_builds else image
         lab_id, lab_ref, lab_tail = build_target(builder, track, dockerfile, context, "lab", epochs["lab"],
-                                                 {**stage_args, "DEPS": deps_ref}, ca, lab_tag)  # fmt: skip
+                                                 {**stage_args, "DEPS": deps_ref}, ca, lab_tag)
         if with_source_builds:
-            lab_id, more_tail = add_source_builds(builder, track, dockerfile, context, stage_args, lab_ref, image, epochs, ca)
+            lab_id, more_tail = add_source_builds(
+                builder, track, dockerfile, context, stage_args, lab_ref, image, epochs, ca
+            )
             lab_tail += more_tail
     handover_s = 0.0
     if not builder.loads_into_engine:
@@ -364,10 +398,14 @@ def add_source_builds(
     cache outlives code changes), then the lab image `lab_ref` with them added (the code's time), as `image`: its id
     and the log's last lines."""
     compiling = " ".join(args["SOURCE_PACKAGES"].split())
-    say(f"compiling {compiling} from the lock's sdist, once: later builds of this lock take it from the builder's cache")
+    say(
+        f"compiling {compiling} from the lock's sdist, once: later builds of this lock take it from the builder's cache"
+    )
     _, compiled_ref, tail = build_target(builder, track, dockerfile, context, "source-builds", epochs["deps"], args, ca)
     final_args = {**args, "LAB": lab_ref, "SOURCE_BUILDS": compiled_ref}
-    final_id, _, final_tail = build_target(builder, track, dockerfile, context, "with-source-builds", epochs["lab"], final_args, ca, image)
+    final_id, _, final_tail = build_target(
+        builder, track, dockerfile, context, "with-source-builds", epochs["lab"], final_args, ca, image
+    )
     return final_id, tail + final_tail
 
 
@@ -434,12 +472,19 @@ def build(
         tail, deps_id, deps_layers, handover_s = made.tail, made.deps_image_id, made.deps_layers, made.handover_s
     else:
         warn(
-            f"building with the Docker engine's own builder ({builder.describe()}): the image works the same, but its id "
-            f"will differ build to build (the engine stamps the clock into it). For same commit, same image: {BUILDAH_HINT}"
+            f"building with the Docker engine's own builder ({builder.describe()}): the image works the same, but its "
+            "id "
+            "will differ build to build (the engine stamps the clock into it). For same commit, same image: "
+            f"{BUILDAH_HINT}"
         )
         cli = engine.build_cli()
         target = "with-source-builds" if with_source_builds else "lab"
-        tail = run_build(cli, track, repo, build_command(cli, track, repo, image, {**args, "SOURCE_DATE_EPOCH": str(epochs["lab"])}, ca, target))
+        tail = run_build(
+            cli,
+            track,
+            repo,
+            build_command(cli, track, repo, image, {**args, "SOURCE_DATE_EPOCH": str(epochs["lab"])}, ca, target),
+        )
         deps_id, deps_layers, handover_s = "", [], 0.0
     built = engine.image_or_none(image)
     result = BuildResult(
@@ -465,7 +510,10 @@ def build(
         enforce(track, result, repo)
     if write_env:
         digests = built.attrs.get("RepoDigests") or []
-        env_path = write_env_file(compose_env(track, image, ca, repo, image_id=built.id, repo_digest=digests[0] if digests else ""), repo / ".env")
+        env_path = write_env_file(
+            compose_env(track, image, ca, repo, image_id=built.id, repo_digest=digests[0] if digests else ""),
+            repo / ".env",
+        )
         (repo / "runs").mkdir(exist_ok=True)  # made by us, so owned by the host user, before Docker would
         say(f"recorded track {track.name} in {env_path.name}: `docker compose run lab` now runs this image")
     return result

@@ -19,7 +19,18 @@ from ..locks.resolve import runs_lab, uses_vllm
 
 ENV_FILE = REPO / ".env"
 # The keys `invoke build` owns in .env; other lines (say a user's HF_TOKEN) are kept as they are.
-OWNED = ("COMPOSE_FILE", "LAB_IMAGE", "LAB_IMAGE_NAME", "LAB_IMAGE_REPO_DIGEST", "LAB_TRACK", "LAB_UID", "LAB_GID", "VIDEO_GID", "RENDER_GID", "LAB_CA_BUNDLE")
+OWNED = (
+    "COMPOSE_FILE",
+    "LAB_IMAGE",
+    "LAB_IMAGE_NAME",
+    "LAB_IMAGE_REPO_DIGEST",
+    "LAB_TRACK",
+    "LAB_UID",
+    "LAB_GID",
+    "VIDEO_GID",
+    "RENDER_GID",
+    "LAB_CA_BUNDLE",
+)
 
 
 def serves_vllm(track: Track) -> bool:

@@ -48,7 +48,7 @@ class _Hashing:
 
 def _entry(member: tarfile.TarInfo, layer: tarfile.TarFile) -> Entry:
     kind = ("file" if member.isreg() else "dir" if member.isdir() else "symlink" if member.issym()
-            else "hardlink" if member.islnk() else "other")  # fmt: skip
+            else "hardlink" if member.islnk() else "other")
     digest = ""
     if member.isreg():
         h, f = hashlib.sha256(), layer.extractfile(member)
@@ -62,7 +62,9 @@ def _save(image: str) -> subprocess.Popen:
     return subprocess.Popen(resolved(["docker", "save", image]), stdout=subprocess.PIPE)
 
 
-def layer_contents(image: str, wanted: set[str], keep: dict[str, set[str]] | None = None, into: Path | None = None) -> dict[str, dict[str, Entry]]:
+def layer_contents(
+    image: str, wanted: set[str], keep: dict[str, set[str]] | None = None, into: Path | None = None
+) -> dict[str, dict[str, Entry]]:
     """{diff id: {path: Entry}} for the image's layers in `wanted`. With `keep` ({diff id: paths}) and `into`, those
     files are also written to into/<diff id>/<path>."""
     found: dict[str, dict[str, Entry]] = {}
@@ -77,10 +79,23 @@ def layer_contents(image: str, wanted: set[str], keep: dict[str, set[str]] | Non
             with tarfile.open(fileobj=stream, mode="r|") as layer:
                 for inner in layer:
                     path = inner.name.removeprefix("./")
-                    if keep is not None and inner.isreg() and inner.size <= EXPLAINED_MAX_BYTES and any(path in k for k in keep.values()):
+                    if (
+                        keep is not None
+                        and inner.isreg()
+                        and inner.size <= EXPLAINED_MAX_BYTES
+                        and any(path in k for k in keep.values())
+                    ):
                         data = layer.extractfile(inner).read()
                         kept[path] = data
-                        entries[path] = Entry("file", inner.mode, (inner.uid, inner.gid), inner.size, int(inner.mtime), "", hashlib.sha256(data).hexdigest())
+                        entries[path] = Entry(
+                            "file",
+                            inner.mode,
+                            (inner.uid, inner.gid),
+                            inner.size,
+                            int(inner.mtime),
+                            "",
+                            hashlib.sha256(data).hexdigest(),
+                        )
                     else:
                         entries[path] = _entry(inner, layer)
             while stream.read(1 << 20):  # the tar's end padding is part of the digest
@@ -136,7 +151,11 @@ def explain(first: str, second: str, first_layers: list[str], second_layers: lis
             lines.append(f"  /{path}: {describe(mine.get(path), theirs.get(path))}")
         if len(differing) > shown:
             lines.append(f"  ... and {len(differing) - shown} more")
-        content_differs += [(a, b, p) for p in differing if mine.get(p) and theirs.get(p) and mine[p].sha256 != theirs[p].sha256 and mine[p].kind == "file"]
+        content_differs += [
+            (a, b, p)
+            for p in differing
+            if mine.get(p) and theirs.get(p) and mine[p].sha256 != theirs[p].sha256 and mine[p].kind == "file"
+        ]
     if content_differs:
         lines += _explain_contents(first, second, content_differs[:EXPLAINED_FILES])
     return lines
@@ -146,8 +165,18 @@ def _explain_contents(first: str, second: str, files: list[tuple[str, str, str]]
     lines = []
     with tempfile.TemporaryDirectory(prefix="grpolab-imagediff-") as tmp:
         root = Path(tmp)
-        layer_contents(first, {a for a, _, _ in files}, {a: {p for x, _, p in files if x == a} for a, _, _ in files}, root / "first")
-        layer_contents(second, {b for _, b, _ in files}, {b: {p for _, y, p in files if y == b} for _, b, _ in files}, root / "second")
+        layer_contents(
+            first,
+            {a for a, _, _ in files},
+            {a: {p for x, _, p in files if x == a} for a, _, _ in files},
+            root / "first",
+        )
+        layer_contents(
+            second,
+            {b for _, b, _ in files},
+            {b: {p for _, y, p in files if y == b} for _, b, _ in files},
+            root / "second",
+        )
         diffoscope = shutil.which("diffoscope")
         for a, b, path in files:
             one = root / "first" / a.removeprefix("sha256:")[:12] / path
@@ -156,12 +185,15 @@ def _explain_contents(first: str, second: str, files: list[tuple[str, str, str]]
                 continue
             if diffoscope:
                 out = subprocess.run([diffoscope, "--text", "-", "--max-report-size", "20000", str(one), str(two)],
-                                     capture_output=True, text=True, timeout=300)  # fmt: skip
+                                     capture_output=True, text=True, timeout=300)
                 lines.append(f"diffoscope /{path}:")
                 lines += ["  " + line for line in out.stdout.splitlines()[:40]]
             else:
                 x, y = one.read_bytes(), two.read_bytes()
                 at = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
-                lines.append(f"/{path}: first differing byte at offset {at} ({x[at:at + 16].hex()} vs {y[at:at + 16].hex()}); "
-                             "diffoscope (`pip install diffoscope`) says what the bytes are")  # fmt: skip
+                lines.append(
+                    f"/{path}: first differing byte at offset {at} ({x[at : at + 16].hex()} vs "
+                    f"{y[at : at + 16].hex()}); "
+                    "diffoscope (`pip install diffoscope`) says what the bytes are"
+                )
     return lines

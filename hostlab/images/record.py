@@ -68,7 +68,9 @@ def compare_with_record(track: Track, result, repo: Path = REPO) -> tuple[str, l
     if record is None:
         return "none", [f"no {name} yet: `invoke build.reproducible --track {track.name} --record` makes it"]
     if not result.deps_image_id:
-        return "none", [f"this build's builder ({result.builder}) does not set its times from git: nothing to compare with {name}"]
+        return "none", [
+            f"this build's builder ({result.builder}) does not set its times from git: nothing to compare with {name}"
+        ]
     if record["base"]["id"] != result.base_id and record["base"]["name"] == result.base:
         return "stale", [
             f"{name} was recorded on {result.base} as it was then ({record['base']['id'][:19]}); it is now "
@@ -77,7 +79,8 @@ def compare_with_record(track: Track, result, repo: Path = REPO) -> tuple[str, l
         ]
     if record["base"]["id"] != result.base_id:
         return "other base", [
-            f"{name} was recorded on the base {record['base']['name']} ({record['base']['id'][:19]}), this build ran on "
+            f"{name} was recorded on the base {record['base']['name']} ({record['base']['id'][:19]}), this build ran "
+            "on "
             f"{result.base} ({result.base_id[:19]}): nothing to compare. `invoke base` and `invoke build --track "
             f"{track.name} --base {record['base']['name']}` compare with it."
         ]
@@ -85,12 +88,16 @@ def compare_with_record(track: Track, result, repo: Path = REPO) -> tuple[str, l
     changed = sorted(p for p in set(now) | set(record["inputs"]) if now.get(p) != record["inputs"].get(p))
     if changed:
         return "stale", [
-            f"{name} was recorded for other inputs ({', '.join(changed)} changed since): record what they give now with "
+            f"{name} was recorded for other inputs ({', '.join(changed)} changed since): record what they give now "
+            "with "
             f"`invoke build.reproducible --track {track.name} --record`"
         ]
     if result.deps_image_id == record["deps_image_id"]:
         return "same", [f"dependency image {result.deps_image_id[:19]}: the same as {name} records (byte for byte)"]
-    lines = [f"dependency image {result.deps_image_id[:19]} differs from {name}'s {record['deps_image_id'][:19]} (same inputs)"]
+    lines = [
+        f"dependency image {result.deps_image_id[:19]} differs from {name}'s {record['deps_image_id'][:19]} (same "
+        "inputs)"
+    ]
     for index, (mine, theirs) in enumerate(zip(result.deps_layers, record["deps_layers"])):
         if mine != theirs:
             lines.append(f"  first differing layer: #{index} ({mine[:19]} here, {theirs[:19]} recorded)")

@@ -1,6 +1,7 @@
 """`invoke build.reproducible --track T`: build twice from nothing and compare, byte for byte.
 
-With buildah, each build runs in a store of its own, empty at first (no image, no cached layer, no cache mount: uv downloads
+With buildah, each build runs in a store of its own, empty at first (no image, no cached layer, no cache mount: uv
+downloads
 the lock again), removed afterwards, so the everyday store and its cache are left as they were; the stand-in base is
 made again before each of the two when the build is on it. With buildx, the engine's build cache is emptied before
 each (`docker buildx prune --all`). The two images' ids
@@ -32,8 +33,15 @@ from .record import compare_with_record, record_path, write_record
 from .standin import build_standin, standin_name
 
 
-def check_reproducible(track_name: str | None, base: str | None = None, ca_bundle: str | None = None, record: bool = False,
-                       repo: Path = REPO, rollout: str | None = None, out: Path | None = None) -> dict:  # fmt: skip
+def check_reproducible(
+    track_name: str | None,
+    base: str | None = None,
+    ca_bundle: str | None = None,
+    record: bool = False,
+    repo: Path = REPO,
+    rollout: str | None = None,
+    out: Path | None = None,
+) -> dict:
     """Two cold builds of the track's image (for `rollout`: the one with llama.cpp compiled in for llamacpp), compared;
     the verdict, also written to `out` (default runs/reproducible-<image>.json), never to a tracked file."""
     track = resolve_track(track_name)
@@ -57,10 +65,10 @@ def check_reproducible(track_name: str | None, base: str | None = None, ca_bundl
         # A store of the build's own (buildah), or the engine's build cache emptied (buildx): as a fresh machine has it.
         with builder.from_nothing(Path(os.environ.get("TMPDIR", "/var/tmp")) / f"grpolab-check-{track.name}-{attempt}"):
             result = build(track.name, base=base, ca_bundle=ca_bundle, repo=repo, tag=tag, write_env=False,
-                           builder=builder, compare_record=False, rollout=rollout)  # fmt: skip
+                           builder=builder, compare_record=False, rollout=rollout)
         builds.append(result)
         seconds.append({"build_s": round(result.seconds, 1), "total_s": round(time.monotonic() - started, 1),
-                        **({"standin_base_s": base_seconds} if base_seconds is not None else {})})  # fmt: skip
+                        **({"standin_base_s": base_seconds} if base_seconds is not None else {})})
     first, second = (f"grpolab-check:{track.name}-{n}" for n in (1, 2))
     layers = [engine_layers(first), engine_layers(second)]
     same = builds[0].image_id == builds[1].image_id and layers[0] == layers[1]
@@ -79,7 +87,10 @@ def check_reproducible(track_name: str | None, base: str | None = None, ca_bundl
         "differences": lines,
     }
     if same:
-        say(f"SAME: both builds of track {track.name} are image {builds[0].image_id} ({len(layers[0])} layers, each the same)")
+        say(
+            f"SAME: both builds of track {track.name} are image {builds[0].image_id} ({len(layers[0])} layers, each "
+            "the same)"
+        )
     else:
         warn(f"DIFFERENT: track {track.name}'s two builds are {builds[0].image_id[:19]} and {builds[1].image_id[:19]}")
         for line in lines:
@@ -87,8 +98,11 @@ def check_reproducible(track_name: str | None, base: str | None = None, ca_bundl
     if same and builds[0].deps_image_id == builds[1].deps_image_id:
         if record:
             path = write_record(track, builds[1], {"builds": 2, "from_nothing": True, "same": True,
-                                                   "image_id": builds[1].image_id, "seconds": seconds}, repo)  # fmt: skip
-            say(f"recorded in {path.relative_to(repo)}: every build of these inputs on this base must give dependency image {builds[1].deps_image_id[:19]}")
+                                                   "image_id": builds[1].image_id, "seconds": seconds}, repo)
+            say(
+                f"recorded in {path.relative_to(repo)}: every build of these inputs on this base must give dependency "
+                f"image {builds[1].deps_image_id[:19]}"
+            )
         else:
             verdict["record"] = compare_with_record(track, builds[1], repo)[0]
     elif record:

@@ -53,10 +53,12 @@ def source_wheels(track_name: str, into: Path, base: str | None = None, repo: Pa
     ca = ca_bundle_path()  # the environment's certificate setting, as `invoke build` takes it (a secret: in no layer)
     epoch = commit_time(repo, deps_inputs(track))
     say(f"compiling {', '.join(builds)} as track {track.name}'s image does (its source-builds stage; buildah's cache "
-        "keeps it, so `invoke build --rollout llamacpp` and later runs take it from there)")  # fmt: skip
+        "keeps it, so `invoke build --rollout llamacpp` and later runs take it from there)")
     with staged_context(track, repo) as context:
         stage_args = builder_stage_args(builder, args, engine.image_or_none(base_image).id)
-        _, compiled, _ = build_target(builder, track, repo / "images" / "Dockerfile", context, "source-builds", epoch, stage_args, ca)
+        _, compiled, _ = build_target(
+            builder, track, repo / "images" / "Dockerfile", context, "source-builds", epoch, stage_args, ca
+        )
     written = copy_out(compiled, ("wheels", "sdist"), into)
     say(f"{len(written)} file(s) in {into} after {time.monotonic() - started:.0f} s: "
         + ", ".join(str(path.relative_to(into)) for path in written))
@@ -88,8 +90,13 @@ def copy_out(image: str, folders: tuple[str, ...], into: Path) -> list[Path]:
 
 def run_tar(container: str, folders: tuple[str, ...]) -> bytes:
     """`folders` of the container, as a tar stream (bytes: run_buildah reads text)."""
-    out = subprocess.run(resolved(["buildah", "run", "--network", "none", container, "--", "tar", "-C", "/", "-cf", "-", *folders]),
-                         capture_output=True)  # fmt: skip
+    out = subprocess.run(
+        resolved(["buildah", "run", "--network", "none", container, "--", "tar", "-C", "/", "-cf", "-", *folders]),
+        capture_output=True,
+    )
     if out.returncode != 0:
-        raise HostError(f"copying {', '.join(folders)} out of the compile's image failed: {out.stderr.decode(errors='replace').strip()[-800:]}")
+        raise HostError(
+            f"copying {', '.join(folders)} out of the compile's image failed: "
+            f"{out.stderr.decode(errors='replace').strip()[-800:]}"
+        )
     return out.stdout

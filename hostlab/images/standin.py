@@ -52,7 +52,9 @@ PACKAGES = ["python3", "python3-venv", "ca-certificates"]
 # The stand-ins whose pins are committed and that plain `invoke lock` resolves again: CI's. Another arch's pins are made
 # with `invoke lock.base --arch ARCH` (arm64's under QEMU, as its stand-in is) and kept up from then on.
 PINNED_ARCHES = ("amd64",)
-RESOLVING_VARIANT = "minbase"  # what `invoke lock` makes to read the package set from (debootstrap's minbase, plus PACKAGES)
+RESOLVING_VARIANT = (
+    "minbase"  # what `invoke lock` makes to read the package set from (debootstrap's minbase, plus PACKAGES)
+)
 FIXED_FILE_HOOKS = ('printf "" > "$1/etc/resolv.conf"', 'echo localhost > "$1/etc/hostname"')
 LOST_VERSION = re.compile(r"E: Version '([^']+)' for '([^']+)' was not found")  # apt's words, inside mmdebstrap
 GONE_PACKAGE = re.compile(r"E: Unable to locate package (\S+)")
@@ -72,7 +74,9 @@ def image_exists(name: str) -> bool:
 
 
 def image_id(name: str) -> str:
-    out = subprocess.run(resolved(["docker", "image", "inspect", "--format", "{{.Id}}", name]), capture_output=True, text=True)
+    out = subprocess.run(
+        resolved(["docker", "image", "inspect", "--format", "{{.Id}}", name]), capture_output=True, text=True
+    )
     return out.stdout.strip()
 
 
@@ -100,7 +104,9 @@ def mmdebstrap_env(epoch: int | None) -> dict[str, str]:
     return {**kept, "TMPDIR": "/tmp", **({"SOURCE_DATE_EPOCH": str(epoch)} if epoch is not None else {})}
 
 
-def mmdebstrap(arch: str, variant: str, include: list[str], target: Path, epoch: int | None, redo: str, hooks: tuple[str, ...] = ()) -> None:
+def mmdebstrap(
+    arch: str, variant: str, include: list[str], target: Path, epoch: int | None, redo: str, hooks: tuple[str, ...] = ()
+) -> None:
     """Make a rootfs tar with mmdebstrap; a pinned version the archive lost is one line naming it."""
     cmd = ["mmdebstrap", f"--variant={variant}", f"--architectures={arch}", f"--include={','.join(include)}"]
     cmd += [f"--customize-hook={hook}" for hook in FIXED_FILE_HOOKS + hooks] + [SUITE, str(target), MIRROR]
@@ -109,15 +115,22 @@ def mmdebstrap(arch: str, variant: str, include: list[str], target: Path, epoch:
     # one) apt downloaded as root instead, two of its folders came out owned by root, and the base had another id.
     env = mmdebstrap_env(epoch)
     # The pins are a hundred words: echoed as their count, so that the command stays readable.
-    shown = [f"--include=<{len(include)} pins>" if part.startswith("--include=") and len(include) > 10 else part for part in cmd]
-    status, tail = stream(cmd, env=env, shown=(f"SOURCE_DATE_EPOCH={epoch} " if epoch is not None else "") + shlex.join(shown))
+    shown = [
+        f"--include=<{len(include)} pins>" if part.startswith("--include=") and len(include) > 10 else part
+        for part in cmd
+    ]
+    status, tail = stream(
+        cmd, env=env, shown=(f"SOURCE_DATE_EPOCH={epoch} " if epoch is not None else "") + shlex.join(shown)
+    )
     if status != 0:
         text = "\n".join(tail)
         lost, gone = LOST_VERSION.search(text), GONE_PACKAGE.search(text)
         if lost:
             raise HostError(refusal(lost[2], lost[1], redo))
         if gone and any(pin.startswith(gone[1] + "=") for pin in include):
-            raise HostError(refusal(gone[1], next(pin for pin in include if pin.startswith(gone[1] + "=")).split("=", 1)[1], redo))
+            raise HostError(
+                refusal(gone[1], next(pin for pin in include if pin.startswith(gone[1] + "=")).split("=", 1)[1], redo)
+            )
         raise HostError(f"mmdebstrap could not make the {arch} stand-in base:\n" + "\n".join(tail[-15:]))
 
 
@@ -135,7 +148,11 @@ def installed_packages(rootfs_tar: Path) -> dict[str, str]:
 
 def base_epoch(arch: str, lock_dir: Path = LOCK_DIR) -> int:
     """The time of the last commit that changed the stand-in's pins or this module: its SOURCE_DATE_EPOCH."""
-    paths = [str(p.relative_to(REPO)) for p in (base_lock_path(arch, lock_dir), Path(__file__)) if p.resolve().is_relative_to(REPO)]
+    paths = [
+        str(p.relative_to(REPO))
+        for p in (base_lock_path(arch, lock_dir), Path(__file__))
+        if p.resolve().is_relative_to(REPO)
+    ]
     return commit_time(REPO, paths)
 
 
@@ -145,7 +162,8 @@ def make_base_lock(arch: str | None = None, lock_dir: Path = LOCK_DIR) -> Path:
     check_can_make(arch)
     with tempfile.TemporaryDirectory(prefix=f"grpolab-base-lock-{arch}-") as tmp:
         rootfs, release = Path(tmp) / "rootfs.tar", Path(tmp) / "release"
-        hook = f"sed -n 's/^\\(Origin\\|Version\\|Codename\\|Date\\): /\\1 /p' \"$1\"/var/lib/apt/lists/*_InRelease > {release}"
+        hook = ("sed -n 's/^\\(Origin\\|Version\\|Codename\\|Date\\): /\\1 /p' \"$1\"/var/lib/apt/lists/*_InRelease > "
+                f"{release}")
         mmdebstrap(arch, RESOLVING_VARIANT, PACKAGES, rootfs, None, f"run `invoke lock.base --arch {arch}`", (hook,))
         pins = [f"{name}={version}" for name, version in sorted(installed_packages(rootfs).items())]
         facts = dict(line.split(" ", 1) for line in release.read_text().splitlines() if " " in line)
@@ -155,17 +173,23 @@ def make_base_lock(arch: str | None = None, lock_dir: Path = LOCK_DIR) -> Path:
         "arch": arch,
         "asked": {"base": PACKAGES},
         "archive": release_text(facts),
-        "how": f"{version} --variant={RESOLVING_VARIANT} --include={','.join(PACKAGES)} {SUITE}, then the made rootfs's dpkg status",
+        "how": f"{version} --variant={RESOLVING_VARIANT} --include={','.join(PACKAGES)} {SUITE}, then the made "
+               "rootfs's dpkg status",
         "resolved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    title = (f"# grpolab-debian-lock v1: every package of the stand-in base {standin_name(arch)}, by version, made by `invoke lock "
-             f"--base {arch}`. Never edit it: re-run that command.")  # fmt: skip
+    title = (
+        f"# grpolab-debian-lock v1: every package of the stand-in base {standin_name(arch)}, by version, made by "
+        "`invoke lock "
+        f"--base {arch}`. Never edit it: re-run that command."
+    )
     path = base_lock_path(arch, lock_dir)
     write_pins(path, title, header, {"base": pins})
     return path
 
 
-def build_standin(arch: str | None = None, force: bool = False, name: str | None = None, lock_dir: Path = LOCK_DIR) -> str:
+def build_standin(
+    arch: str | None = None, force: bool = False, name: str | None = None, lock_dir: Path = LOCK_DIR
+) -> str:
     """Make (once) and load the stand-in base for `arch` from its pins; return its image name."""
     arch = arch or host_arch()
     name = name or standin_name(arch)
@@ -186,10 +210,21 @@ def build_standin(arch: str | None = None, force: bool = False, name: str | None
         mmdebstrap(arch, "custom", pins, rootfs, epoch, f"run `invoke lock.base --arch {arch}`")
         made, want = installed_packages(rootfs), lock.versions("base")
         if made != want:
-            apart = sorted(f"{p} {made.get(p, 'absent')} (pinned: {want.get(p, 'not pinned')})" for p in set(made) | set(want) if made.get(p) != want.get(p))
-            raise HostError(f"the stand-in base holds other packages than lockfiles/{path.name} pins: {'; '.join(apart[:5])}: run `invoke lock.base --arch {arch}`")
-        created_by = f"mmdebstrap --variant=custom --include=<the {len(pins)} pins of lockfiles/{path.name}, body sha256 {body_sha256(lock.body)[:16]}> {SUITE} {MIRROR}"
-        say(f"loading {rootfs.name} into Docker as {name} (linux/{arch}), created {datetime.fromtimestamp(epoch, timezone.utc):%Y-%m-%dT%H:%M:%SZ}")
+            apart = sorted(
+                f"{p} {made.get(p, 'absent')} (pinned: {want.get(p, 'not pinned')})"
+                for p in set(made) | set(want)
+                if made.get(p) != want.get(p)
+            )
+            raise HostError(
+                f"the stand-in base holds other packages than lockfiles/{path.name} pins: {'; '.join(apart[:5])}: run "
+                f"`invoke lock.base --arch {arch}`"
+            )
+        created_by = (f"mmdebstrap --variant=custom --include=<the {len(pins)} pins of lockfiles/{path.name}, body "
+                      f"sha256 {body_sha256(lock.body)[:16]}> {SUITE} {MIRROR}")
+        say(
+            f"loading {rootfs.name} into Docker as {name} (linux/{arch}), created "
+            f"{datetime.fromtimestamp(epoch, timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+        )
         load_rootfs(rootfs, name, arch, Path(tmp), epoch, created_by)
     say(f"stand-in base {name} ready in {time.monotonic() - started:.0f} s: image id {image_id(name)}")
     return name
@@ -206,10 +241,13 @@ def ensure_standin(lock_dir: Path = LOCK_DIR) -> str:
     return name
 
 
-def load_rootfs(layer: Path, name: str, arch: str, workdir: Path, epoch: int = 0, created_by: str = "grpolab stand-in") -> None:
+def load_rootfs(
+    layer: Path, name: str, arch: str, workdir: Path, epoch: int = 0, created_by: str = "grpolab stand-in"
+) -> None:
     """`docker load` a one-layer image of the rootfs tar `layer` whose config says linux/`arch` and was created at
     `epoch`: its id (the config's digest) is then the same whenever the tar is. (`docker import` would label an arm64
-    rootfs amd64 on Debian's engine, and BuildKit then refuses it for --platform linux/arm64; it also stamps the clock.)"""
+    rootfs amd64 on Debian's engine, and BuildKit then refuses it for --platform linux/arm64; it also stamps the
+    clock.)"""
     created = datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     config = {
         "architecture": arch,
@@ -228,7 +266,10 @@ def load_rootfs(layer: Path, name: str, arch: str, workdir: Path, epoch: int = 0
     with tarfile.open(archive, "w") as tar:
         for member, data in (
             ("config.json", json.dumps(config).encode()),
-            ("manifest.json", json.dumps([{"Config": "config.json", "RepoTags": [name], "Layers": ["layer.tar"]}]).encode()),
+            (
+                "manifest.json",
+                json.dumps([{"Config": "config.json", "RepoTags": [name], "Layers": ["layer.tar"]}]).encode(),
+            ),
         ):
             info = tarfile.TarInfo(member)
             info.size = len(data)

@@ -83,7 +83,9 @@ def read_elf(file: Path, path_in_wheel: str) -> SharedObject | None:
                     glibc += [a.name for a in auxiliaries if a.name.startswith("GLIBC_") and a.name[6:7].isdigit()]
             elif section.name in CUDA_SECTIONS and section.header.sh_size:
                 found.device_code = True
-                if fatbin_range is None or section.name == ".nv_fatbin":  # cuobjdump's choice: executable, else relocatable
+                if (
+                    fatbin_range is None or section.name == ".nv_fatbin"
+                ):  # cuobjdump's choice: executable, else relocatable
                     fatbin_range = (section.header.sh_offset, section.header.sh_offset + section.header.sh_size)
             elif section.name in HIP_SECTIONS and section.header.sh_size:
                 hip = section.data()
@@ -96,7 +98,8 @@ def read_elf(file: Path, path_in_wheel: str) -> SharedObject | None:
         listed = cuda_code(file)
         if listed != inside:
             raise HostError(
-                f"{path_in_wheel}: cuobjdump lists SASS {listed[0]}, PTX {listed[1]} in .nv_fatbin, the fatbin headers say "
+                f"{path_in_wheel}: cuobjdump lists SASS {listed[0]}, PTX {listed[1]} in .nv_fatbin, the fatbin headers "
+                "say "
                 f"SASS {inside[0]}, PTX {inside[1]}: the fatbin reader (hostlab/kernels/elf.py) needs fixing"
             )
     if embedded:
@@ -172,11 +175,13 @@ def cuobjdump_lists(output: str) -> tuple[list[str], list[str]]:
 
 
 def cuda_code(file: Path) -> tuple[list[str], list[str]]:
-    """SASS and PTX archs of one library, read by cuobjdump (executable fatbins, and relocatable ones when that is all)."""
+    """SASS and PTX archs of one library, read by cuobjdump (executable fatbins; relocatable ones when that is all)."""
     outputs = []
     for flag in ("--list-elf", "--list-ptx"):
         proc = subprocess.run([cuobjdump(), flag, str(file)], capture_output=True, text=True)
         if proc.returncode != 0 and "does not contain device code" not in proc.stderr:
-            raise HostError(f"cuobjdump {flag} {file.name} failed (exit {proc.returncode}): {proc.stderr.strip()[:300]}")
+            raise HostError(
+                f"cuobjdump {flag} {file.name} failed (exit {proc.returncode}): {proc.stderr.strip()[:300]}"
+            )
         outputs.append(proc.stdout)
     return cuobjdump_lists("\n".join(outputs))

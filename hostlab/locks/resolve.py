@@ -162,7 +162,10 @@ def uv_config(track: Track) -> str | None:
     if not track.index_ignore_error_codes:
         return None
     codes = ", ".join(str(c) for c in track.index_ignore_error_codes)
-    return "".join(f'[[index]]\nurl = "{url}"\nignore-error-codes = [{codes}]\n\n' for url in track.index_urls).rstrip() + "\n"
+    return (
+        "".join(f'[[index]]\nurl = "{url}"\nignore-error-codes = [{codes}]\n\n' for url in track.index_urls).rstrip()
+        + "\n"
+    )
 
 
 def compile_command(track: Track, inputs_file: str, output_file: str) -> list[str]:
@@ -334,7 +337,9 @@ def check_overrides(track: Track, body: str, exempt: str | None) -> dict[str, li
         for dependent in dependents(body, pin.name):
             if dependent == exempt:
                 continue
-            reqs = pkgindex.requires_dist(dependent, Version(packages[dependent]), index_urls(track), machine_hint(track))
+            reqs = pkgindex.requires_dist(
+                dependent, Version(packages[dependent]), index_urls(track), machine_hint(track)
+            )
             req = pkgindex.requirement_for(reqs, pin.name, env)
             if req is not None and version not in req.specifier:
                 conflicts.append(f"{dependent} {packages[dependent]} requires {req}")
@@ -368,7 +373,11 @@ def build_requirements(track: Track, dist: str, packages: dict[str, str], checke
         name = canonicalize_name(req.name)
         locked = packages.get(name)
         upstream_req = next((u for u in upstream if canonicalize_name(Requirement(u).name) == name), None)
-        against = f"upstream vllm {version}: {upstream_req.split(';')[0]}" if upstream_req else f"not in upstream vllm {version}"
+        against = (
+            f"upstream vllm {version}: {upstream_req.split(';')[0]}"
+            if upstream_req
+            else f"not in upstream vllm {version}"
+        )
         if name in {canonicalize_name(o) for o in track.overrides}:
             others = ", ".join(checked.get(name, [])) or "none"
             said.append(
@@ -380,7 +389,9 @@ def build_requirements(track: Track, dist: str, packages: dict[str, str], checke
         else:
             unmet.append(f"{req} (the lock has {name} {locked})")
     if unmet:
-        raise HostError(f"lock for track {track.name} does not meet {dist} {version}'s requirements: {'; '.join(unmet)}")
+        raise HostError(
+            f"lock for track {track.name} does not meet {dist} {version}'s requirements: {'; '.join(unmet)}"
+        )
     return said
 
 
@@ -423,7 +434,11 @@ def make_lock(
         locked = packages.get(dist or "vllm")
         if not locked or (vllm and locked != vllm):
             raise HostError(f"track {track.name} locked {dist} {locked}, not the {vllm} its versions_from pins")
-        vllm_facts = {"trl-vllm-extra": "", "vllm": locked, "vllm-torch": _check_vllm_torch(track, Version(locked), packages.get("torch"))}
+        vllm_facts = {
+            "trl-vllm-extra": "",
+            "vllm": locked,
+            "vllm-torch": _check_vllm_torch(track, Version(locked), packages.get("torch")),
+        }
     optional = {}
     if track.versions_from:
         optional["versions-from"] = {"track": track.versions_from["track"], "versions": borrowed}
@@ -555,7 +570,9 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
 def edited_lines(path: Path) -> list[str]:
     """Where a hand-edited lock differs from its last committed version, when that version is what `invoke lock`
     wrote (its body matches its header): "line N (package P): TEXT". Empty without such a version (no git)."""
-    proc = subprocess.run(resolved(["git", "-C", str(path.parent), "show", f"HEAD:./{path.name}"]), capture_output=True, text=True)
+    proc = subprocess.run(
+        resolved(["git", "-C", str(path.parent), "show", f"HEAD:./{path.name}"]), capture_output=True, text=True
+    )
     if proc.returncode != 0:
         return []
     try:

@@ -106,7 +106,9 @@ def make_test_tools_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Pat
         Path(tmp, "requirements.in").write_text("\n".join(inputs) + "\n")
         pins = parse_lock(lock_path(track, lock_dir).read_text()).packages
         pins.update(parse_body(uv_lock_path(lock_dir).read_text())[0])  # the uv the locks were made with
-        Path(tmp, "track-pins.txt").write_text("".join(f"{name}=={version}\n" for name, version in sorted(pins.items())))
+        Path(tmp, "track-pins.txt").write_text(
+            "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
+        )
         write_command_files(track, Path(tmp), lock_dir)
         cmd = compile_command(track, "requirements.in", "test-tools.txt") + ["--constraint", "track-pins.txt"]
         say("$ " + shlex.join(cmd) + f"   # inputs: {', '.join(inputs)}")
@@ -129,7 +131,9 @@ def render_test_tools_header(track: Track, inputs: list[str]) -> str:
     )
 
 
-def check_test_tools_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml") -> LockReport:
+def check_test_tools_lock(
+    track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO / "pyproject.toml"
+) -> LockReport:
     """Current (same inputs, same track), every package hashed, and no version apart from the track's lock."""
     report = LockReport("test-tools")
     path = test_tools_lock_path(lock_dir)
@@ -143,12 +147,20 @@ def check_test_tools_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Pa
     packages, hashes = parse_body(text)
     unhashed = sorted(n for n, hs in hashes.items() if not hs)
     if unhashed:
-        report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} has packages without hashes ({', '.join(unhashed)}): run `invoke lock`")
+        report.problems.append(
+            f"lockfiles/{TEST_TOOLS_LOCK} has packages without hashes ({', '.join(unhashed)}): run `invoke lock`"
+        )
     if lock_path(track, lock_dir).exists():
         pins = parse_lock(lock_path(track, lock_dir).read_text()).packages
-        apart = sorted(f"{n} {v} (lockfiles/{track.name}.txt: {pins[n]})" for n, v in packages.items() if n in pins and pins[n] != v)
+        apart = sorted(
+            f"{n} {v} (lockfiles/{track.name}.txt: {pins[n]})"
+            for n, v in packages.items()
+            if n in pins and pins[n] != v
+        )
         if apart:
-            report.problems.append(f"lockfiles/{TEST_TOOLS_LOCK} disagrees with the track's lock on {', '.join(apart)}: run `invoke lock`")
+            report.problems.append(
+                f"lockfiles/{TEST_TOOLS_LOCK} disagrees with the track's lock on {', '.join(apart)}: run `invoke lock`"
+            )
     report.note = f"{len(packages)} packages"
     return report
 
@@ -163,20 +175,37 @@ def instructions(track: Track, pyproject: Path = REPO / "pyproject.toml") -> str
         + "".join(f"- {u}\n" for u in track.index_urls)
         + f"\nOn a machine that reaches them (any OS: uv resolves for {track.uv_platform}, Python "
         f"{track.python}), from a clone of this repository:\n\n"
-        f"    bash images/setup-host.sh && . .venvs/host/bin/activate    # the README's first command\n    invoke lock --track {track.name}\n    invoke lock.check --track "
-        f"{track.name}\n\nthen commit lockfiles/{track.name}.txt and the locks `invoke lock` writes beside it for an image that compiles (lockfiles/"
-        f"{track.name}.build.txt, lockfiles/{track.name}.debian.txt: apt is asked inside the stand-in base, so Docker and, when "
+        "    bash images/setup-host.sh && . .venvs/host/bin/activate    # the README's first command\n    invoke lock "
+        f"--track {track.name}\n    invoke lock.check --track "
+        f"{track.name}\n\nthen commit lockfiles/{track.name}.txt and the locks `invoke lock` writes beside it for an "
+        "image that compiles (lockfiles/"
+        f"{track.name}.build.txt, lockfiles/{track.name}.debian.txt: apt is asked inside the stand-in base, so Docker "
+        "and, when "
         f"the stand-in is not there yet, mmdebstrap). Until it exists, `invoke build --track "
         f"{track.name}` refuses.\n\n`invoke lock` resolves these inputs (images/tracks.toml's lock_inputs, then "
         f"pyproject.toml's lab extra and the extras the track's row names):\n\n"
         + "".join(f"    {i}\n" for i in inputs)
         + "\nwith this command"
-        + (" (plus `vllm==V` for the newest V inside TRL's declared range that resolves, read from TRL's metadata)" if uses_vllm(inputs) else "")
+        + (
+            " (plus `vllm==V` for the newest V inside TRL's declared range that resolves, read from TRL's metadata)"
+            if uses_vllm(inputs)
+            else ""
+        )
         + f":\n\n    {display_command(track)}\n"
-        + (f"\nrun beside this {UV_CONFIG} (`invoke lock` writes it from the track's row), which lets uv go on to the next "
-           f"index when one answers {', '.join(map(str, track.index_ignore_error_codes))} for a package it does not host:\n\n"
-           + "".join(f"    {line}\n" if line else "\n" for line in uv_config(track).splitlines()) if uv_config(track) else "")
-        + ("\nUnverified (our machines can't reach these indexes):\n" + "".join(f"- {u}\n" for u in track.unverified) if track.unverified else "")
+        + (
+            f"\nrun beside this {UV_CONFIG} (`invoke lock` writes it from the track's row), which lets uv go on to the "
+            "next "
+            f"index when one answers {', '.join(map(str, track.index_ignore_error_codes))} for a package it does not "
+            "host:\n\n"
+            + "".join(f"    {line}\n" if line else "\n" for line in uv_config(track).splitlines())
+            if uv_config(track)
+            else ""
+        )
+        + (
+            "\nUnverified (our machines can't reach these indexes):\n" + "".join(f"- {u}\n" for u in track.unverified)
+            if track.unverified
+            else ""
+        )
         + f"\nThis file is generated by `invoke lock.instructions --track {track.name}`; `invoke lock.check` "
         f"notices when it is out of date.\n"
     )

@@ -38,21 +38,32 @@ SOURCE_BUILDS = {
     # compiler. No multimodal tools. scikit-build-core asks for CMake and Ninja from PyPI when the system has none
     # (the build stage has none): they are in the build lock, lockfiles/<track>.build.txt.
     # Only the libraries the package loads (images/llama-cpp-libraries-only.cmake: not llama.cpp's `common`, half
-    # the compile). The sdist stays in the image: it carries llama.cpp's GGUF converter, which the package does not install.
+    # the compile). The sdist stays in the image: it carries llama.cpp's GGUF converter, which the package does not
+    # install.
     "llama-cpp-python": SourceBuild(
         ("g++",),
         tuple(
             f"cmake.define.{flag}"
-            for flag in ("GGML_NATIVE=OFF", "GGML_AVX=ON", "GGML_AVX2=ON", "GGML_FMA=ON", "GGML_F16C=ON",
-                         "GGML_BMI2=ON", "GGML_OPENMP=OFF", "LLAVA_BUILD=OFF",
-                         f"CMAKE_PROJECT_llama.cpp_INCLUDE={SOURCE_BUILD_FILES}/llama-cpp-libraries-only.cmake")
+            for flag in (
+                "GGML_NATIVE=OFF",
+                "GGML_AVX=ON",
+                "GGML_AVX2=ON",
+                "GGML_FMA=ON",
+                "GGML_F16C=ON",
+                "GGML_BMI2=ON",
+                "GGML_OPENMP=OFF",
+                "LLAVA_BUILD=OFF",
+                f"CMAKE_PROJECT_llama.cpp_INCLUDE={SOURCE_BUILD_FILES}/llama-cpp-libraries-only.cmake",
+            )
         )
         # Every C and C++ file keeps glibc's pre-C23 strtol and sscanf (images/pre-c23-strtol.h), so the libraries
         # load with Debian 12's glibc 2.36 too: CI's test venv installs this compile instead of making its own.
-        + tuple(f"cmake.define.CMAKE_{lang}_FLAGS=-include{SOURCE_BUILD_FILES}/pre-c23-strtol.h" for lang in ("C", "CXX"))
+        + tuple(
+            f"cmake.define.CMAKE_{lang}_FLAGS=-include{SOURCE_BUILD_FILES}/pre-c23-strtol.h" for lang in ("C", "CXX")
+        )
         # llama.cpp's pkg-config file names the install prefix, which scikit-build-core makes a random temporary
         # folder: two builds gave two files (and two RECORDs), nothing else differed. No Python user reads it.
-        + ("wheel.exclude=lib/pkgconfig/",),  # fmt: skip
+        + ("wheel.exclude=lib/pkgconfig/",),
         "llama_cpp",
         keep_sdist=True,
         rollout="llamacpp",

@@ -40,7 +40,9 @@ class LockedFile:
     @property
     def binary(self) -> bool:
         """A wheel that may carry compiled code (not py3-none-any)."""
-        return self.filename.endswith(".whl") and any(t.platform != "any" for t in parse_wheel_filename(self.filename)[3])
+        return self.filename.endswith(".whl") and any(
+            t.platform != "any" for t in parse_wheel_filename(self.filename)[3]
+        )
 
 
 def platform_tags(uv_platform: str) -> list[str]:
@@ -91,7 +93,8 @@ def index_files(project: str, index: str) -> list[dict]:
 
 
 def locked_files(track: Track, binary_only: bool = True, lock: Lock | None = None) -> list[LockedFile]:
-    """One file per package of the track's lock (or `lock`): the best wheel for its platform whose sha256 the lock holds."""
+    """One file per package of the track's lock (or `lock`): the best wheel for its platform whose sha256 the lock
+    holds."""
     if lock is None:
         path = lock_path(track)
         if not path.exists():
@@ -109,11 +112,18 @@ def locked_files(track: Track, binary_only: bool = True, lock: Lock | None = Non
                 continue
             if candidates:
                 break
-        wheels = [(r, f) for f in candidates if f["filename"].endswith(".whl") and (r := _rank(f["filename"], track.python, platforms)) is not None]
+        wheels = [
+            (r, f)
+            for f in candidates
+            if f["filename"].endswith(".whl") and (r := _rank(f["filename"], track.python, platforms)) is not None
+        ]
         if not wheels:
             if any(f["filename"].endswith((".tar.gz", ".zip")) for f in candidates):
                 continue  # only an sdist is locked: built in the image, no prebuilt code to read here
-            raise HostError(f"lockfiles/{track.name}.txt: no file of {name}=={version} with a locked hash fits {track.uv_platform}, Python {track.python}")
+            raise HostError(
+                f"lockfiles/{track.name}.txt: no file of {name}=={version} with a locked hash fits "
+                f"{track.uv_platform}, Python {track.python}"
+            )
         f = min(wheels, key=lambda rf: rf[0])[1]
         found = LockedFile(name, version, f["filename"], f["url"], f["sha256"], f["size"])
         if found.binary or not binary_only:
@@ -134,7 +144,10 @@ def fetch(file: LockedFile, cache: Path = CACHE) -> Path:
     digest = sha256_of_file(partial)
     if digest != file.sha256:
         partial.unlink()
-        raise HostError(f"{file.filename} from {file.url} has sha256 {digest}, not the lock's {file.sha256}: the index serves another file")
+        raise HostError(
+            f"{file.filename} from {file.url} has sha256 {digest}, not the lock's {file.sha256}: the index serves "
+            "another file"
+        )
     (cache / digest).mkdir(exist_ok=True)
     say(f"  downloaded {file.filename} ({file.size / 1e6:.0f} MB) in {time.monotonic() - started:.0f} s")
     return Path(shutil.move(partial, kept))

@@ -42,14 +42,17 @@ def make_venv(track_name: str) -> Path:
         **platform_env(track),
         "UV_PYTHON_DOWNLOADS": os.environ.get("UV_PYTHON_DOWNLOADS", "automatic"),
     }
-    made = subprocess.run(resolved(["uv", "venv", "--python", find_python(track.python), "--allow-existing", str(path)]), env=env)
+    made = subprocess.run(
+        resolved(["uv", "venv", "--python", find_python(track.python), "--allow-existing", str(path)]), env=env
+    )
     if made.returncode != 0:
         raise HostError(
             f"track {track.name} needs Python {track.python} and none was found or downloadable: install it "
             f"(`uv python install {track.python}`, `brew install python@{track.python}`, pyenv), then retry"
         )
     proc = subprocess.run(
-        resolved(["uv", "pip", "sync", "--python", str(venv_python(track)), "--require-hashes", str(lock_path(track))]), env=env
+        resolved(["uv", "pip", "sync", "--python", str(venv_python(track)), "--require-hashes", str(lock_path(track))]),
+        env=env,
     )
     if proc.returncode != 0:
         raise HostError(

@@ -1,4 +1,5 @@
-"""`invoke lock` over one track or all of them: each track's lock, with the locks beside it (the hashed tools that compile
+"""`invoke lock` over one track or all of them: each track's lock, with the locks beside it (the hashed tools that
+compile
 its source-only packages, its Debian pins), and the stand-in base's Debian pins."""
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ def make_side(track_name: str | None) -> None:
         raise HostError("`invoke lock.side` needs --track: it remakes one track's build-tools and Debian locks")
     track = get_track(track_name)
     if not track.is_container or not lock_path(track).exists():
-        raise HostError(f"track {track_name} has no image lock here to make side locks from (lockfiles/{track_name}.txt)")
+        raise HostError(
+            f"track {track_name} has no image lock here to make side locks from (lockfiles/{track_name}.txt)"
+        )
     started = time.monotonic()
     make_side_locks(track)
     say(f"done in {time.monotonic() - started:.0f} s")
@@ -86,7 +89,10 @@ def make_test_tools() -> None:
 
 def base_arches(lock_dir=LOCK_DIR) -> list[str]:
     """The arches whose stand-in pins `invoke lock` keeps: PINNED_ARCHES and any other whose pins are here."""
-    present = {p.name.removeprefix(f"base-{SUITE}-").removesuffix(".debian.txt") for p in lock_dir.glob(f"base-{SUITE}-*.debian.txt")}
+    present = {
+        p.name.removeprefix(f"base-{SUITE}-").removesuffix(".debian.txt")
+        for p in lock_dir.glob(f"base-{SUITE}-*.debian.txt")
+    }
     return sorted(set(PINNED_ARCHES) | present)
 
 
@@ -94,7 +100,10 @@ def make_base(arch: str) -> None:
     """`invoke lock.base --arch ARCH`: the stand-in base's Debian pins for ARCH, resolved again."""
     started = time.monotonic()
     make_base_lock(arch)
-    say(f"done in {time.monotonic() - started:.0f} s; `invoke base{'' if arch == 'amd64' else ' --arch ' + arch} --force` makes the stand-in from them")
+    say(
+        f"done in {time.monotonic() - started:.0f} s; `invoke base{'' if arch == 'amd64' else ' --arch ' + arch} "
+        "--force` makes the stand-in from them"
+    )
 
 
 def make(track_name: str | None, vllm: str | None = None) -> None:
@@ -166,7 +175,10 @@ def check(track_name: str | None = None, lock_dir=LOCK_DIR) -> bool:
             ok &= report.ok
         for arch in base_arches(lock_dir):
             problems = check_base_lock(arch, BASE_PACKAGES, lock_dir)
-            say(f"stand-in base {arch}: {'ok' if not problems else 'FAILED'} (lockfiles/{base_lock_path(arch, lock_dir).name})")
+            say(
+                f"stand-in base {arch}: {'ok' if not problems else 'FAILED'} "
+                f"(lockfiles/{base_lock_path(arch, lock_dir).name})"
+            )
             for problem in problems:
                 say(f"  - {problem}")
             ok &= not problems

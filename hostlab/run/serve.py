@@ -34,8 +34,12 @@ def server_up_command(detach: bool) -> list[str]:
 
 def server_exited() -> bool:
     """Has the Compose service `vllm` stopped (vLLM's start failed)? Then waiting longer cannot help."""
-    proc = subprocess.run(resolved(compose_command("--profile", "server", "ps", "--all", "--status", "exited", "--quiet", "vllm")),
-                          cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        resolved(compose_command("--profile", "server", "ps", "--all", "--status", "exited", "--quiet", "vllm")),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     return bool(proc.stdout.strip())
 
 
@@ -45,8 +49,10 @@ def wait_until_healthy(port: int, timeout_s: float, interval_s: float = 5.0, exi
 
     def progress(waited: float) -> None:
         if exited():
-            raise HostError(f"the vLLM server stopped after {waited:.0f} s without answering /health: see `docker compose "
-                            "logs vllm` for why (its last lines name the failure), fix that, then `invoke serve` again")
+            raise HostError(
+                f"the vLLM server stopped after {waited:.0f} s without answering /health: see `docker compose "
+                "logs vllm` for why (its last lines name the failure), fix that, then `invoke serve` again"
+            )
         say(f"  waiting for the vLLM server to load the model ... {waited:.0f} s")
 
     try:
@@ -54,7 +60,7 @@ def wait_until_healthy(port: int, timeout_s: float, interval_s: float = 5.0, exi
             f"http://localhost:{port}", timeout_s, "the vLLM server", interval_s,
             start_hint="see `docker compose logs vllm` (a model still downloading, too little GPU memory, or a crash)",
             progress=progress,
-        )  # fmt: skip
+        )
     except ServerNotReady as failure:
         raise HostError(str(failure)) from None
 
@@ -81,7 +87,10 @@ def serve(
 ) -> int:
     recorded = recorded_track(env_file)
     if recorded is None:
-        raise HostError(f"no image is recorded in {env_file.name}: build one first, e.g. `invoke build --track {server_tracks()[0]}`")
+        raise HostError(
+            f"no image is recorded in {env_file.name}: build one first, e.g. `invoke build --track "
+            f"{server_tracks()[0]}`"
+        )
     track = get_track(recorded)
     if not serves_vllm(track):
         raise HostError(
@@ -95,28 +104,36 @@ def serve(
         raise HostError("\n".join(problems))
     if not syncs_with_server(track):
         warn(
-            f"track {track.name}'s server runs on the CPU: it answers and generates, but TRL streams the trainer's weights "
+            f"track {track.name}'s server runs on the CPU: it answers and generates, but TRL streams the trainer's "
+            "weights "
             "with NCCL, which needs CUDA GPUs, so a trainer (`docker compose run lab-server`) is refused; train with "
             "--rollout vllm-colocate on this machine"
         )
     elif facts.nvidia_gpus < 2:
         warn(
-            f"this host has {facts.nvidia_gpus} NVIDIA GPU(s): server mode needs the server and the trainer on separate "
+            f"this host has {facts.nvidia_gpus} NVIDIA GPU(s): server mode needs the server and the trainer on "
+            "separate "
             "GPUs, so a trainer here would be refused. With one GPU use colocate mode (the track's default); this "
             "server can still feed a trainer on another machine"
         )
     bind = bind_address(expose)
     env = {**os.environ, "VLLM_GPU": str(gpu), "VLLM_PORT": str(port), "VLLM_BIND": bind}
     cmd = server_up_command(detach)
-    say(f"$ {'VLLM_GPU=' + str(gpu) + ' ' if syncs_with_server(track) else ''}VLLM_PORT={port} VLLM_BIND={bind} " + " ".join(cmd))
+    say(
+        f"$ {'VLLM_GPU=' + str(gpu) + ' ' if syncs_with_server(track) else ''}VLLM_PORT={port} VLLM_BIND={bind} "
+        + " ".join(cmd)
+    )
     status = subprocess.run(resolved(cmd), cwd=REPO, env=env).returncode
     if status or not detach:
         return status
     waited = wait_until_healthy(port, wait_s, exited=server_exited)
     reach = f"http://<this host>:{port} from other machines" if expose else f"http://localhost:{port} (this host only)"
     if not syncs_with_server(track):
-        say(f"vLLM server ready at {reach} after {waited:.0f} s (on the CPU): ask it for completions (/v1/completions); "
-            "stop it with `docker compose --profile server down`")
+        say(
+            f"vLLM server ready at {reach} after {waited:.0f} s (on the CPU): ask it for completions "
+            "(/v1/completions); "
+            "stop it with `docker compose --profile server down`"
+        )
         return 0
     say(
         f"vLLM server ready at {reach} after {waited:.0f} s (GPU {gpu}). Next: `docker compose run lab-server`, "

@@ -17,7 +17,11 @@ def expectations(torch_facts: dict) -> list[tuple[str, str, list[str]]]:
         ("gpus", "ok", [name]),
         ("torch", "ok", [f"cuda {cuda} build"]),
         ("device", "ok", [f"cuda:0 {name} ({arch}, kernels from"]),
-        ("arch", "ok" if native or any(a.startswith("sm_") for a in archs) else "warn", [f"{arch} native" if native else arch]),
+        (
+            "arch",
+            "ok" if native or any(a.startswith("sm_") for a in archs) else "warn",
+            [f"{arch} native" if native else arch],
+        ),
     ]
 
 
@@ -41,7 +45,12 @@ def torch_facts_here() -> dict:
     import torch
 
     major, minor = torch.cuda.get_device_capability(0)
-    return {"arch": f"sm_{major}{minor}", "arch_list": torch.cuda.get_arch_list(), "cuda": torch.version.cuda, "name": torch.cuda.get_device_name(0)}
+    return {
+        "arch": f"sm_{major}{minor}",
+        "arch_list": torch.cuda.get_arch_list(),
+        "cuda": torch.version.cuda,
+        "name": torch.cuda.get_device_name(0),
+    }
 
 
 if __name__ == "__main__":

@@ -24,28 +24,79 @@ from ..model.shape import QWEN3_MODELS
 from ..settings.lab_settings import LabSettings
 
 # Small settings that finish in minutes on 2 CPU cores and still exercise every term.
-SHAPE_SETTINGS = dict(num_generations=4, per_device_train_batch_size=4, max_completion_length=16, max_steps=2, logging_steps=1, train_size=16, lora_rank=16)
+SHAPE_SETTINGS = dict(
+    num_generations=4,
+    per_device_train_batch_size=4,
+    max_completion_length=16,
+    max_steps=2,
+    logging_steps=1,
+    train_size=16,
+    lora_rank=16,
+)
 
 # A Qwen3 small enough for the tests and the GPU script's dry run (about 4 M parameters, a 4096-entry vocabulary).
-SMALL_SHAPE = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-               "intermediate_size": 768, "vocab_size": 4096, "tie_word_embeddings": True}
+SMALL_SHAPE = {
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "intermediate_size": 768,
+    "vocab_size": 4096,
+    "tie_word_embeddings": True,
+}
 
 CASES = {
     # The lab's own settings and length: glibc's retained heap grows over a run (estimate.ALLOCATOR_RETAINED_FRACTION).
     "tiny-track-c": {"model": "tiny", "track": "c", "settings": {}},
-    "qwen3-0.6b-shape": {"model": "Qwen/Qwen3-0.6B", "shape": QWEN3_MODELS["Qwen/Qwen3-0.6B"], "track": "c", "settings": SHAPE_SETTINGS},
-    "qwen3-1.7b-shape": {"model": "Qwen/Qwen3-1.7B", "shape": QWEN3_MODELS["Qwen/Qwen3-1.7B"], "track": "c", "settings": SHAPE_SETTINGS},
+    "qwen3-0.6b-shape": {
+        "model": "Qwen/Qwen3-0.6B",
+        "shape": QWEN3_MODELS["Qwen/Qwen3-0.6B"],
+        "track": "c",
+        "settings": SHAPE_SETTINGS,
+    },
+    "qwen3-1.7b-shape": {
+        "model": "Qwen/Qwen3-1.7B",
+        "shape": QWEN3_MODELS["Qwen/Qwen3-1.7B"],
+        "track": "c",
+        "settings": SHAPE_SETTINGS,
+    },
     # A second real-width shape whose colocate run fits in 24 GiB (trainer + vLLM's copies of 1.0B float32 weights):
     # Qwen3-1.7B's layers, 14 of its 28. Not a course model: it checks the estimate's terms at a size not fitted on.
-    "qwen3-1.7b-14-layers-shape": {"model": "qwen3-1.7b-14-layers", "track": "c", "settings": SHAPE_SETTINGS,
-                                   "shape": {**{k: v for k, v in QWEN3_MODELS["Qwen/Qwen3-1.7B"].items() if k != "num_parameters"}, "num_hidden_layers": 14}},
+    "qwen3-1.7b-14-layers-shape": {
+        "model": "qwen3-1.7b-14-layers",
+        "track": "c",
+        "settings": SHAPE_SETTINGS,
+        "shape": {
+            **{k: v for k, v in QWEN3_MODELS["Qwen/Qwen3-1.7B"].items() if k != "num_parameters"},
+            "num_hidden_layers": 14,
+        },
+    },
     "small-shape": {"model": "small-shape", "shape": SMALL_SHAPE, "track": "c", "settings": SHAPE_SETTINGS},
 }
 # The GPU script's cases: bf16, the lesson's rollout count, on a CUDA device.
-GPU_SETTINGS = dict(num_generations=8, per_device_train_batch_size=8, max_completion_length=128, max_steps=3, logging_steps=1, train_size=32, dtype="bfloat16")
+GPU_SETTINGS = dict(
+    num_generations=8,
+    per_device_train_batch_size=8,
+    max_completion_length=128,
+    max_steps=3,
+    logging_steps=1,
+    train_size=32,
+    dtype="bfloat16",
+)
 GPU_CASES = {
-    "qwen3-0.6b-shape-bf16": {"model": "Qwen/Qwen3-0.6B", "shape": QWEN3_MODELS["Qwen/Qwen3-0.6B"], "track": "n", "settings": GPU_SETTINGS},
-    "qwen3-1.7b-shape-bf16": {"model": "Qwen/Qwen3-1.7B", "shape": QWEN3_MODELS["Qwen/Qwen3-1.7B"], "track": "n", "settings": GPU_SETTINGS},
+    "qwen3-0.6b-shape-bf16": {
+        "model": "Qwen/Qwen3-0.6B",
+        "shape": QWEN3_MODELS["Qwen/Qwen3-0.6B"],
+        "track": "n",
+        "settings": GPU_SETTINGS,
+    },
+    "qwen3-1.7b-shape-bf16": {
+        "model": "Qwen/Qwen3-1.7B",
+        "shape": QWEN3_MODELS["Qwen/Qwen3-1.7B"],
+        "track": "n",
+        "settings": GPU_SETTINGS,
+    },
 }
 ALL_CASES = {**CASES, **GPU_CASES}
 FIT_MARGIN = 1.3  # a case runs only when 1.3 x its estimate is available: the machine is shared
@@ -72,7 +123,9 @@ def case_tokenizer(case: dict):
     from ..task.problems import arithmetic_splits
     from ..model.tiny import build_tokenizer
 
-    texts = [f"user\n{row['prompt'][0]['content']}\nassistant\n{row['answer']}\n" for row in arithmetic_splits()["train"]]
+    texts = [
+        f"user\n{row['prompt'][0]['content']}\nassistant\n{row['answer']}\n" for row in arithmetic_splits()["train"]
+    ]
     return build_tokenizer(texts), None
 
 
@@ -86,7 +139,12 @@ def case_model(case: dict, settings: LabSettings, device_type: str, tokenizer, m
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     shape = {k: v for k, v in case["shape"].items() if k != "num_parameters"}
-    config = Qwen3Config(**shape, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = Qwen3Config(
+        **shape,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
 
@@ -122,9 +180,16 @@ def run_case(name: str, device_type: str, unified_memory: bool = False, say=prin
     shape_source = case_shape_source(case, model_path)
     prompt_tokens = longest_prompt_tokens(tokenizer, train)
     available = host_available_gb() if device_type == "cpu" else None
-    needed = estimate_memory(shape_source, settings, device_type=device_type, prompt_tokens=prompt_tokens).modelled_gb * FIT_MARGIN
+    needed = (
+        estimate_memory(shape_source, settings, device_type=device_type, prompt_tokens=prompt_tokens).modelled_gb
+        * FIT_MARGIN
+    )
     if available is not None and needed > available:
-        return {"case": name, "model": case["model"], "skipped": f"needs about {needed:.1f} GB and this machine has {available:.1f} GB available"}
+        return {
+            "case": name,
+            "model": case["model"],
+            "skipped": f"needs about {needed:.1f} GB and this machine has {available:.1f} GB available",
+        }
     with PeakMemoryMeter(device_type, unified_memory=unified_memory) as meter:
         model = case_model(case, settings, device_type, tokenizer, model_path)
         if device_type != "cpu":
@@ -132,12 +197,20 @@ def run_case(name: str, device_type: str, unified_memory: bool = False, say=prin
         peft_model, trainable, _ = add_adapter(model, settings)
         recorder = step_recorder(reward_funcs)
         with tempfile.TemporaryDirectory() as out:
-            trainer = make_trainer(settings, peft_model, tokenizer, train, reward_funcs, device_type, Path(out), {}, [recorder])
+            trainer = make_trainer(
+                settings, peft_model, tokenizer, train, reward_funcs, device_type, Path(out), {}, [recorder]
+            )
             recorder.trainer = trainer
             mark_phases(trainer, meter)
             trainer.train()
             meter.mark("update")
-    estimate = estimate_memory(shape_source, settings, runtime_baseline_gb=meter.baseline_gb, device_type=device_type, prompt_tokens=prompt_tokens)
+    estimate = estimate_memory(
+        shape_source,
+        settings,
+        runtime_baseline_gb=meter.baseline_gb,
+        device_type=device_type,
+        prompt_tokens=prompt_tokens,
+    )
     say(estimate.render())
     measured = meter.fields(predicted_gb=estimate.modelled_gb)
     return case_record(name, settings, device_type, estimate, measured, trainable, recorder.records)

@@ -1,6 +1,7 @@
 """Plain TRL on the lab's settings, for the side-by-side benchmark (`invoke bench --versus-trl`).
 
-    python -m grpolab.bench plain-trl --track c --max-steps 40 --seed 0 [--device cuda] [--observers meter,sampler,...] [--out FILE]
+    python -m grpolab.bench plain-trl --track c --max-steps 40 --seed 0 [--device cuda] [--observers meter,sampler,...]
+    [--out FILE]
 
 The same model, data, rewards and settings as `grpolab lab --track c`, trained the way TRL's documentation
 shows it: a GRPOConfig, a GRPOTrainer given the model's path, the reward functions and a PEFT LoraConfig,
@@ -39,8 +40,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--track", default="c", help="whose lab settings (default c)")
     parser.add_argument("--max-steps", type=int, default=40, help="training steps (default 40)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to train (default cpu; the lab's dtype for it)")
-    parser.add_argument("--observers", type=observer_list, default=[], help=f"comma-separated, any of {', '.join(OBSERVERS)} (default none: plain TRL)")
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where to train (default cpu; the lab's dtype for it)"
+    )
+    parser.add_argument(
+        "--observers",
+        type=observer_list,
+        default=[],
+        help=f"comma-separated, any of {', '.join(OBSERVERS)} (default none: plain TRL)",
+    )
     parser.add_argument("--out", type=Path, help="also write the result's JSON to this file")
 
 
@@ -48,7 +56,9 @@ def observer_list(text: str) -> list[str]:
     names = [name for name in text.split(",") if name]
     unknown = set(names) - set(OBSERVERS)
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown observer(s) {', '.join(sorted(unknown))}: choose from {', '.join(OBSERVERS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown observer(s) {', '.join(sorted(unknown))}: choose from {', '.join(OBSERVERS)}"
+        )
     return names
 
 
@@ -80,7 +90,14 @@ def documented_trainer(settings, model_path: str, train, rewards, device_type: s
                        {"model_init_kwargs": {"dtype": torch_dtype(settings, device_type)}})
     peft_config = LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
                              target_modules=settings.lora_target_modules, task_type="CAUSAL_LM")
-    return GRPOTrainer(model=model_path, reward_funcs=rewards, args=args, train_dataset=train, peft_config=peft_config, callbacks=list(callbacks))
+    return GRPOTrainer(
+        model=model_path,
+        reward_funcs=rewards,
+        args=args,
+        train_dataset=train,
+        peft_config=peft_config,
+        callbacks=list(callbacks),
+    )
 
 
 def timed_generation(trainer) -> None:
@@ -125,10 +142,14 @@ def run(args: argparse.Namespace) -> dict:
         from ..run.pipeline import LAB, step_check
 
         rewards = [guarded_reward(name, func) for name, func in zip(settings.reward_weights, rewards)]
-        on_record = step_check(settings, LAB, lambda line: print(line, file=sys.stderr)) if "checks" in observers else None
+        on_record = (
+            step_check(settings, LAB, lambda line: print(line, file=sys.stderr)) if "checks" in observers else None
+        )
         recorder = step_recorder(rewards, on_record=on_record)
     with meter if meter else nullcontext(), tempfile.TemporaryDirectory() as out:
-        trainer = documented_trainer(settings, model_path, train, rewards, args.device, out, callbacks=[recorder] if recorder else [])
+        trainer = documented_trainer(
+            settings, model_path, train, rewards, args.device, out, callbacks=[recorder] if recorder else []
+        )
         if recorder:
             timed_generation(trainer)
             recorder.trainer = trainer

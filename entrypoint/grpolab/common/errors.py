@@ -13,9 +13,12 @@ EXIT_STATUS = {
     "rewards": 12,  # reward functions missing, failing, or their dataset columns absent
     "first_step": 13,  # trainer: group collapse on the first logged step, or training crashed
     "rollout": 14,  # rollout engine refused or failed
-    "runlog": 15,  # the run log or the run's outputs could not be written: runs/ unwritable, too full for the run (checked before training), or filled while saving
+    # the run log or the run's outputs could not be written: runs/ unwritable, too full for the run (checked before
+    # training), or filled while saving
+    "runlog": 15,
     "out_of_memory": 16,
-    "crashed": 17,  # not a layer's verdict: the run raised an error no check expected (a bug, or an unsupported setting)
+    # not a layer's verdict: the run raised an error no check expected (a bug, or an unsupported setting)
+    "crashed": 17,
     "interrupted": 130,
 }
 

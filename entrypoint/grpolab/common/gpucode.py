@@ -131,7 +131,14 @@ def findings(table: dict, gpu: str, rollout: str) -> list[dict]:
     for lib in table.get("libraries", []):
         v = verdict(gpu, lib.get("sass", []), lib.get("ptx", []), lib.get("gfx"))
         if v != NATIVE:
-            found.append({"wheel": lib["wheel"], "library": lib["path"], "verdict": v, "needed": needed_by(lib["path"], rollout, gpu)})
+            found.append(
+                {
+                    "wheel": lib["wheel"],
+                    "library": lib["path"],
+                    "verdict": v,
+                    "needed": needed_by(lib["path"], rollout, gpu),
+                }
+            )
     return sorted(found, key=lambda f: (not f["needed"], f["verdict"] != NONE, f["library"]))
 
 
@@ -139,7 +146,9 @@ def describe(finding: dict, gpu: str) -> str:
     """One finding in words, for the doctor and the smoke test."""
     where = f"{finding['library']} ({finding['wheel']})"
     if finding["verdict"] == JIT:
-        return f"{where} has no machine code for {gpu}: the driver compiles its PTX at first use (expect a slow first run)"
+        return (
+            f"{where} has no machine code for {gpu}: the driver compiles its PTX at first use (expect a slow first run)"
+        )
     return f"{where} has no code for {gpu}: the run fails when it launches one of its kernels"
 
 
@@ -158,9 +167,18 @@ def gpu_summary(table: dict, gpu: str, rollout: str) -> tuple[str, str, list[str
     lines = [describe(f, gpu) for f in needed_none + needed_jit]
     rest = f"; {len(others)} other libraries (not on the {rollout} path) lack machine code for it" if others else ""
     if needed_none:
-        return "fail", f"{len(needed_none)} library(ies) the {rollout} path needs have no code for {cards(gpu)}{rest}", lines
+        return (
+            "fail",
+            f"{len(needed_none)} library(ies) the {rollout} path needs have no code for {cards(gpu)}{rest}",
+            lines,
+        )
     if needed_jit:
-        return "warn", f"{len(needed_jit)} library(ies) the {rollout} path needs only JIT-compile on {cards(gpu)} (slow first run){rest}", lines
+        return (
+            "warn",
+            f"{len(needed_jit)} library(ies) the {rollout} path needs only JIT-compile on {cards(gpu)} (slow first "
+            f"run){rest}",
+            lines,
+        )
     return "ok", f"every library the {rollout} path needs has machine code for {cards(gpu)}{rest}", lines
 
 
@@ -182,10 +200,13 @@ def driver_too_old(table: dict, driver: str | None) -> str | None:
     key = lambda v: tuple(int(p) for p in re.findall(r"\d+", v))  # noqa: E731
     if key(driver) >= key(need):
         return None
-    return f"NVIDIA driver {driver} is older than {need}, the oldest that runs this image's CUDA {table['cuda_major']} libraries"
+    return (f"NVIDIA driver {driver} is older than {need}, the oldest that runs this image's CUDA "
+            f"{table['cuda_major']} libraries")
 
 
-def device_kernels(track: str, gpu: str | None, rollout: str, table: dict | None = None) -> tuple[str, str, list[str]] | None:
+def device_kernels(
+    track: str, gpu: str | None, rollout: str, table: dict | None = None
+) -> tuple[str, str, list[str]] | None:
     """gpu_summary for the GPU found (its arch, e.g. sm_121 or gfx1151:xnack-) from the environment's table; None
     when there is no GPU or no table (a track without one)."""
     table = table if table is not None else load_table(image_table_path(track))

@@ -59,7 +59,9 @@ def http_json(url: str, payload: dict | None = None, timeout_s: float = 10.0) ->
         return status, body
 
 
-def wait_for_health(base_url: str, timeout_s: float, what: str, interval_s: float = 1.0, start_hint: str = "", progress=None) -> float:
+def wait_for_health(
+    base_url: str, timeout_s: float, what: str, interval_s: float = 1.0, start_hint: str = "", progress=None
+) -> float:
     """Poll GET {base_url}/health until it answers 200, for at most timeout_s; returns the seconds waited.
     progress(seconds waited), when given, is called after each poll that found the server not ready.
     Raises ServerNotReady, naming `what` and the last answer, with `start_hint` as what to do."""

@@ -28,7 +28,9 @@ def hub_token_file() -> Path:
     file at run time, so it is in no process configuration), else $HF_HOME/token (what `hf auth login` writes)."""
     if os.environ.get("HF_TOKEN_PATH"):
         return Path(os.environ["HF_TOKEN_PATH"]).expanduser()
-    hf_home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "huggingface"
+    hf_home = (
+        os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "huggingface"
+    )
     return Path(hf_home).expanduser() / "token"
 
 

@@ -40,7 +40,7 @@ def runlog_failure(error: OSError) -> LayerFailure:
         "runlog", f"could not write the run log: {error}",
         "make runs/ (or GRPOLAB_RUNS_DIR) writable by this user and free some disk space; in a container, "
         "check the runs volume's owner",
-    )  # fmt: skip
+    )
 
 
 def new_run_id() -> str:
@@ -50,7 +50,9 @@ def new_run_id() -> str:
 def append_run(record: dict, path: Path | None = None) -> Path:
     path = Path(path or runlog_path())
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps({**record, "schema": SCHEMA_VERSION}, sort_keys=True, default=str, allow_nan=False).encode() + b"\n"
+    line = (
+        json.dumps({**record, "schema": SCHEMA_VERSION}, sort_keys=True, default=str, allow_nan=False).encode() + b"\n"
+    )
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)  # read: the last byte
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -147,7 +149,8 @@ def last_passing_smoke(path: Path | None = None) -> dict | None:
 
 
 def short_model_identity(identity: dict | None, fallback_name: str | None = None) -> str:
-    """A run-log line's model_identity in a few words for a table: "tiny (weights 953354a3)", "Qwen/Qwen3-0.6B@c1899de2 (weights …)"."""
+    """A run-log line's model_identity in a few words for a table: "tiny (weights 953354a3)", "Qwen/Qwen3-0.6B@c1899de2
+    (weights …)"."""
     if not isinstance(identity, dict):
         return f"{fallback_name or '?'} (weights not recorded)"
     text = str(identity.get("name") or fallback_name or "?")

@@ -15,7 +15,9 @@ from pathlib import Path
 from .rollout_paths import ROLLOUT_PATH_REGISTRY
 
 # The table sits at <repo>/images/tracks.toml; the images copy it to the same place relative to the package.
-TRACKS_FILE = Path(os.environ.get("GRPOLAB_TRACKS_FILE", Path(__file__).resolve().parents[3] / "images" / "tracks.toml"))
+TRACKS_FILE = Path(
+    os.environ.get("GRPOLAB_TRACKS_FILE", Path(__file__).resolve().parents[3] / "images" / "tracks.toml")
+)
 
 
 # The rollout paths a lab can sample through (a track's row names one as its default; `--rollout` picks another): the
@@ -29,13 +31,18 @@ class UnknownTrack(ValueError):
 
 
 class TracksFileError(ValueError):
-    """images/tracks.toml (or GRPOLAB_TRACKS_FILE) cannot be read: the file, and the line and column where TOML fails."""
+    """images/tracks.toml (or GRPOLAB_TRACKS_FILE) cannot be read: the file, and the line and column TOML fails at."""
 
     def __init__(self, path: Path, what: str):
         super().__init__(f"the tracks table {path} {what}")
         committed = Path(path).resolve() == (Path(__file__).resolve().parents[3] / "images" / "tracks.toml")
-        self.action = ("fix the file at that place (`git diff images/tracks.toml` shows a hand edit; `git checkout -- images/tracks.toml` "
-                       "restores the committed one)" if committed else f"fix {path} at that place, or unset GRPOLAB_TRACKS_FILE to use images/tracks.toml")
+        self.action = (
+            "fix the file at that place (`git diff images/tracks.toml` shows a hand edit; `git checkout -- "
+            "images/tracks.toml` "
+            "restores the committed one)"
+            if committed
+            else f"fix {path} at that place, or unset GRPOLAB_TRACKS_FILE to use images/tracks.toml"
+        )
 
 
 @dataclass(frozen=True)
@@ -62,8 +69,12 @@ class Track:
     lab: dict[str, object] = field(default_factory=dict)
     versions_from: dict[str, object] = field(default_factory=dict)  # {track, packages}: pins taken from that lock
     overrides: list[str] = field(default_factory=list)  # packages whose pin overrides what others require of them
-    excludes: list[str] = field(default_factory=list)  # packages the lock leaves out although a locked one requires them
-    gpus: list[str] = field(default_factory=list)  # the GPUs `invoke kernels` judges the lock's code for (sm_121, gfx1151)
+    excludes: list[str] = field(
+        default_factory=list
+    )  # packages the lock leaves out although a locked one requires them
+    gpus: list[str] = field(
+        default_factory=list
+    )  # the GPUs `invoke kernels` judges the lock's code for (sm_121, gfx1151)
     gpus_required: list[str] = field(default_factory=list)  # those the lock refuses to leave without code
 
     @property
@@ -93,7 +104,9 @@ def load_tracks(path: Path = TRACKS_FILE) -> dict[str, Track]:
         try:
             tracks[name] = Track(name=name, **row)
         except TypeError as error:  # a key misspelt or missing in a hand-edited row
-            raise TracksFileError(path, f"has a [tracks.{name}] row that does not fit: {str(error).removeprefix('Track.__init__() ')}") from None
+            raise TracksFileError(
+                path, f"has a [tracks.{name}] row that does not fit: {str(error).removeprefix('Track.__init__() ')}"
+            ) from None
     return tracks
 
 

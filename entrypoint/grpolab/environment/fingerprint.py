@@ -58,7 +58,8 @@ def image_identity() -> dict:
     named = os.environ.get("GRPOLAB_IMAGE") or ""
     return {
         "image_id": named if named.startswith("sha256:") else None,
-        "image_name": os.environ.get("GRPOLAB_IMAGE_NAME") or (named if named and not named.startswith("sha256:") else None),
+        "image_name": os.environ.get("GRPOLAB_IMAGE_NAME")
+        or (named if named and not named.startswith("sha256:") else None),
         "image_repo_digest": os.environ.get("GRPOLAB_IMAGE_REPO_DIGEST") or None,
     }
 
@@ -116,7 +117,10 @@ def fingerprint_drift(old: dict | None, new: dict | None) -> list[str]:
     empty fingerprint is drift in itself: nothing says the environment is the same.
     """
     if not old or not new:
-        return [f"no environment fingerprint {'recorded by the earlier run' if not old else 'of this environment'} to compare with"]
+        return [
+            f"no environment fingerprint {'recorded by the earlier run' if not old else 'of this environment'} to "
+            "compare with"
+        ]
     lines = []
     for key, label in DRIFT_FIELDS:
         if key in old and old.get(key) != new.get(key):

@@ -96,7 +96,11 @@ def meminfo_bytes(root: Path = Path("/")) -> dict[str, int]:
 
 def meminfo_gb(root: Path = Path("/")) -> dict[str, float]:
     """/proc/meminfo's MemTotal, MemAvailable and MemFree in GB, to a tenth (what the doctor shows)."""
-    return {key: round(value / 1e9, 1) for key, value in meminfo_bytes(root).items() if key in ("MemTotal", "MemAvailable", "MemFree")}
+    return {
+        key: round(value / 1e9, 1)
+        for key, value in meminfo_bytes(root).items()
+        if key in ("MemTotal", "MemAvailable", "MemFree")
+    }
 
 
 def cpu_model(root: Path = Path("/")) -> str:
@@ -121,7 +125,13 @@ def glibc_version() -> str:
 
 def nvidia_facts() -> tuple[str | None, str | None, list[dict]]:
     """(driver version, newest CUDA it supports, GPUs) from nvidia-smi; (None, None, []) without it."""
-    query = run_quiet(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.free,compute_cap", "--format=csv,noheader,nounits"])
+    query = run_quiet(
+        [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,memory.total,memory.free,compute_cap",
+            "--format=csv,noheader,nounits",
+        ]
+    )
     if not query:
         return None, None, []
     gpus, driver = [], None
@@ -147,7 +157,12 @@ def amd_facts(root: Path = Path("/")) -> dict:
         amd_gpu = f"AMD GPU (PCI vendor {AMD_VENDOR_ID}, {cards[0].name})"
     else:
         amd_gpu = None
-    return {"amd_gpu": amd_gpu, "amd_agents": agents, "amdgpu_version": _read(root / "sys/module/amdgpu/version"), "cards": cards}
+    return {
+        "amd_gpu": amd_gpu,
+        "amd_agents": agents,
+        "amdgpu_version": _read(root / "sys/module/amdgpu/version"),
+        "cards": cards,
+    }
 
 
 def gtt_facts(root: Path, cards: list[Path]) -> dict:

@@ -71,7 +71,11 @@ def _version_literals() -> dict | None:
     """torch/version.py's __version__, cuda and hip, read without importing torch; None without torch."""
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "version"):
-        return {"__version__": torch.__version__, "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None)}
+        return {
+            "__version__": torch.__version__,
+            "cuda": torch.version.cuda,
+            "hip": getattr(torch.version, "hip", None),
+        }
     try:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError):
@@ -84,7 +88,11 @@ def _version_literals() -> dict | None:
     except (OSError, SyntaxError):
         return info
     for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        target = (
+            node.targets[0]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1
+            else getattr(node, "target", None)
+        )
         if isinstance(target, ast.Name) and target.id in info and getattr(node, "value", None) is not None:
             try:
                 info[target.id] = ast.literal_eval(node.value)
@@ -117,7 +125,9 @@ def torch_build() -> TorchBuild:
     info = _version_literals()
     if info is None:
         return TorchBuild()
-    build = TorchBuild(version=info["__version__"], kind=build_kind(info["cuda"], info["hip"]), cuda=info["cuda"], hip=info["hip"])
+    build = TorchBuild(
+        version=info["__version__"], kind=build_kind(info["cuda"], info["hip"]), cuda=info["cuda"], hip=info["hip"]
+    )
     if build.kind in ("cuda", "hip") and (gpu_nodes_present(build.kind) or "torch" in sys.modules):
         try:
             import torch
@@ -147,7 +157,13 @@ def torch_devices(build: TorchBuild) -> Devices:
         return Devices()
     if build.kind == "mps":
         if torch.backends.mps.is_available():
-            return Devices("mps", 1, [platform.processor() or "Apple silicon"], "mps", [round(torch.mps.recommended_max_memory() / GB, 1)])
+            return Devices(
+                "mps",
+                1,
+                [platform.processor() or "Apple silicon"],
+                "mps",
+                [round(torch.mps.recommended_max_memory() / GB, 1)],
+            )
         return Devices()
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
@@ -194,9 +210,11 @@ def coverage_reason(arch: str, arch_list: list[str]) -> str:
     if covered == arch:
         return f"{arch} native: the wheel carries {arch} kernels"
     if covered and covered.startswith("sm_"):
-        return f"{covered} kernels run on {arch} (same major version, lower minor: binary compatible); no {arch} entry in {listed}"
+        return (f"{covered} kernels run on {arch} (same major version, lower minor: binary compatible); no {arch} "
+                f"entry in {listed}")
     if covered:
-        return f"PTX {covered} is compiled at load time for {arch} (slow first start, no native kernels); compiled for {listed}"
+        return (f"PTX {covered} is compiled at load time for {arch} (slow first start, no native kernels); compiled "
+                f"for {listed}")
     if arch.startswith("gfx"):
         return f"no {arch} kernels: ROCm needs the exact gfx target, the wheel was compiled for {listed}"
     return f"nothing in {listed} runs on {arch}"
@@ -228,35 +246,72 @@ def _no_device(build: TorchBuild, host, expected: str, track_name: str) -> Findi
     """torch sees no GPU on a track that expects one: say which layer below it is wrong."""
     built = build.describe()
     if host.amd_gpu and build.kind == "cuda":
-        return Finding(FAIL, f"the wrong wheel: {built} is an NVIDIA build on an AMD machine ({host.amd_gpu})",
-                       "this is the PyTorch build, not the trainer: install torch[device-gfx1151] from AMD's index (track x's lock: invoke build --track x)")
+        return Finding(
+            FAIL,
+            f"the wrong wheel: {built} is an NVIDIA build on an AMD machine ({host.amd_gpu})",
+            "this is the PyTorch build, not the trainer: install torch[device-gfx1151] from AMD's index (track x's "
+            "lock: invoke build --track x)",
+        )
     if host.amd_gpu and build.kind == "cpu":
-        return Finding(FAIL, f"the wrong wheel: {built} has no GPU support on an AMD machine ({host.amd_gpu})",
-                       "this is the PyTorch build, not the trainer: install torch[device-gfx1151] from AMD's index (track x's lock), not a plain torch from PyPI")
+        return Finding(
+            FAIL,
+            f"the wrong wheel: {built} has no GPU support on an AMD machine ({host.amd_gpu})",
+            "this is the PyTorch build, not the trainer: install torch[device-gfx1151] from AMD's index (track x's "
+            "lock), not a plain torch from PyPI",
+        )
     if build.kind == "hip" and host.kfd_present:
         if not host.kfd_accessible:
-            return Finding(FAIL, f"{built} sees no GPU: /dev/kfd is present but this user cannot open it",
-                           "add the user to the video and render groups (in a container: group_add with their numeric gids, see compose/rocm.yaml)")
-        return Finding(FAIL, f"{built} sees no GPU (device_count() == 0) although /dev/kfd is present and usable",
-                       "this is the PyTorch build: it has no kernels for this GPU (PyTorch's own ROCm wheels have been reported blind to gfx1151); "
-                       "install torch[device-gfx1151] from AMD's index, and unset HSA_OVERRIDE_GFX_VERSION")
+            return Finding(
+                FAIL,
+                f"{built} sees no GPU: /dev/kfd is present but this user cannot open it",
+                "add the user to the video and render groups (in a container: group_add with their numeric gids, see "
+                "compose/rocm.yaml)",
+            )
+        return Finding(
+            FAIL,
+            f"{built} sees no GPU (device_count() == 0) although /dev/kfd is present and usable",
+            "this is the PyTorch build: it has no kernels for this GPU (PyTorch's own ROCm wheels have been reported "
+            "blind to gfx1151); "
+            "install torch[device-gfx1151] from AMD's index, and unset HSA_OVERRIDE_GFX_VERSION",
+        )
     if build.kind == "hip":
-        return Finding(FAIL, f"{built} sees no GPU: no /dev/kfd on this machine or in this container",
-                       "pass /dev/kfd and /dev/dri to the container (compose/rocm.yaml) and check the amdgpu driver is loaded on the host")
+        return Finding(
+            FAIL,
+            f"{built} sees no GPU: no /dev/kfd on this machine or in this container",
+            "pass /dev/kfd and /dev/dri to the container (compose/rocm.yaml) and check the amdgpu driver is loaded on "
+            "the host",
+        )
     if build.kind == "cuda" and host.nvidia_driver:
         fits = _cuda_at_least(host.driver_cuda, build.cuda)
         if fits is False:
-            return Finding(FAIL, f"{built} sees no GPU: driver {host.nvidia_driver} supports CUDA up to {host.driver_cuda}, older than the wheel's CUDA {build.cuda}",
-                           f"update the NVIDIA driver to one that supports CUDA {build.cuda} (580 or newer for CUDA 13), or install a wheel built for CUDA {host.driver_cuda}")
-        return Finding(FAIL, f"{built} sees no GPU although nvidia-smi answers (driver {host.nvidia_driver})",
-                       "check the NVIDIA Container Toolkit and that the container was given the GPU (--gpus all; compose/nvidia.yaml)")
+            return Finding(
+                FAIL,
+                f"{built} sees no GPU: driver {host.nvidia_driver} supports CUDA up to {host.driver_cuda}, older than "
+                f"the wheel's CUDA {build.cuda}",
+                f"update the NVIDIA driver to one that supports CUDA {build.cuda} (580 or newer for CUDA 13), or "
+                f"install a wheel built for CUDA {host.driver_cuda}",
+            )
+        return Finding(
+            FAIL,
+            f"{built} sees no GPU although nvidia-smi answers (driver {host.nvidia_driver})",
+            "check the NVIDIA Container Toolkit and that the container was given the GPU (--gpus all; "
+            "compose/nvidia.yaml)",
+        )
     if build.kind not in ("cuda", "hip"):
         wanted = "a CUDA" if expected == "cuda" else "an accelerator"
-        return Finding(FAIL, f"the wrong wheel: {built} where track {track_name} needs {wanted} build",
-                       f"this is the PyTorch build, not the trainer: reinstall from lockfiles/{track_name}.txt (invoke build --track {track_name})")
-    return Finding(FAIL, f"{built} sees no GPU: the device is cpu on a track that expects {expected}",
-                   "cpu on a machine with an accelerator is the PyTorch build or the driver, not the trainer: check nvidia-smi on the host, "
-                   "the NVIDIA Container Toolkit, and a driver new enough for this CUDA (>= 580 for CUDA 13)")
+        return Finding(
+            FAIL,
+            f"the wrong wheel: {built} where track {track_name} needs {wanted} build",
+            f"this is the PyTorch build, not the trainer: reinstall from lockfiles/{track_name}.txt (invoke build "
+            f"--track {track_name})",
+        )
+    return Finding(
+        FAIL,
+        f"{built} sees no GPU: the device is cpu on a track that expects {expected}",
+        "cpu on a machine with an accelerator is the PyTorch build or the driver, not the trainer: check nvidia-smi on "
+        "the host, "
+        "the NVIDIA Container Toolkit, and a driver new enough for this CUDA (>= 580 for CUDA 13)",
+    )
 
 
 def _on_device(build: TorchBuild, devices: Devices, expected_arch: str, track_name: str) -> Finding:
@@ -264,11 +319,22 @@ def _on_device(build: TorchBuild, devices: Devices, expected_arch: str, track_na
     built, arch, name = build.describe(), devices.arch or "?", devices.names[0]
     covered = arch_covered(arch, build.arch_list)
     if covered is None:
-        what = f"{built} has no kernels for {name} ({arch}); it was compiled for {', '.join(build.arch_list) or 'nothing'}"
+        what = (
+            f"{built} has no kernels for {name} ({arch}); it was compiled for {', '.join(build.arch_list) or 'nothing'}"
+        )
         if arch.startswith("gfx") and not build.arch_list:
-            what = f"{built} carries no GPU kernels at all for {name} ({arch}): a plain `torch` from AMD's multi-arch index"
-        return Finding(FAIL, what, "this is the PyTorch build: install one whose arch list covers this device "
-                       + ("(torch[device-gfx1151] from AMD's index, track x's lock)" if arch.startswith("gfx") else "(the track's lock)"))
+            what = (f"{built} carries no GPU kernels at all for {name} ({arch}): a plain `torch` from AMD's multi-arch "
+                    "index")
+        return Finding(
+            FAIL,
+            what,
+            "this is the PyTorch build: install one whose arch list covers this device "
+            + (
+                "(torch[device-gfx1151] from AMD's index, track x's lock)"
+                if arch.startswith("gfx")
+                else "(the track's lock)"
+            ),
+        )
     note = ""
     if expected_arch and arch != expected_arch:
         note = f" (track {track_name} was made for {expected_arch}; it runs, but the track's defaults may not fit)"
@@ -281,21 +347,35 @@ def diagnose_device(build: TorchBuild, devices: Devices, host, track, expect_dev
     below the trainer is wrong. `host` is a machine.HostFacts; `track` a tracks.Track."""
     expected = expect_device or track.expected_device
     if build.kind is None:
-        return Finding(FAIL, "PyTorch is not installed", "install the environment from its lock (invoke build / invoke venv)")
+        return Finding(
+            FAIL, "PyTorch is not installed", "install the environment from its lock (invoke build / invoke venv)"
+        )
     if build.import_error:
-        return Finding(FAIL, f"PyTorch does not import: {build.import_error}", "reinstall the environment from its lock (invoke build / invoke venv)")
+        return Finding(
+            FAIL,
+            f"PyTorch does not import: {build.import_error}",
+            "reinstall the environment from its lock (invoke build / invoke venv)",
+        )
     built = build.describe()
     if expected == "cpu":
         return Finding(OK, f"{built} · cpu, as track {track.name} expects")
     if expected == "mps":
         if devices.type != "mps":
-            return Finding(FAIL, f"{built} sees no MPS device: training would fall back to the CPU",
-                           "this is the PyTorch build or macOS, not the trainer: use macOS 14+ on Apple silicon and the arm64 torch from lockfiles/m.txt (invoke venv --track m)")
+            return Finding(
+                FAIL,
+                f"{built} sees no MPS device: training would fall back to the CPU",
+                "this is the PyTorch build or macOS, not the trainer: use macOS 14+ on Apple silicon and the arm64 "
+                "torch from lockfiles/m.txt (invoke venv --track m)",
+            )
         return Finding(OK, f"{built} · mps", device_type="mps")
     wanted = track.expected_build
     if wanted in ("cuda", "hip") and build.kind != wanted and not (host.amd_gpu and build.kind in ("cuda", "cpu")):
-        return Finding(FAIL, f"{built}, but track {track.name} needs a {wanted.upper()} build of PyTorch",
-                       f"this is the PyTorch build, not the trainer: reinstall from lockfiles/{track.name}.txt (invoke build --track {track.name})")
+        return Finding(
+            FAIL,
+            f"{built}, but track {track.name} needs a {wanted.upper()} build of PyTorch",
+            f"this is the PyTorch build, not the trainer: reinstall from lockfiles/{track.name}.txt (invoke build "
+            f"--track {track.name})",
+        )
     if devices.type != "cuda":
         return _no_device(build, host, expected, track.name)
     return _on_device(build, devices, track.expected_arch, track.name)

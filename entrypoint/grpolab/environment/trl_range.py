@@ -29,7 +29,12 @@ def _trl_vllm_specifier():
             req = Requirement(line)
         except InvalidRequirement:
             continue
-        if req.name.lower() == "vllm" and req.marker is not None and req.marker.evaluate({"extra": "vllm"}) and not req.marker.evaluate({"extra": ""}):
+        if (
+            req.name.lower() == "vllm"
+            and req.marker is not None
+            and req.marker.evaluate({"extra": "vllm"})
+            and not req.marker.evaluate({"extra": ""})
+        ):
             return req.specifier
     raise RangeUnknown(f"TRL {trl_version} declares no vllm extra: check TRL's release notes for the vLLM it supports")
 
@@ -44,7 +49,8 @@ def range_unknown_because() -> str | None:
 
 
 def trl_vllm_range() -> str | None:
-    """The declared range, lower bound first (">=0.22.0,<=0.31.0"); None when it cannot be told (see range_unknown_because)."""
+    """The declared range, lower bound first (">=0.22.0,<=0.31.0"); None when it cannot be told (see
+    range_unknown_because)."""
     try:
         spec = _trl_vllm_specifier()
     except RangeUnknown:

@@ -77,12 +77,17 @@ def export_bundle(settings: LabSettings, out_dir, engine: str = "verl", nodes: i
         if ANSWER_COLUMN not in dataset.column_names or "prompt" not in dataset.column_names:
             raise ExportRefused(
                 f"dataset {settings.dataset!r} ({split}) has columns {sorted(dataset.column_names)}: the export needs "
-                f"'prompt' (a chat list) and '{ANSWER_COLUMN}' (the exact final number), the ground truth verl's reward gets"
+                f"'prompt' (a chat list) and '{ANSWER_COLUMN}' (the exact final number), the ground truth verl's "
+                "reward gets"
             )
     if len(train) == 0:
-        raise ExportRefused(f"dataset {settings.dataset!r} gave no training problems (train_size {settings.train_size})")
+        raise ExportRefused(
+            f"dataset {settings.dataset!r} gave no training problems (train_size {settings.train_size})"
+        )
     if len(heldout) == 0:
-        raise ExportRefused("heldout_size is 0: verl's validation set is our held-out set, so it needs at least one problem")
+        raise ExportRefused(
+            "heldout_size is 0: verl's validation set is our held-out set, so it needs at least one problem"
+        )
 
     reward_source = reward_module_source(settings.reward_weights)  # refuses before anything is written
     out.mkdir(parents=True, exist_ok=True)
@@ -257,16 +262,18 @@ def _mapping_rows(settings: LabSettings) -> list[str]:
 
 
 # Over 60 lines because it is one template: the bundle's README.md, read top to bottom as the user will.
-def bundle_readme(settings: LabSettings, ctx: Context, overrides: list[tuple[str, Any, str]], n_train: int, n_heldout: int) -> str:
+def bundle_readme(
+    settings: LabSettings, ctx: Context, overrides: list[tuple[str, Any, str]], n_train: int, n_heldout: int
+) -> str:
     mapping_lines = _mapping_rows(settings)
     fixed_lines = [f"| `{format_override(k, v)}` | {why} |" for k, v, why in FIXED]
     command = " \\\n    ".join(["python3 -m verl.trainer.main_ppo"] + [format_override(k, v) for k, v, _ in overrides])
     return f"""# The GRPO lab, handed to verl {VERL_VERSION}
 
-This bundle runs the lab's GRPO run (model `{settings.model}`, LoRA rank {settings.lora_rank}, {settings.num_generations}
-rollouts per prompt, {settings.max_completion_length}-token completions, {settings.max_steps} steps, beta {settings.beta},
-rewards {settings.reward_weights}, {n_train} training and {n_heldout} held-out problems from `{settings.dataset}`) on verl,
-on {ctx.nodes} node(s) x {ctx.gpus_per_node} GPU(s).
+This bundle runs the lab's GRPO run (model `{settings.model}`, LoRA rank {settings.lora_rank},
+{settings.num_generations} rollouts per prompt, {settings.max_completion_length}-token completions,
+{settings.max_steps} steps, beta {settings.beta}, rewards {settings.reward_weights}, {n_train} training and
+{n_heldout} held-out problems from `{settings.dataset}`) on verl, on {ctx.nodes} node(s) x {ctx.gpus_per_node} GPU(s).
 
 **Status: run by verl on a CPU, not yet on a GPU.** The overrides were composed onto verl {VERL_VERSION}'s own
 `ppo_trainer.yaml` and passed verl's config validation, `reward.py` was loaded through verl's reward loader, and
@@ -293,8 +300,8 @@ In containers (host networking so Ray's ports are reachable; the bundle mounted 
     docker run -d --gpus all --network host --shm-size 16g -v "$PWD:$PWD" IMAGE shell "$PWD/ray.sh" worker HEAD_ADDR
     docker run --rm --network host -v "$PWD:$PWD" IMAGE shell "$PWD/ray.sh" submit HEAD_ADDR
 
-where IMAGE is the cluster track's image (`grpolab:cluster`; its entrypoint's `shell` runs bash). Held-out pass@1 is logged as
-`val-core/{settings.dataset}/acc/mean@1`, before the first step and after the last; the training reward as
+where IMAGE is the cluster track's image (`grpolab:cluster`; its entrypoint's `shell` runs bash). Held-out pass@1
+is logged as `val-core/{settings.dataset}/acc/mean@1`, before the first step and after the last; the training reward as
 `critic/score/mean`.
 
 ## After the run
@@ -327,7 +334,8 @@ Overrides no lab setting decides, set so verl runs the lab's algorithm:
   after every step verl hands vLLM the updated LoRA adapter. The async trainer modes are avoided on purpose:
   with LoRA they never deliver the adapter (verl#7495).
 - The learning rate is constant (verl's FSDP optimizer offers constant or cosine); TRL decays it linearly.
-- Training computes in {VERL_DTYPE.get(settings.dtype, settings.dtype)} with float32 master weights (FSDP mixed precision).
+- Training computes in {VERL_DTYPE.get(settings.dtype, settings.dtype)} with float32 master weights (FSDP mixed
+  precision).
 - Prompts longer than max_prompt_length are dropped; the lab keeps every prompt.
 - Sampling is plain temperature sampling in both (no top-k, top-p or min-p).
 - With beta > 0 verl's k3 KL estimate is clamped to [-10, 10]; TRL's is not.

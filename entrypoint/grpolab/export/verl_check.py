@@ -101,7 +101,10 @@ def read_datasets(config, tokenizer) -> dict:
 
     out = {}
     try:
-        for split, files, is_train in (("train", config.data.train_files, True), ("heldout", config.data.val_files, False)):
+        for split, files, is_train in (
+            ("train", config.data.train_files, True),
+            ("heldout", config.data.val_files, False),
+        ):
             dataset = create_rl_dataset(files, config.data, tokenizer, None, is_train=is_train)
             if len(dataset) == 0:
                 raise ValueError(f"{files}: no rows left (all prompts longer than data.max_prompt_length?)")
@@ -163,7 +166,9 @@ def score_samples(config, tokenizer, heldout, samples: int) -> list[dict]:
                 )
                 scored = manager.loop.run_until_complete(manager.run_single(data))
                 info = {k: float(v) for k, v in scored["reward_extra_info"].items() if isinstance(v, (int, float))}
-                results.append({"ground_truth": ground_truth, "completion": text, "score": float(scored["reward_score"]), **info})
+                results.append(
+                    {"ground_truth": ground_truth, "completion": text, "score": float(scored["reward_score"]), **info}
+                )
     except Exception as error:
         raise CheckFailed(6, "reward", f"{type(error).__name__}: {error}") from error
     return results
@@ -189,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         data = read_datasets(config, tokenizer)
         report["rows"] = {split: d["rows"] for split, d in data.items()}
         report["first_prompt"] = data["heldout"]["first_prompt"]
-        report["reward_function"] = f"{config.reward.custom_reward_function.path}:{config.reward.custom_reward_function.name}"
+        report["reward_function"] = (
+            f"{config.reward.custom_reward_function.path}:{config.reward.custom_reward_function.name}"
+        )
         report["scores"] = score_samples(config, tokenizer, data["heldout"]["dataset"], args.samples)
         report["passed"] = True
         status = 0

@@ -57,7 +57,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def first_error(output_log: Path | None) -> str | None:
-    """The first exception named in verl's output, with the Ray actor that printed it ("(AgentLoopWorkerTQ) TypeError: ...")."""
+    """The first exception named in verl's output, with the Ray actor that printed it ("(AgentLoopWorkerTQ) TypeError:
+    ...")."""
     if output_log is None or not output_log.is_file():
         return None
     for line in output_log.read_text(errors="replace").splitlines():
@@ -88,22 +89,32 @@ def read_metrics(metrics_file: Path) -> tuple[list[dict], list[float]]:
 def step_records(steps: list[dict]) -> list[dict]:
     """The lab's per-step fields from verl's metrics; verl's own timers kept beside them."""
     return [
-        {"step": int(data.get("training/global_step", number)), "reward": data.get("critic/score/mean"),
-         "reward_std": data.get("critic/score/std"), "seconds": round(data[STEP_METRIC], 4),
-         **{f"{name}_s": round(data[key], 4) for name, key in SPLIT.items() if key in data},
-         "completion_tokens_mean": data.get("response_length/mean"),
-         "actor_peak_memory_gb": data.get("actor/perf/max_memory_allocated_gb"),
-         "verl_timing_s": {key.removeprefix("timing_s/"): round(value, 4) for key, value in data.items() if key.startswith("timing_s/")}}
+        {
+            "step": int(data.get("training/global_step", number)),
+            "reward": data.get("critic/score/mean"),
+            "reward_std": data.get("critic/score/std"),
+            "seconds": round(data[STEP_METRIC], 4),
+            **{f"{name}_s": round(data[key], 4) for name, key in SPLIT.items() if key in data},
+            "completion_tokens_mean": data.get("response_length/mean"),
+            "actor_peak_memory_gb": data.get("actor/perf/max_memory_allocated_gb"),
+            "verl_timing_s": {
+                key.removeprefix("timing_s/"): round(value, 4)
+                for key, value in data.items()
+                if key.startswith("timing_s/")
+            },
+        }
         for number, data in enumerate(steps, start=1)
-    ]  # fmt: skip
+    ]
 
 
 def last_actor_checkpoint(checkpoints: Path) -> Path:
     """The actor folder of verl's last saved step (CHECKPOINTS/global_step_N/actor)."""
     saved = sorted(checkpoints.glob("global_step_*/actor"), key=lambda path: int(path.parent.name.rsplit("_", 1)[1]))
     if not saved:
-        raise VerlResultError(f"no checkpoint under {checkpoints} (global_step_N/actor): the bundle saves the adapter at its "
-                              "last step (trainer.save_freq); was trainer.default_local_dir changed, or did verl stop before it?")
+        raise VerlResultError(
+            f"no checkpoint under {checkpoints} (global_step_N/actor): the bundle saves the adapter at its "
+            "last step (trainer.save_freq); was trainer.default_local_dir changed, or did verl stop before it?"
+        )
     return saved[-1]
 
 
@@ -111,7 +122,18 @@ def merged_adapter(actor_checkpoint: Path, target: Path) -> Path:
     """The LoRA adapter verl's model merger writes from a sharded FSDP checkpoint (target/lora_adapter)."""
     adapter = target / "lora_adapter"
     if not (adapter / "adapter_config.json").is_file():
-        command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor_checkpoint), "--target_dir", str(target)]
+        command = [
+            sys.executable,
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(actor_checkpoint),
+            "--target_dir",
+            str(target),
+        ]
         merged = subprocess.run(command, capture_output=True, text=True)
         if merged.returncode != 0 or not (adapter / "adapter_config.json").is_file():
             raise VerlResultError(f"verl's model merger did not write {adapter} (exit {merged.returncode}): "
@@ -126,7 +148,8 @@ def heldout_rows(bundle: Path) -> list[dict]:
 
 
 def eval_dtype(settings: dict) -> torch.dtype:
-    """The lab's dtype for the evaluation: the bundle's setting; "auto" as the lab reads it (bf16 on CUDA, else float32)."""
+    """The lab's dtype for the evaluation: the bundle's setting; "auto" as the lab reads it (bf16 on CUDA, else
+    float32)."""
     return getattr(torch, dtype_on(settings.get("dtype") or "auto", "cuda" if torch.cuda.is_available() else "cpu"))
 
 
@@ -153,30 +176,63 @@ def heldout_pass_at_1(model_path: str, adapter: Path | None, rows: list[dict], s
     return pass_at_1(model, tokenizer, rows, max_new_tokens)
 
 
-def verl_run_record(bundle: Path, metrics_file: Path, checkpoints: Path, verl_exit_status: int = 0, wall_clock_s: float | None = None,
-                    started_at: str | None = None, output_log: Path | None = None, say=print) -> dict:
-    """The run-log line of a verl run of `bundle`: passed when verl exited 0 and its steps, checkpoint and adapter are all
+def verl_run_record(
+    bundle: Path,
+    metrics_file: Path,
+    checkpoints: Path,
+    verl_exit_status: int = 0,
+    wall_clock_s: float | None = None,
+    started_at: str | None = None,
+    output_log: Path | None = None,
+    say=print,
+) -> dict:
+    """The run-log line of a verl run of `bundle`: passed when verl exited 0 and its steps, checkpoint and adapter are
+    all
     there (then with pass@1 by our evaluator), else failed, naming what is missing."""
     if not (bundle / "settings.json").is_file():
-        raise VerlResultError(f"{bundle} is not an exported bundle: it has no settings.json (`invoke export --engine verl` writes one)")
+        raise VerlResultError(
+            f"{bundle} is not an exported bundle: it has no settings.json (`invoke export --engine verl` writes one)"
+        )
     exported = json.loads((bundle / "settings.json").read_text())
     settings = exported["settings"]
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     model = bundle_model_path(bundle, settings)
     record = {
-        "run_id": new_run_id(), "kind": "lab", "engine": ENGINE, "track": settings.get("track"), "started_at": started_at or now,
-        "status": "running", "failed_layer": None, "error": None, "settings": settings, "model": settings.get("model"),
-        "model_identity": trained_model_identity(model, settings), "wall_clock_s": wall_clock_s,
-        "rollout": {"path": ROLLOUT_PATH, "engine": ENGINE, "stale": False, "max_lag_steps": 0,
-                    "lag_basis": "by verl's design, not measured: its sync trainer mode updates vLLM's weights before each step's generation"},
-        "verl": {"version": exported.get("verl"), "exit_status": verl_exit_status, "metrics_file": str(metrics_file), "bundle": str(bundle),
-                 "output_log": str(output_log) if output_log else None},
-    }  # fmt: skip
+        "run_id": new_run_id(),
+        "kind": "lab",
+        "engine": ENGINE,
+        "track": settings.get("track"),
+        "started_at": started_at or now,
+        "status": "running",
+        "failed_layer": None,
+        "error": None,
+        "settings": settings,
+        "model": settings.get("model"),
+        "model_identity": trained_model_identity(model, settings),
+        "wall_clock_s": wall_clock_s,
+        "rollout": {
+            "path": ROLLOUT_PATH,
+            "engine": ENGINE,
+            "stale": False,
+            "max_lag_steps": 0,
+            "lag_basis": "by verl's design, not measured: its sync trainer mode updates vLLM's weights before each "
+                         "step's generation",
+        },
+        "verl": {
+            "version": exported.get("verl"),
+            "exit_status": verl_exit_status,
+            "metrics_file": str(metrics_file),
+            "bundle": str(bundle),
+            "output_log": str(output_log) if output_log else None,
+        },
+    }
     try:
         # a failed verl may have stopped before its logger wrote anything: then its exit status is the news
         steps, validations = read_metrics(metrics_file) if verl_exit_status == 0 or metrics_file.is_file() else ([], [])
         record["steps"] = step_records(steps)
-        record["verl"]["heldout_accuracy"] = validations  # verl's validation: before the first step, then after each test_freq
+        record["verl"]["heldout_accuracy"] = (
+            validations  # verl's validation: before the first step, then after each test_freq
+        )
         if verl_exit_status != 0:
             cause = first_error(output_log)
             raise VerlResultError(f"verl exited {verl_exit_status} after {len(steps)} step(s); "
@@ -188,7 +244,10 @@ def verl_run_record(bundle: Path, metrics_file: Path, checkpoints: Path, verl_ex
         adapter = merged_adapter(last_actor_checkpoint(checkpoints), checkpoints / "merged")
         record["adapter"] = str(adapter)
         rows = heldout_rows(bundle)
-        say(f"held-out pass@1 by grpolab's evaluator ({len(rows)} problems, greedy): the base model, then with verl's adapter {adapter}")
+        say(
+            f"held-out pass@1 by grpolab's evaluator ({len(rows)} problems, greedy): the base model, then with verl's "
+            f"adapter {adapter}"
+        )
         started = time.perf_counter()
         record["pass_at_1_before"] = heldout_pass_at_1(model, None, rows, settings)
         record["pass_at_1_after"] = heldout_pass_at_1(model, adapter, rows, settings)
@@ -206,23 +265,48 @@ def summarise_steps(record: dict) -> None:
     steps = record["steps"]
     mean = lambda values: round(sum(values) / len(values), 4)  # noqa: E731
     record["seconds_per_step"] = mean([s["seconds"] for s in steps])
-    record["time_split_s_per_step"] = {name: mean([s[f"{name}_s"] for s in steps]) for name in SPLIT if all(f"{name}_s" in s for s in steps)}
+    record["time_split_s_per_step"] = {
+        name: mean([s[f"{name}_s"] for s in steps]) for name in SPLIT if all(f"{name}_s" in s for s in steps)
+    }
     record["first_reward"], record["last_reward"] = steps[0]["reward"], steps[-1]["reward"]
     peaks = [s["actor_peak_memory_gb"] for s in steps if s["actor_peak_memory_gb"] is not None]
     record["peak_memory_gb_measured"] = round(max(peaks), 3) if peaks else None
-    record["peak_memory_basis"] = "verl's actor worker alone (its device's peak; on a CPU its resident set), vLLM's rollout not included"
+    record["peak_memory_basis"] = (
+        "verl's actor worker alone (its device's peak; on a CPU its resident set), vLLM's rollout not included"
+    )
 
 
 def summary(record: dict) -> dict:
     """What the command prints: the line's figures without the settings and fingerprint."""
-    keys = ("run_id", "status", "failed_layer", "error", "track", "wall_clock_s", "seconds_per_step", "time_split_s_per_step",
-            "first_reward", "last_reward", "peak_memory_gb_measured", "pass_at_1_before", "pass_at_1_after", "evaluation_s", "adapter")
-    return {**{key: record.get(key) for key in keys}, "reward_per_step": [s["reward"] for s in record.get("steps") or []],
-            "seconds_per_step_each": [s["seconds"] for s in record.get("steps") or []],
-            "verl_heldout_accuracy": record["verl"].get("heldout_accuracy"), "machine": platform.machine()}
+    keys = (
+        "run_id",
+        "status",
+        "failed_layer",
+        "error",
+        "track",
+        "wall_clock_s",
+        "seconds_per_step",
+        "time_split_s_per_step",
+        "first_reward",
+        "last_reward",
+        "peak_memory_gb_measured",
+        "pass_at_1_before",
+        "pass_at_1_after",
+        "evaluation_s",
+        "adapter",
+    )
+    return {
+        **{key: record.get(key) for key in keys},
+        "reward_per_step": [s["reward"] for s in record.get("steps") or []],
+        "seconds_per_step_each": [s["seconds"] for s in record.get("steps") or []],
+        "verl_heldout_accuracy": record["verl"].get("heldout_accuracy"),
+        "machine": platform.machine(),
+    }
 
 
-def record_verl_run(bundle: Path, metrics_file: Path, checkpoints: Path | None = None, log_path=None, say=print, **given) -> dict:
+def record_verl_run(
+    bundle: Path, metrics_file: Path, checkpoints: Path | None = None, log_path=None, say=print, **given
+) -> dict:
     """verl_run_record, appended to the run log (grpolab's, or `log_path`); returns the line."""
     bundle = bundle.resolve()
     record = verl_run_record(bundle, metrics_file, checkpoints or bundle / "checkpoints", say=say, **given)

@@ -47,7 +47,8 @@ TRL_TOKEN_TILE = 4096
 TRL_VOCAB_TILE = 32768
 LOGIT_TILE_COPIES = 3
 
-# The lesson's own arithmetic for the update's row (activations="lesson"): the whole logits tensor plus an allowance. The lesson gives no formula, only two tables: 2 GB in all for
+# The lesson's own arithmetic for the update's row (activations="lesson"): the whole logits tensor plus an allowance.
+# The lesson gives no formula, only two tables: 2 GB in all for
 # Qwen3-1.7B and 4 GB for Qwen3-4B, both with 8 completions of 512 tokens, so the allowance is ~0.76 GB and
 # ~2.76 GB. No term linear in the model's shape fits both (a 4B model has 1.6x the hidden x layers of a 1.7B
 # one, yet 3.6x the allowance), so the allowance grows with the policy's size to the power 1.5, and linearly
@@ -73,7 +74,9 @@ def lora_trainable_parameters(shape: ModelShape, rank: int, target_modules: str)
             key = raw.strip()
             key = key if key in linears else f"{key}_proj"
             if key not in linears:
-                raise ValueError(f"unknown LoRA target module {raw.strip()!r}: use all-linear or some of {', '.join(linears)}")
+                raise ValueError(
+                    f"unknown LoRA target module {raw.strip()!r}: use all-linear or some of {', '.join(linears)}"
+                )
             names.append(key)
     per_layer = sum(rank * (linears[n][0] + linears[n][1]) for n in dict.fromkeys(names))
     return per_layer * shape.num_hidden_layers
@@ -163,10 +166,17 @@ class MemoryEstimate:
         rows = [(n, gb) for n, gb, _ in self.terms]
         if self.runtime_baseline_gb is not None:
             rows.append(("Runtime baseline (measured at the start)", self.runtime_baseline_gb))
-        rows += [("Reserved for the operating system", self.os_reserved_gb), ("Free", self.free_gb), ("Total", self.total_gb)]
+        rows += [
+            ("Reserved for the operating system", self.os_reserved_gb),
+            ("Free", self.free_gb),
+            ("Total", self.total_gb),
+        ]
         width = max(len(n) for n, _ in rows)
         decimals = 1 if self.modelled_gb >= 1 else 3  # the lesson's tenths, or enough to see a small model's terms
-        lines = [f"GRPO memory estimate: {self.model} ({self.dtype}) on {self.total_gb:.1f} GB ({self.device_total_source})", ""]
+        lines = [
+            f"GRPO memory estimate: {self.model} ({self.dtype}) on {self.total_gb:.1f} GB ({self.device_total_source})",
+            "",
+        ]
         for n, gb in rows:
             if n == "Free":
                 lines.append(f"  {'':<{width}}  {'-' * (decimals + 8)}")
@@ -174,12 +184,18 @@ class MemoryEstimate:
         lines.append("")
         lines += [f"  {n}: {note}" for n, _, note in self.terms]
         if self.runtime_baseline_gb is None:
-            lines.append("  Not counted: the runtime baseline (Python, torch and the libraries before the model loads); the lab measures it at the start.")
+            lines.append(
+                "  Not counted: the runtime baseline (Python, torch and the libraries before the model loads); the lab "
+                "measures it at the start."
+            )
         if self.lesson_difference:
             lines.append(f"  {self.lesson_difference}")
         lines.append("")
         if self.fits:
-            lines.append("Estimate from arithmetic, not a measurement: the lab logs the measured peak on the same basis beside it.")
+            lines.append(
+                "Estimate from arithmetic, not a measurement: the lab logs the measured peak on the same basis beside "
+                "it."
+            )
         else:
             lines.append(
                 f"Does not fit: {-self.free_gb:.1f} GB short. Set beta to 0 (drops the reference model), lower "
@@ -200,7 +216,9 @@ def activation_elements_per_token(shape: ModelShape, lora_rank: int) -> int:
     return 4 * shape.hidden_size + 5 * q + kv + 4 * shape.intermediate_size + 7 * lora_rank
 
 
-def update_activations_gb(shape: ModelShape, settings: LabSettings, dbytes: int, sequence_tokens: int, checkpointing: bool) -> tuple[float, str]:
+def update_activations_gb(
+    shape: ModelShape, settings: LabSettings, dbytes: int, sequence_tokens: int, checkpointing: bool
+) -> tuple[float, str]:
     """The update's activations and its log-probabilities, from the model's shape and the settings.
 
     Without gradient checkpointing every layer keeps activation_elements_per_token values per token; with it,
@@ -223,8 +241,11 @@ def update_activations_gb(shape: ModelShape, settings: LabSettings, dbytes: int,
     scored = completions * max(1, sequence_tokens - 1)
     tile = min(scored, TRL_TOKEN_TILE) * min(shape.vocab_size, TRL_VOCAB_TILE) * dbytes * LOGIT_TILE_COPIES
     head = tile + scored * shape.hidden_size * (dbytes + 4)
-    note = (f"{tokens} tokens ({completions} x {sequence_tokens}), {how} = {kept / GB:.2f} GB, plus {head / GB:.2f} GB for the "
-            f"log-probabilities over the {shape.vocab_size} vocabulary in tiles")
+    note = (
+        f"{tokens} tokens ({completions} x {sequence_tokens}), {how} = {kept / GB:.2f} GB, plus {head / GB:.2f} GB for "
+        "the "
+        f"log-probabilities over the {shape.vocab_size} vocabulary in tiles"
+    )
     return (kept + head) / GB, note
 
 
@@ -234,7 +255,12 @@ def lesson_activations_gb(shape: ModelShape, settings: LabSettings, dbytes: int)
     completions = settings.per_device_train_batch_size
     logits_gb = completions * settings.max_completion_length * shape.vocab_size * dbytes / GB
     update_tokens = completions * (settings.max_prompt_length + settings.max_completion_length)
-    allowance_gb = ACTIVATION_ALLOWANCE_GB * (shape.num_parameters / 1e9) ** ACTIVATION_ALLOWANCE_EXPONENT * update_tokens / ACTIVATION_ALLOWANCE_TOKENS
+    allowance_gb = (
+        ACTIVATION_ALLOWANCE_GB
+        * (shape.num_parameters / 1e9) ** ACTIVATION_ALLOWANCE_EXPONENT
+        * update_tokens
+        / ACTIVATION_ALLOWANCE_TOKENS
+    )
     return logits_gb + allowance_gb, logits_gb
 
 
@@ -248,25 +274,44 @@ def _device_of(settings: LabSettings, device_type: str | None) -> str:
 
 
 def _device_budget(device_total_gb: float | None, os_reserved_gb: float | None) -> tuple[float, str, float]:
-    """(device memory in GB, where that figure came from, the operating system's share): this machine's when not given."""
+    """(device memory in GB, where that figure came from, the operating system's share): this machine's unless given."""
     if device_total_gb is None:
         device_total_gb, total_source = device_total_memory_gb()
     else:
         total_source = "given"
-    return device_total_gb, total_source, os_reserved_default_gb(device_total_gb) if os_reserved_gb is None else os_reserved_gb
+    return (
+        device_total_gb,
+        total_source,
+        os_reserved_default_gb(device_total_gb) if os_reserved_gb is None else os_reserved_gb,
+    )
 
 
 def _weight_terms(shape: ModelShape, settings: LabSettings, label: str, dbytes: int, weights_gb: float) -> list:
     """The policy's weights, the reference copy when beta > 0, and the adapter with its gradients and Adam states."""
-    terms = [(f"Policy weights, {label}", weights_gb, f"{shape.num_parameters / 1e9:.2f}B parameters x {dbytes} bytes ({shape.source})")]
+    terms = [
+        (
+            f"Policy weights, {label}",
+            weights_gb,
+            f"{shape.num_parameters / 1e9:.2f}B parameters x {dbytes} bytes ({shape.source})",
+        )
+    ]
     if settings.beta > 0:
-        terms.append((f"Reference model, {label}", weights_gb, f"beta {settings.beta:g} > 0 loads a frozen copy; beta 0 drops this term"))
+        terms.append(
+            (
+                f"Reference model, {label}",
+                weights_gb,
+                f"beta {settings.beta:g} > 0 loads a frozen copy; beta 0 drops this term",
+            )
+        )
     lora = lora_trainable_parameters(shape, settings.lora_rank, settings.lora_target_modules)
-    terms.append((
-        "Adapter, gradients and Adam states",
-        lora * ADAPTER_BYTES_PER_PARAM / GB,
-        f"{lora / 1e6:.1f}M LoRA parameters (rank {settings.lora_rank}, {settings.lora_target_modules}) x {ADAPTER_BYTES_PER_PARAM} bytes",
-    ))
+    terms.append(
+        (
+            "Adapter, gradients and Adam states",
+            lora * ADAPTER_BYTES_PER_PARAM / GB,
+            f"{lora / 1e6:.1f}M LoRA parameters (rank {settings.lora_rank}, {settings.lora_target_modules}) x "
+            f"{ADAPTER_BYTES_PER_PARAM} bytes",
+        )
+    )
     return terms
 
 
@@ -275,14 +320,22 @@ def _update_term(shape: ModelShape, settings: LabSettings, dbytes: int, seq_toke
     one line saying how it differs from the lesson's table (None when it does not)."""
     lesson_gb, logits_gb = lesson_activations_gb(shape, settings, dbytes)
     if activations == "lesson":
-        note = (f"{settings.per_device_train_batch_size} x {settings.max_completion_length} x {shape.vocab_size} vocab x {dbytes} bytes = "
-                f"{logits_gb:.2f} GB of logits, plus {lesson_gb - logits_gb:.2f} GB allowance for the other activations (the lesson's arithmetic)")
+        note = (
+            f"{settings.per_device_train_batch_size} x {settings.max_completion_length} x {shape.vocab_size} vocab x "
+            f"{dbytes} bytes = "
+            f"{logits_gb:.2f} GB of logits, plus {lesson_gb - logits_gb:.2f} GB allowance for the other activations "
+            "(the lesson's arithmetic)"
+        )
         return ("Logits and activations for the update", lesson_gb, note), None
     update_gb, note = update_activations_gb(shape, settings, dbytes, seq_tokens, checkpointing=device != "cpu")
     differs = None
     if abs(round(update_gb, 1) - round(lesson_gb, 1)) >= 0.1:
-        differs = (f"The lesson's table would put {lesson_gb:.1f} GB on the update's row (whole logits plus an allowance fitted to its "
-                   f"two tables); this estimate follows the model's shape and TRL's tiled log-probabilities: {update_gb:.2f} GB.")
+        differs = (
+            f"The lesson's table would put {lesson_gb:.1f} GB on the update's row (whole logits plus an allowance "
+            "fitted to its "
+            f"two tables); this estimate follows the model's shape and TRL's tiled log-probabilities: {update_gb:.2f} "
+            "GB."
+        )
     return ("Logits and activations for the update", update_gb, note), differs
 
 
@@ -312,9 +365,11 @@ def allocator_term(update_gb: float) -> tuple[str, float, str]:
 # folder or built from its config alike (3.769 and 3.774 GB). Like the allocator's term it is freed heap kept
 # resident, more of it on this stack. Fitted, as a constant plus a fraction of the update's activations, on two
 # in-process labs in track cv's venv, the measured peak above the other terms: the tiny model's default lab (0.216
-# GB at 0.097 GB of activations, `git show d369336:bench/lab-colocate-20261202T004008Z.json`) and the 0.6B-shaped folder's lab above
+# GB at 0.097 GB of activations, `git show d369336:bench/lab-colocate-20261202T004008Z.json`) and the 0.6B-shaped
+# folder's lab above
 # (1.197 GB, the mean of bench/lab-colocate-size-qwen3-0.6b-shape-causes.json's two in-process rounds). The runs it was
-# not fitted on are in docs/rollout-paths.md ("Memory on the GPU tracks' stack"). Counted only where that transformers is
+# not fitted on are in docs/rollout-paths.md ("Memory on the GPU tracks' stack"). Counted only where that transformers
+# is
 # installed and the run is on a CPU: a GPU's peak (max_memory_allocated) is another basis, not yet measured with it
 # (images/gpu/memory_check.sh).
 STACK_EXTRA_ON_CPU = {"5.17.0": (0.144, 0.744)}  # transformers version: (GB, x the update's activations)
@@ -325,9 +380,14 @@ def stack_term(update_gb: float, transformers_version: str | None) -> tuple[str,
     if transformers_version not in STACK_EXTRA_ON_CPU:
         return None
     constant_gb, fraction = STACK_EXTRA_ON_CPU[transformers_version]
-    return (f"transformers {transformers_version}'s extra resident (CPU)", constant_gb + fraction * update_gb,
-            f"{constant_gb:g} GB + {fraction:g} x the update's activations: freed heap track cv's in-process labs kept above the "
-            "other terms, which were fitted on transformers 5.24 (fitted on the tiny model's lab and a Qwen3-0.6B-shaped lab)")
+    return (
+        f"transformers {transformers_version}'s extra resident (CPU)",
+        constant_gb + fraction * update_gb,
+        f"{constant_gb:g} GB + {fraction:g} x the update's activations: freed heap track cv's in-process labs kept "
+        "above the "
+        "other terms, which were fitted on transformers 5.24 (fitted on the tiny model's lab and a Qwen3-0.6B-shaped "
+        "lab)",
+    )
 
 
 def installed_transformers() -> str | None:
@@ -399,13 +459,25 @@ def estimate_memory(
 
     used = sum(gb for _, gb, _ in terms) + (runtime_baseline_gb or 0.0)
     inputs = {
-        "model": shape.name, "num_parameters": params, "dtype": dtype, "device": device, "gradient_checkpointing": device != "cpu",
-        "beta": settings.beta, "lora_rank": settings.lora_rank, "lora_target_modules": settings.lora_target_modules,
-        "num_generations": settings.num_generations, "per_device_train_batch_size": completions, "prompt_tokens": prompt,
-        "max_prompt_length": settings.max_prompt_length, "max_completion_length": settings.max_completion_length,
-        "rollout": settings.rollout, "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
-        "device_total_gb": device_total_gb, "os_reserved_gb": os_reserved_gb, "activations": activations,
-    }  # fmt: skip
+        "model": shape.name,
+        "num_parameters": params,
+        "dtype": dtype,
+        "device": device,
+        "gradient_checkpointing": device != "cpu",
+        "beta": settings.beta,
+        "lora_rank": settings.lora_rank,
+        "lora_target_modules": settings.lora_target_modules,
+        "num_generations": settings.num_generations,
+        "per_device_train_batch_size": completions,
+        "prompt_tokens": prompt,
+        "max_prompt_length": settings.max_prompt_length,
+        "max_completion_length": settings.max_completion_length,
+        "rollout": settings.rollout,
+        "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+        "device_total_gb": device_total_gb,
+        "os_reserved_gb": os_reserved_gb,
+        "activations": activations,
+    }
     return MemoryEstimate(
         model=shape.name,
         model_source=shape.source,
@@ -431,17 +503,29 @@ def longest_prompt_tokens(tokenizer, rows, sample: int = 256) -> int | None:
         prompt = row.get("prompt")
         if prompt is None:
             continue
-        text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False) if isinstance(prompt, list) else prompt
+        text = (
+            tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+            if isinstance(prompt, list)
+            else prompt
+        )
         lengths.append(len(tokenizer(text, add_special_tokens=False)["input_ids"]))
     return max(lengths) if lengths else None
 
 
-def run_estimate(model, settings: LabSettings, meter, tokenizer=None, rows=None, say=print, show_table: bool = True) -> MemoryEstimate | None:
+def run_estimate(
+    model, settings: LabSettings, meter, tokenizer=None, rows=None, say=print, show_table: bool = True
+) -> MemoryEstimate | None:
     """The estimate a run logs beside its measured peak: the meter's device and runtime baseline, the data's
     longest prompt. When no estimate can be made it says so and returns None: a run is never refused for that."""
     try:
         prompt_tokens = longest_prompt_tokens(tokenizer, rows) if tokenizer is not None and rows is not None else None
-        estimate = estimate_memory(model, settings, runtime_baseline_gb=meter.baseline_gb, device_type=meter.device_type, prompt_tokens=prompt_tokens)
+        estimate = estimate_memory(
+            model,
+            settings,
+            runtime_baseline_gb=meter.baseline_gb,
+            device_type=meter.device_type,
+            prompt_tokens=prompt_tokens,
+        )
     except (UnknownModel, ValueError, KeyError, OSError) as error:
         say(f"no memory estimate for this run ({error}); going on without one")
         return None

@@ -11,7 +11,8 @@ models: the peak above the runtime baseline taken when the meter starts):
            (the runtime baseline: Python, torch, transformers, PEFT, TRL).
   cuda     torch.cuda.max_memory_allocated (reset at the start) minus what was allocated at the start; also logged:
            max_memory_reserved (the caching allocator's pool) and the device-wide use from cudaMemGetInfo (sampled),
-           which also sees pools outside torch's allocator, such as a colocated vLLM's; ROCm reports through the same calls.
+           which also sees pools outside torch's allocator, such as a colocated vLLM's; ROCm reports through the same
+           calls.
   mps      torch.mps.driver_allocated_memory, sampled (MPS keeps no peak), minus its value at the start.
 Unified memory (tracks whose accelerator shares the host's RAM) also logs the low-water mark of the host's
 MemAvailable during the run, sampled: that, not the allocator's view, is what wedges such a machine.
@@ -95,7 +96,13 @@ def warm_up_runtime(torch, device_type: str) -> None:
 class PeakMemoryMeter:
     """Measures one run's peak memory; start it after the imports and before the model loads."""
 
-    def __init__(self, device_type: str, unified_memory: bool = False, preload=RUNTIME_MODULES, sample_every_s: float = SAMPLE_EVERY_S):
+    def __init__(
+        self,
+        device_type: str,
+        unified_memory: bool = False,
+        preload=RUNTIME_MODULES,
+        sample_every_s: float = SAMPLE_EVERY_S,
+    ):
         self.device_type = device_type
         self.unified_memory = unified_memory
         self.preload = preload
@@ -239,7 +246,9 @@ class PeakMemoryMeter:
             parts["max_memory_reserved_gb"] = self._reserved_gb
             if "device_used_gb" in self._max:
                 parts["device_used_peak_gb"] = self._max["device_used_gb"]
-                sources["device_used_peak_gb"] = "total - free from torch.cuda.mem_get_info, sampled (every process, every pool)"
+                sources["device_used_peak_gb"] = (
+                    "total - free from torch.cuda.mem_get_info, sampled (every process, every pool)"
+                )
             parts["peak_gb"] = parts["max_memory_allocated_gb"]
             sources["peak_gb"] = "torch.cuda.max_memory_allocated, reset at the start"
         elif self.device_type == "mps":
@@ -247,12 +256,18 @@ class PeakMemoryMeter:
             sources["peak_gb"] = f"torch.mps.driver_allocated_memory, sampled every {self.sample_every_s:g} s"
         else:
             parts["peak_gb"] = peak
-            sources["peak_gb"] = "resident-set high-water mark (VmHWM, reset at the start)" if self.hwm_reset else f"largest resident set, sampled every {self.sample_every_s:g} s"
+            sources["peak_gb"] = (
+                "resident-set high-water mark (VmHWM, reset at the start)"
+                if self.hwm_reset
+                else f"largest resident set, sampled every {self.sample_every_s:g} s"
+            )
         if self.device_type != "cpu" and "resident_set_gb" in self._max:
             parts["host_resident_set_peak_gb"] = self._max["resident_set_gb"]
         if "host_available_gb" in self._min:
             parts["host_available_low_gb"] = self._min["host_available_gb"]
-            sources["host_available_low_gb"] = "lowest MemAvailable of the host during the run, sampled (unified memory)"
+            sources["host_available_low_gb"] = (
+                "lowest MemAvailable of the host during the run, sampled (unified memory)"
+            )
 
     def record_part(self, name: str, gb: float, source: str) -> None:
         """A part another layer reports, e.g. a colocated vLLM's key-value pool as vLLM states it."""
@@ -285,5 +300,10 @@ class PeakMemoryMeter:
 def peak_memory_line(record: dict) -> str:
     """Measured and predicted peak on the same basis (above the runtime baseline), with the baseline beside them."""
     measured, predicted = record["peak_memory_gb_measured"], record.get("peak_memory_gb_predicted")
-    versus = f"{predicted:.3f} GB predicted (ratio {record.get('peak_memory_ratio')})" if predicted is not None else "no prediction"
-    return f"{measured:.3f} GB measured, {versus}, above a runtime baseline of {record['runtime_baseline_gb']:.2f} GB ({record['peak_memory_basis']})"
+    versus = (
+        f"{predicted:.3f} GB predicted (ratio {record.get('peak_memory_ratio')})"
+        if predicted is not None
+        else "no prediction"
+    )
+    return (f"{measured:.3f} GB measured, {versus}, above a runtime baseline of {record['runtime_baseline_gb']:.2f} GB "
+            f"({record['peak_memory_basis']})")

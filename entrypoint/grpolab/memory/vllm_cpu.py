@@ -41,9 +41,12 @@ def engine_context_tokens(prompt_tokens: int, settings, model_context: int | Non
     if model_context is not None and needed > model_context:
         raise LayerFailure(
             "rollout",
-            f"the run needs {needed} tokens per sequence (the longest prompt, {prompt_tokens} tokens, + max_completion_length "
-            f"{completion}), more than the model's context (max_position_embeddings {model_context}): vLLM refuses to start",
-            f"lower --max-completion-length to {max(1, model_context - prompt_tokens)} or less (or use shorter prompts), or a model with a longer context",
+            f"the run needs {needed} tokens per sequence (the longest prompt, {prompt_tokens} tokens, + "
+            "max_completion_length "
+            f"{completion}), more than the model's context (max_position_embeddings {model_context}): vLLM refuses to "
+            "start",
+            f"lower --max-completion-length to {max(1, model_context - prompt_tokens)} or less (or use shorter "
+            "prompts), or a model with a longer context",
         )
     bound = max(needed, settings.max_prompt_length + completion)
     return min(bound, model_context) if model_context is not None else bound
@@ -55,8 +58,12 @@ def kv_space_gib(kv_bytes_per_token: int, sequences: int, context_tokens: int) -
     term_bytes = sequences * context_tokens * kv_bytes_per_token
     in_blocks = sequences * blocks_per_sequence * CPU_BLOCK_TOKENS * kv_bytes_per_token
     gib = max(1, math.ceil(KV_SPACE_HEADROOM * in_blocks / GIB))
-    how = (f"{sequences} sequences x {context_tokens} tokens x {kv_bytes_per_token / 1024:g} KiB = {term_bytes / GB:.4f} GB; in "
-           f"{CPU_BLOCK_TOKENS}-token blocks {in_blocks / GB:.4f} GB, x {KV_SPACE_HEADROOM:g} headroom, rounded up to whole GiB (vLLM reads an integer)")
+    how = (
+        f"{sequences} sequences x {context_tokens} tokens x {kv_bytes_per_token / 1024:g} KiB = {term_bytes / GB:.4f} "
+        "GB; in "
+        f"{CPU_BLOCK_TOKENS}-token blocks {in_blocks / GB:.4f} GB, x {KV_SPACE_HEADROOM:g} headroom, rounded up to "
+        "whole GiB (vLLM reads an integer)"
+    )
     return gib, term_bytes / GB, how
 
 
@@ -68,14 +75,20 @@ def engine_plan(model, settings, prompt_tokens: int | None, environ=os.environ) 
     dbytes = DTYPE_BYTES[dtype]
     prompt = settings.max_prompt_length if prompt_tokens is None else prompt_tokens
     context = engine_context_tokens(prompt, settings, model_context_tokens(model))
-    kv_gib, kv_term_gb, how = kv_space_gib(shape.kv_bytes_per_token(dbytes), settings.per_device_train_batch_size, context)
+    kv_gib, kv_term_gb, how = kv_space_gib(
+        shape.kv_bytes_per_token(dbytes), settings.per_device_train_batch_size, context
+    )
     user_kv = environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
     source = f"from the estimate: {how}"
     if user_kv:
         try:
             kv_gib, source = int(user_kv), "set in the environment"
         except ValueError as error:
-            raise LayerFailure("rollout", f"VLLM_CPU_KVCACHE_SPACE={user_kv!r} is not a whole number of GiB (vLLM reads it as an int)", "set it to a whole number, or unset it") from error
+            raise LayerFailure(
+                "rollout",
+                f"VLLM_CPU_KVCACHE_SPACE={user_kv!r} is not a whole number of GiB (vLLM reads it as an int)",
+                "set it to a whole number, or unset it",
+            ) from error
     return {"dtype": dtype, "weights_gb": shape.num_parameters * dbytes / GB, "context": context, "kv_gib": kv_gib,
             "kv_term_gb": kv_term_gb, "kv_source": source, "num_parameters": shape.num_parameters}
 
@@ -86,8 +99,20 @@ def estimate_terms(model, settings, prompt_tokens: int | None) -> list[tuple[str
     label = plan["dtype"].replace("float32", "FP32").replace("bfloat16", "BF16")
     kv_gb = plan["kv_gib"] * GIB / GB
     return [
-        (f"vLLM's copies of the weights, {label}", ENGINE_WEIGHT_COPIES * plan["weights_gb"],
-         f"{ENGINE_WEIGHT_COPIES} x {plan['weights_gb']:.3f} GB: the engine loads the model again and repacks it for oneDNN, at start and at each sync (measured)"),
-        ("vLLM key-value space (VLLM_CPU_KVCACHE_SPACE)", kv_gb, f"{plan['kv_gib']} GiB, allocated whole when the engine starts ({plan['kv_source']})"),
-        ("vLLM engine runtime", ENGINE_RUNTIME_GB, "the engine's own buffers and scheduler, measured on the tiny model (a constant)"),
+        (
+            f"vLLM's copies of the weights, {label}",
+            ENGINE_WEIGHT_COPIES * plan["weights_gb"],
+            f"{ENGINE_WEIGHT_COPIES} x {plan['weights_gb']:.3f} GB: the engine loads the model again and repacks it "
+            "for oneDNN, at start and at each sync (measured)",
+        ),
+        (
+            "vLLM key-value space (VLLM_CPU_KVCACHE_SPACE)",
+            kv_gb,
+            f"{plan['kv_gib']} GiB, allocated whole when the engine starts ({plan['kv_source']})",
+        ),
+        (
+            "vLLM engine runtime",
+            ENGINE_RUNTIME_GB,
+            "the engine's own buffers and scheduler, measured on the tiny model (a constant)",
+        ),
     ]

@@ -19,9 +19,17 @@ from .identity import HUB_CACHE_FOLDER, SHA256_NAME, hub_snapshot
 
 # The JSON files a loader reads (transformers: the config and generation config; tokenizers: tokenizer.json and its
 # config; the index of a sharded checkpoint). Each one present must parse.
-JSON_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-              "model.safetensors.index.json")
-SAFETENSORS_HEADER_LIMIT_BYTES = 100 << 20  # safetensors itself refuses a header over 100 MB: such a length is not a header
+JSON_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "model.safetensors.index.json",
+)
+SAFETENSORS_HEADER_LIMIT_BYTES = (
+    100 << 20
+)  # safetensors itself refuses a header over 100 MB: such a length is not a header
 
 
 def safetensors_problem(path: Path) -> str | None:
@@ -33,20 +41,24 @@ def safetensors_problem(path: Path) -> str | None:
             return f"{size} bytes: shorter than the 8-byte header length every safetensors file starts with"
         header_bytes = int.from_bytes(handle.read(8), "little")
         if header_bytes > SAFETENSORS_HEADER_LIMIT_BYTES:
-            return f"its first 8 bytes give a header of {header_bytes:,} bytes, which no safetensors file has: not a safetensors file, or damaged"
+            return (f"its first 8 bytes give a header of {header_bytes:,} bytes, which no safetensors file has: not a "
+                    "safetensors file, or damaged")
         if 8 + header_bytes > size:
-            return f"{size:,} bytes, but its header alone promises {8 + header_bytes:,}: cut short (an interrupted download or copy)"
+            return (f"{size:,} bytes, but its header alone promises {8 + header_bytes:,}: cut short (an interrupted "
+                    "download or copy)")
         header = handle.read(header_bytes)
     try:
         tensors = {name: entry for name, entry in json.loads(header).items() if name != "__metadata__"}
         data_bytes = max((int(entry["data_offsets"][1]) for entry in tensors.values()), default=0)
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-        return "its header is not the JSON table of tensors a safetensors file starts with: damaged, or not a safetensors file"
+        return ("its header is not the JSON table of tensors a safetensors file starts with: damaged, or not a "
+                "safetensors file")
     promised = 8 + header_bytes + data_bytes
     if size < promised:
         return f"{size:,} bytes, but its header promises {promised:,}: cut short (an interrupted download or copy)"
     if size > promised:
-        return f"{size:,} bytes, but its header promises {promised:,}: {size - promised:,} bytes too many (damaged, or two files run together)"
+        return (f"{size:,} bytes, but its header promises {promised:,}: {size - promised:,} bytes too many (damaged, "
+                "or two files run together)")
     return None
 
 
@@ -60,7 +72,8 @@ def json_problem(path: Path) -> str | None:
     except UnicodeDecodeError as error:
         return f"not UTF-8 text (byte {error.start}), so not JSON: damaged"
     except json.JSONDecodeError as error:
-        return f"not valid JSON at line {error.lineno}, column {error.colno} ({error.msg}; {len(raw):,} bytes): cut short or damaged"
+        return (f"not valid JSON at line {error.lineno}, column {error.colno} ({error.msg}; {len(raw):,} bytes): cut "
+                "short or damaged")
     return None
 
 
@@ -71,8 +84,11 @@ def blob_problem(path: Path) -> str | None:
     if SHA256_NAME.match(target.name) and target.parent.name == "blobs":
         actual = file_sha256(path)
         if actual != target.name:
-            return (f"its content has sha256 {actual}, not the {target.name} its blob is named after (the Hub's hash of the file): "
-                    "damaged on disk or in the download")
+            return (
+                f"its content has sha256 {actual}, not the {target.name} its blob is named after (the Hub's hash of "
+                "the file): "
+                "damaged on disk or in the download"
+            )
     return None
 
 
@@ -91,7 +107,9 @@ def file_problems(folder: Path) -> list[tuple[Path, str]]:
                 problem = json_problem(path)
             else:
                 problem = None
-            if problem is None and in_hub_cache and path.is_symlink():  # the size and the format first: they cost nothing
+            if (
+                problem is None and in_hub_cache and path.is_symlink()
+            ):  # the size and the format first: they cost nothing
                 problem = blob_problem(path)
         except OSError as error:  # unreadable: permissions, an I/O error of the disk
             problem = f"unreadable ({error.strerror or error})"
@@ -99,7 +117,11 @@ def file_problems(folder: Path) -> list[tuple[Path, str]]:
             problems.append((path, problem))
     if index.is_file() and not any(path == index for path, _ in problems):
         shards = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
-        problems += [(folder / shard, f"missing: {index.name} lists it as a shard of the weights") for shard in shards if not (folder / shard).exists()]
+        problems += [
+            (folder / shard, f"missing: {index.name} lists it as a shard of the weights")
+            for shard in shards
+            if not (folder / shard).exists()
+        ]
     return problems
 
 
@@ -108,7 +130,7 @@ def is_hub_snapshot(folder: Path) -> bool:
 
 
 def hub_id_and_revision(folder: Path) -> tuple[str, str | None]:
-    """("org/name", the snapshot's commit unless it is what refs/main points to) of a folder in the Hugging Face cache."""
+    """("org/name", the snapshot's commit unless refs/main points to it) of a folder in the Hugging Face cache."""
     repo = folder.parent.parent
     match = HUB_CACHE_FOLDER.match(repo.name)
     try:
@@ -123,13 +145,20 @@ def download_again(folder: Path, model: str) -> str:
     if is_hub_snapshot(folder):
         hub_id, revision = hub_id_and_revision(folder)
         command = f"hf download {hub_id}" + (f" --revision {revision}" if revision else "") + " --force-download"
-        return f"download it again where the Hub is reachable: `{command}` (it replaces the cache's copy), then run again"
-    return (f"replace the folder's broken file(s) with a whole copy: download the model again into it (`hf download ORG/NAME "
-            f"--local-dir {model} --force-download`, ORG/NAME being where it came from) or copy it again from where it came, then run again")
+        return (
+            f"download it again where the Hub is reachable: `{command}` (it replaces the cache's copy), then run again"
+        )
+    return (
+        "replace the folder's broken file(s) with a whole copy: download the model again into it (`hf download "
+        "ORG/NAME "
+        f"--local-dir {model} --force-download`, ORG/NAME being where it came from) or copy it again from where it "
+        "came, then run again"
+    )
 
 
 def model_folder(model: str, model_path: str) -> Path | None:
-    """The folder whose files the loader reads: the local folder, or the Hub model's snapshot once it is cached (None before)."""
+    """The folder whose files the loader reads: the local folder, or the Hub model's snapshot once it is cached (None
+    before)."""
     if Path(model_path).expanduser().is_dir():
         return Path(model_path).expanduser()
     return hub_snapshot(model_path)
@@ -144,6 +173,13 @@ def check_model_files(model: str, model_path: str) -> None:
         return
     problems = file_problems(folder)
     if problems:
-        named = "; ".join(f"{path} is {what}" if not what.startswith(("its ", "a link")) else f"{path}: {what}" for path, what in problems)
-        raise LayerFailure("input", f"model {model!r} has {'a broken file' if len(problems) == 1 else f'{len(problems)} broken files'}: {named}",
-                           download_again(folder, model))  # fmt: skip
+        named = "; ".join(
+            f"{path} is {what}" if not what.startswith(("its ", "a link")) else f"{path}: {what}"
+            for path, what in problems
+        )
+        raise LayerFailure(
+            "input",
+            f"model {model!r} has {'a broken file' if len(problems) == 1 else f'{len(problems)} broken files'}: "
+            f"{named}",
+            download_again(folder, model),
+        )

@@ -81,7 +81,11 @@ def sdist_path(version: str | None = None) -> Path:
 
 
 def _is_converter(path: Path) -> bool:
-    return (path / "convert_hf_to_gguf.py").is_file() and (path / "conversion" / "__init__.py").is_file() and (path / "gguf-py" / "gguf").is_dir()
+    return (
+        (path / "convert_hf_to_gguf.py").is_file()
+        and (path / "conversion" / "__init__.py").is_file()
+        and (path / "gguf-py" / "gguf").is_dir()
+    )
 
 
 def lock_file() -> Path:
@@ -101,9 +105,12 @@ def locked_sdist_hashes(version: str) -> list[str]:
 
     lock, track = lock_file(), current_track_name()
     if not lock.is_file():
-        raise LayerFailure("rollout", f"no lock to take llama-cpp-python's sdist hash from ({lock} does not exist): "
-                           "an sdist is only fetched with a hash from the lock",
-                           f"run it from the repository (lockfiles/{track}.txt), or set {LOCK_FILE_ENV} to the track's lock")  # fmt: skip
+        raise LayerFailure(
+            "rollout",
+            f"no lock to take llama-cpp-python's sdist hash from ({lock} does not exist): "
+            "an sdist is only fetched with a hash from the lock",
+            f"run it from the repository (lockfiles/{track}.txt), or set {LOCK_FILE_ENV} to the track's lock",
+        )
     pinned, hashes, inside = None, [], False
     for line in lock.read_text().splitlines():
         if re.match(r"llama[-_.]cpp[-_.]python==", line, re.IGNORECASE):
@@ -114,11 +121,13 @@ def locked_sdist_hashes(version: str) -> list[str]:
             inside = inside and not re.match(r"[A-Za-z0-9]", line)
     if pinned != version or not hashes:
         raise LayerFailure(
-            "rollout", f"{lock} pins llama-cpp-python {pinned or 'not at all'}, not {version}: refusing to fetch or use "
+            "rollout",
+            f"{lock} pins llama-cpp-python {pinned or 'not at all'}, not {version}: refusing to fetch or use "
             "an sdist without the lock's hash for it",
-            f"lock it: add \"llamacpp\" to track {track}'s extras in images/tracks.toml (pyproject.toml's llamacpp extra "
+            f"lock it: add \"llamacpp\" to track {track}'s extras in images/tracks.toml (pyproject.toml's llamacpp "
+            "extra "
             f"says which version), then run `invoke lock --track {track}`",
-        )  # fmt: skip
+        )
     return hashes
 
 
@@ -130,8 +139,11 @@ def verify_sdist(sdist: Path, version: str) -> None:
     expected = locked_sdist_hashes(version)
     found = sha256_of_file(sdist)
     if found not in expected:
-        raise LayerFailure("rollout", f"{sdist} has sha256 {found}, not the lock's {', '.join(expected)} for llama-cpp-python {version}",
-                           "delete it; it is fetched again from PyPI with the lock's hash")
+        raise LayerFailure(
+            "rollout",
+            f"{sdist} has sha256 {found}, not the lock's {', '.join(expected)} for llama-cpp-python {version}",
+            "delete it; it is fetched again from PyPI with the lock's hash",
+        )
 
 
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # only ever from writing
@@ -155,7 +167,9 @@ def extract_converter(sdist: Path, out_dir: Path) -> Path:
                 if len(parts) < 2 or not parts[1].startswith("vendor/llama.cpp/"):
                     continue
                 relative = parts[1][len("vendor/llama.cpp/") :]
-                if not member.isfile() or not any(relative == m or (m.endswith("/") and relative.startswith(m)) for m in CONVERTER_MEMBERS):
+                if not member.isfile() or not any(
+                    relative == m or (m.endswith("/") and relative.startswith(m)) for m in CONVERTER_MEMBERS
+                ):
                     continue
                 if "__pycache__" in relative:
                     continue
@@ -164,16 +178,29 @@ def extract_converter(sdist: Path, out_dir: Path) -> Path:
                 with archive.extractfile(member) as source, open(target, "wb") as sink:
                     shutil.copyfileobj(source, sink)
         if not _is_converter(staging):
-            raise LayerFailure("rollout", f"{sdist} does not carry llama.cpp's converter (vendor/llama.cpp/convert_hf_to_gguf.py, conversion/, gguf-py/)",
-                               f"delete it and let grpolab fetch llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}'s sdist again")
+            raise LayerFailure(
+                "rollout",
+                f"{sdist} does not carry llama.cpp's converter (vendor/llama.cpp/convert_hf_to_gguf.py, conversion/, "
+                "gguf-py/)",
+                f"delete it and let grpolab fetch llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}'s sdist again",
+            )
         if out_dir.exists():
             shutil.rmtree(out_dir)
         staging.rename(out_dir)
     except (tarfile.TarError, OSError, EOFError) as error:
         if isinstance(error, OSError) and _writing(error, out_dir.parent):
-            raise LayerFailure("rollout", f"could not write llama.cpp's converter into {out_dir.parent} ({error.strerror}); nothing half-written was kept",
-                               f"free space or fix the permissions where the cache lives (`df -h {out_dir.parent}`), or point GRPOLAB_CACHE_DIR elsewhere") from error
-        raise LayerFailure("rollout", f"could not read llama.cpp's converter from {sdist}: {error}", "delete the file; it is fetched again from PyPI") from error
+            raise LayerFailure(
+                "rollout",
+                f"could not write llama.cpp's converter into {out_dir.parent} ({error.strerror}); nothing half-written "
+                "was kept",
+                f"free space or fix the permissions where the cache lives (`df -h {out_dir.parent}`), or point "
+                "GRPOLAB_CACHE_DIR elsewhere",
+            ) from error
+        raise LayerFailure(
+            "rollout",
+            f"could not read llama.cpp's converter from {sdist}: {error}",
+            "delete the file; it is fetched again from PyPI",
+        ) from error
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir
@@ -187,7 +214,20 @@ def download_sdist(version: str, progress=print) -> Path:
     requirement = f"llama-cpp-python=={version}" + "".join(f" --hash=sha256:{h}" for h in locked_sdist_hashes(version))
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
         req.write(requirement + "\n")
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--require-hashes", "-r", req.name, "-d", str(target.parent)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        "--require-hashes",
+        "-r",
+        req.name,
+        "-d",
+        str(target.parent),
+    ]
     try:
         result = subprocess.run(command, capture_output=True, text=True)
     finally:
@@ -195,7 +235,9 @@ def download_sdist(version: str, progress=print) -> Path:
     if result.returncode != 0 or not target.is_file():
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
         raise LayerFailure(
-            "rollout", f"could not fetch llama-cpp-python=={version}'s sdist, which carries llama.cpp's GGUF converter: {' | '.join(tail)}",
+            "rollout",
+            f"could not fetch llama-cpp-python=={version}'s sdist, which carries llama.cpp's GGUF converter: "
+            f"{' | '.join(tail)}",
             f"where PyPI is reachable run `python -m grpolab.model.gguf converter` (it fetches with the lock's hash), "
             f"or point {CONVERTER_ENV} at a folder with convert_hf_to_gguf.py, conversion/ and gguf-py/",
         )
@@ -208,8 +250,11 @@ def converter_dir(version: str | None = None, download: bool = True, progress=pr
     if configured:
         path = Path(configured)
         if not _is_converter(path):
-            raise LayerFailure("rollout", f"{CONVERTER_ENV}={configured} does not hold convert_hf_to_gguf.py, conversion/ and gguf-py/",
-                               f"unset it, or run `python -m grpolab.model.gguf converter --into {configured}`")
+            raise LayerFailure(
+                "rollout",
+                f"{CONVERTER_ENV}={configured} does not hold convert_hf_to_gguf.py, conversion/ and gguf-py/",
+                f"unset it, or run `python -m grpolab.model.gguf converter --into {configured}`",
+            )
         return path
     version = version or llama_cpp_version()
     extracted = cache_dir() / "llama.cpp-converter" / version
@@ -217,12 +262,17 @@ def converter_dir(version: str | None = None, download: bool = True, progress=pr
         return extracted
     sdist = sdist_path(version)
     kept = [Path(os.environ[SDIST_DIR_ENV]) / sdist.name] if os.environ.get(SDIST_DIR_ENV) else []
-    shared = HOME_CACHE / "sdist" / sdist.name  # the wheel build's copy, when GRPOLAB_CACHE_DIR points elsewhere (tests)
+    shared = (
+        HOME_CACHE / "sdist" / sdist.name
+    )  # the wheel build's copy, when GRPOLAB_CACHE_DIR points elsewhere (tests)
     sdist = next((path for path in [sdist, *kept, shared] if path.is_file()), sdist)
     if not sdist.is_file():
         if not download:
-            raise LayerFailure("rollout", f"llama.cpp's GGUF converter is not here: no {extracted} and no {sdist}",
-                               f"run `python -m grpolab.model.gguf converter` where PyPI is reachable, or set {CONVERTER_ENV}")
+            raise LayerFailure(
+                "rollout",
+                f"llama.cpp's GGUF converter is not here: no {extracted} and no {sdist}",
+                f"run `python -m grpolab.model.gguf converter` where PyPI is reachable, or set {CONVERTER_ENV}",
+            )
         download_sdist(version, progress)
     verify_sdist(sdist, version)
     progress(f"extracting llama.cpp's converter from {sdist.name} into {extracted}")
@@ -283,13 +333,17 @@ def _with_our_pretokenizer(model_class, model_dir: Path):
             return model_class.get_vocab_base_pre(self, tokenizer)
         except NotImplementedError:
             if uses_qwen2_pretokenizer(model_dir):
-                log.info("%s: tokenizer unknown to llama.cpp by hash, but its pre-tokenizer is Qwen2's: writing 'qwen2'", model_dir)
+                log.info(
+                    "%s: tokenizer unknown to llama.cpp by hash, but its pre-tokenizer is Qwen2's: writing 'qwen2'",
+                    model_dir,
+                )
                 return "qwen2"
             raise LayerFailure(
                 "rollout",
                 f"llama.cpp's converter does not know the tokenizer of {model_dir}: its BPE pre-tokenizer is neither "
                 "one llama.cpp has a hash for nor Qwen2's split regex + byte-level",
-                "use a model llama.cpp supports, or train the tokenizer with Qwen2's pre-tokenizer (as grpolab's tiny model does)",
+                "use a model llama.cpp supports, or train the tokenizer with Qwen2's pre-tokenizer (as grpolab's tiny "
+                "model does)",
             ) from None
 
     def _create_vocab_sentencepiece(self):
@@ -300,7 +354,11 @@ def _with_our_pretokenizer(model_class, model_dir: Path):
         return model_class._create_vocab_sentencepiece(self)
 
     # The converter insists that every subclass names its architecture (__init_subclass__).
-    namespace = {"model_arch": model_class.model_arch, "get_vocab_base_pre": get_vocab_base_pre, "_create_vocab_sentencepiece": _create_vocab_sentencepiece}
+    namespace = {
+        "model_arch": model_class.model_arch,
+        "get_vocab_base_pre": get_vocab_base_pre,
+        "_create_vocab_sentencepiece": _create_vocab_sentencepiece,
+    }
     return type(model_class.__name__, (model_class,), namespace)
 
 
@@ -313,7 +371,11 @@ def convert_model_dir(model_dir: Path, out_path: Path, outtype: str = "f32", pro
     if outtype not in OUTTYPES:
         raise ValueError(f"outtype {outtype!r}: choose one of {', '.join(OUTTYPES)}")
     if not (model_dir / "config.json").is_file():
-        raise LayerFailure("rollout", f"cannot convert {model_dir} to GGUF: it has no config.json", "pass a saved Hugging Face model folder")
+        raise LayerFailure(
+            "rollout",
+            f"cannot convert {model_dir} to GGUF: it has no config.json",
+            "pass a saved Hugging Face model folder",
+        )
     import torch
 
     converter = converter_dir(progress=progress)
@@ -330,16 +392,28 @@ def convert_model_dir(model_dir: Path, out_path: Path, outtype: str = "f32", pro
     hf_logging.set_verbosity_error()  # the converter's fixed test text is longer than a small model's context: harmless
     try:
         with _converter_on_path(converter) as (conversion, gguf_module), torch.inference_mode():
-            ftype = {"f32": gguf_module.LlamaFileType.ALL_F32, "f16": gguf_module.LlamaFileType.MOSTLY_F16, "bf16": gguf_module.LlamaFileType.MOSTLY_BF16}[outtype]
+            ftype = {
+                "f32": gguf_module.LlamaFileType.ALL_F32,
+                "f16": gguf_module.LlamaFileType.MOSTLY_F16,
+                "bf16": gguf_module.LlamaFileType.MOSTLY_BF16,
+            }[outtype]
             hparams = conversion.ModelBase.load_hparams(model_dir, False)
             architecture = conversion.get_model_architecture(hparams, conversion.ModelType.TEXT)
             try:
                 model_class = conversion.get_model_class(architecture, mmproj=False)
             except NotImplementedError:
-                raise LayerFailure("rollout", f"llama.cpp's converter does not support architecture {architecture}", "use a model llama.cpp supports (Qwen3 does)") from None
-            writer = _with_our_pretokenizer(model_class, model_dir)(model_dir, ftype, partial, model_name=model_dir.name)
+                raise LayerFailure(
+                    "rollout",
+                    f"llama.cpp's converter does not support architecture {architecture}",
+                    "use a model llama.cpp supports (Qwen3 does)",
+                ) from None
+            writer = _with_our_pretokenizer(model_class, model_dir)(
+                model_dir, ftype, partial, model_name=model_dir.name
+            )
             write_tensors = writer.gguf_writer.write_tensors_to_file
-            writer.gguf_writer.write_tensors_to_file = lambda **_: write_tensors(progress=False)  # no progress bar per refresh
+            writer.gguf_writer.write_tensors_to_file = lambda **_: write_tensors(
+                progress=False
+            )  # no progress bar per refresh
             writer.write()
     except BaseException:
         partial.unlink(missing_ok=True)  # never leave half a file behind
@@ -391,7 +465,9 @@ def export_gguf(model_dir_or_model, out_path, outtype: str = "f32", tokenizer=No
     out_path = Path(out_path)
     if isinstance(model_dir_or_model, (str, os.PathLike)):
         return convert_model_dir(Path(model_dir_or_model), out_path, outtype, progress)
-    with tempfile.TemporaryDirectory(prefix="grpolab-merged-", dir=out_path.parent if out_path.parent.exists() else None) as tmp:
+    with tempfile.TemporaryDirectory(
+        prefix="grpolab-merged-", dir=out_path.parent if out_path.parent.exists() else None
+    ) as tmp:
         save_merged(model_dir_or_model, Path(tmp), tokenizer)
         return convert_model_dir(Path(tmp), out_path, outtype, progress)
 
@@ -400,12 +476,19 @@ def check_gguf(path) -> Path:
     """Fail with a sentence when `path` is missing or not a GGUF file (before llama.cpp gets to it)."""
     path = Path(path)
     if not path.is_file():
-        raise LayerFailure("rollout", f"GGUF file {path} does not exist", "export the policy first: `python -m grpolab.model.gguf export MODEL_DIR OUT.gguf`")
+        raise LayerFailure(
+            "rollout",
+            f"GGUF file {path} does not exist",
+            "export the policy first: `python -m grpolab.model.gguf export MODEL_DIR OUT.gguf`",
+        )
     with open(path, "rb") as f:
         head = f.read(8)
     if head[:4] != GGUF_MAGIC or len(head) < 8:
-        raise LayerFailure("rollout", f"{path} is not a GGUF file (it starts with {head[:4]!r}, not b'GGUF'): corrupt or a different format",
-                           "delete it and export the policy again")
+        raise LayerFailure(
+            "rollout",
+            f"{path} is not a GGUF file (it starts with {head[:4]!r}, not b'GGUF'): corrupt or a different format",
+            "delete it and export the policy again",
+        )
     return path
 
 
@@ -418,8 +501,12 @@ def main(argv=None) -> int:
     export.add_argument("model_dir")
     export.add_argument("out_path")
     export.add_argument("--outtype", choices=OUTTYPES, default="f32")
-    fetch = sub.add_parser("converter", help="make sure llama.cpp's converter is here (fetch the sdist from PyPI if needed)")
-    fetch.add_argument("--into", help="copy it to this folder too (what the images do; then set GRPOLAB_LLAMACPP_CONVERTER to it)")
+    fetch = sub.add_parser(
+        "converter", help="make sure llama.cpp's converter is here (fetch the sdist from PyPI if needed)"
+    )
+    fetch.add_argument(
+        "--into", help="copy it to this folder too (what the images do; then set GRPOLAB_LLAMACPP_CONVERTER to it)"
+    )
     args = parser.parse_args(argv)
     if args.command == "export":
         started = time.perf_counter()

@@ -76,8 +76,21 @@ class ModelShape:
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
         """(in, out) of each linear layer PEFT's all-linear targets in one decoder layer."""
-        h, q, kv, i = self.hidden_size, self.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim, self.intermediate_size
-        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+        h, q, kv, i = (
+            self.hidden_size,
+            self.num_attention_heads * self.head_dim,
+            self.num_key_value_heads * self.head_dim,
+            self.intermediate_size,
+        )
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * dtype_bytes
@@ -99,9 +112,15 @@ def parameters_from_shape(config: dict) -> int:
 
 def _shape_from_config(name: str, source: str, config: dict) -> ModelShape:
     config = config.get("text_config", config)  # multimodal configs nest the language model
-    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size") if k not in config]
+    missing = [
+        k
+        for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+        if k not in config
+    ]
     if missing:
-        raise UnknownModel(f"{source}: config has no {', '.join(missing)}; the estimate needs a dense decoder-only model's config.json")
+        raise UnknownModel(
+            f"{source}: config has no {', '.join(missing)}; the estimate needs a dense decoder-only model's config.json"
+        )
     heads = config["num_attention_heads"]
     return ModelShape(
         name=name,
@@ -120,7 +139,10 @@ def _shape_from_config(name: str, source: str, config: dict) -> ModelShape:
 
 def _hf_cached_config(model_id: str) -> Path | None:
     """config.json of a model already in the Hugging Face cache (no download)."""
-    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
+    hub = Path(
+        os.environ.get("HF_HUB_CACHE")
+        or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+    )
     snapshots = hub / ("models--" + model_id.replace("/", "--")) / "snapshots"
     found = sorted(snapshots.glob("*/config.json")) if snapshots.is_dir() else []
     return found[-1] if found else None
@@ -163,11 +185,17 @@ def model_shape(model: str | dict) -> ModelShape:
     if hub:
         return _shape_from_config(name, f"config.json from the Hugging Face Hub ({name})", hub)
     if name in QWEN3_MODELS:
-        return _shape_from_config(name, "built-in table (config.json neither in the Hugging Face cache nor reachable on the Hub)", QWEN3_MODELS[name])
+        return _shape_from_config(
+            name,
+            "built-in table (config.json neither in the Hugging Face cache nor reachable on the Hub)",
+            QWEN3_MODELS[name],
+        )
     known = ", ".join(QWEN3_MODELS)
     raise UnknownModel(
-        f"no memory estimate for {name!r}: it is not a local path with a config.json, its config.json is neither in the "
-        f"Hugging Face cache nor reachable on the Hub, and it is not one of the built-in models ({known}). Pass a local "
+        f"no memory estimate for {name!r}: it is not a local path with a config.json, its config.json is neither in "
+        "the "
+        f"Hugging Face cache nor reachable on the Hub, and it is not one of the built-in models ({known}). Pass a "
+        "local "
         "model directory, or download the model first."
     )
 

@@ -43,8 +43,15 @@ RECIPE_VERSION = 4  # bump when the recipe changes (4: a 1024-token context; 3: 
 # place they are written. `grpolab tiny-model --rebuild` prints a new dict for a regenerated model.
 FIXTURE_DIR = Path(__file__).resolve().parents[2] / "tiny-model"
 FIXTURE_RELATIVE = "entrypoint/tiny-model"
-FIXTURE_FILES = ("chat_template.jinja", "config.json", "generation_config.json", BUILD_FACTS_FILE, "model.safetensors", "tokenizer.json",
-                 "tokenizer_config.json")  # what a build writes
+FIXTURE_FILES = (
+    "chat_template.jinja",
+    "config.json",
+    "generation_config.json",
+    BUILD_FACTS_FILE,
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)  # what a build writes
 FIXTURE_SHA256 = {
     "chat_template.jinja": "2eefca287a0f008b170ce31bc2c4dabb398a64eb74716bf64db5d9a21da50da9",
     "config.json": "3d4357c85002dba0e745c6e4e9f41417db8ba92314533cd1ccad76cb492bd4e8",
@@ -151,7 +158,9 @@ def _batch(examples, pad_token_id: int):
     return input_ids, attention_mask, labels
 
 
-def build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int = WARMUP_MAX_STEPS, final_dir=None) -> Path:
+def build_tiny_model(
+    out_dir, seed: int = 0, progress=print, *, max_steps: int = WARMUP_MAX_STEPS, final_dir=None
+) -> Path:
     """Build the tiny model into `out_dir` on one CPU thread, whatever the machine has. `final_dir`: where it
     will be once moved there (the progress line names that, not a staging folder).
 
@@ -169,7 +178,9 @@ def build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int =
         torch.set_num_threads(threads)
 
 
-def _build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int = WARMUP_MAX_STEPS, final_dir=None) -> Path:
+def _build_tiny_model(
+    out_dir, seed: int = 0, progress=print, *, max_steps: int = WARMUP_MAX_STEPS, final_dir=None
+) -> Path:
     """Build the tiny model into `out_dir` (created; existing files are overwritten) and return its path.
 
     The warm-up stops at WARMUP_TARGET_PASS_AT_1 on validation, or at `max_steps` (a cap, and a way for tests
@@ -188,12 +199,16 @@ def _build_tiny_model(out_dir, seed: int = 0, progress=print, *, max_steps: int 
     tokenizer = build_tokenizer(texts)
     model = _untrained_model(tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
-    progress(f"tiny model: Qwen3, {n_params / 1e6:.2f} M parameters, vocabulary {len(tokenizer)}; warm-up until validation pass@1 >= {WARMUP_TARGET_PASS_AT_1}")
+    progress(
+        f"tiny model: Qwen3, {n_params / 1e6:.2f} M parameters, vocabulary {len(tokenizer)}; warm-up until validation "
+        f"pass@1 >= {WARMUP_TARGET_PASS_AT_1}"
+    )
 
     step = _warm_up(model, tokenizer, splits, random.Random(seed), max_steps, progress, started)
     facts = _save(model, tokenizer, splits, out_dir, seed=seed, steps=step, started=started)
     progress(
-        f"tiny model: built in {facts['seconds']:.0f} s ({step} steps): validation pass@1 {facts['validation_pass_at_1']:.3f}, "
+        f"tiny model: built in {facts['seconds']:.0f} s ({step} steps): validation pass@1 "
+        f"{facts['validation_pass_at_1']:.3f}, "
         f"held-out pass@1 {facts['heldout_pass_at_1']:.3f} -> {final_dir or out_dir}"
     )
     return out_dir
@@ -204,7 +219,9 @@ def _untrained_model(tokenizer):
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     im_end, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
-    config = Qwen3Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=im_end, pad_token_id=pad, **MODEL_CONFIG)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=im_end, pad_token_id=pad, **MODEL_CONFIG
+    )
     model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=im_end, pad_token_id=pad, bos_token_id=None)
     return model
@@ -237,7 +254,10 @@ def _warm_up(model, tokenizer, splits: dict, rng: random.Random, max_steps: int,
         step += 1
         if step % EVAL_EVERY_STEPS == 0:
             val_pass = pass_at_1(model, tokenizer, eval_rows, max_new_tokens=EVAL_MAX_NEW_TOKENS)
-            progress(f"tiny model: step {step:4d}  loss {loss.item():.3f}  validation pass@1 {val_pass:.3f}  ({time.monotonic() - started:.0f} s)")
+            progress(
+                f"tiny model: step {step:4d}  loss {loss.item():.3f}  validation pass@1 {val_pass:.3f}  "
+                f"({time.monotonic() - started:.0f} s)"
+            )
             if val_pass >= WARMUP_TARGET_PASS_AT_1:
                 return step
     progress(f"tiny model: stopped at the step limit {max_steps} with validation pass@1 {val_pass:.3f}")
@@ -288,13 +308,17 @@ def _name_tokenizer_class(tokenizer_config: Path) -> None:
 
 
 def tiny_model_dir() -> Path:
-    """The committed model: entrypoint/tiny-model/ in the repository, /opt/grpolab/entrypoint/tiny-model/ in the images."""
+    """The committed model: entrypoint/tiny-model/ in the repository, /opt/grpolab/entrypoint/tiny-model/ in images."""
     return FIXTURE_DIR
 
 
 def fixture_hashes(folder: Path) -> dict[str, str]:
     """{file name: sha256} of the files a build writes (the form of FIXTURE_SHA256)."""
-    return {path.name: sha256_of_file(path) for path in sorted(Path(folder).iterdir()) if path.is_file() and path.name in FIXTURE_FILES}
+    return {
+        path.name: sha256_of_file(path)
+        for path in sorted(Path(folder).iterdir())
+        if path.is_file() and path.name in FIXTURE_FILES
+    }
 
 
 def verify_tiny_model(folder: Path | None = None) -> Path:
@@ -305,16 +329,25 @@ def verify_tiny_model(folder: Path | None = None) -> Path:
     folder = Path(folder or tiny_model_dir())
     restore = (f"restore the committed files (`git checkout -- {FIXTURE_RELATIVE}` in the repository, or rebuild the "
                "image); if you regenerated the model on purpose (`grpolab tiny-model --rebuild`), commit its files and "
-               "put the hashes it printed into FIXTURE_SHA256 in grpolab/model/tiny.py")  # fmt: skip
+               "put the hashes it printed into FIXTURE_SHA256 in grpolab/model/tiny.py")
     missing = [str(folder / name) for name in FIXTURE_SHA256 if not (folder / name).is_file()]
     if missing:
-        raise LayerFailure("input", f"the built-in tiny model is incomplete: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing", restore)
+        raise LayerFailure(
+            "input",
+            f"the built-in tiny model is incomplete: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+            "missing",
+            restore,
+        )
     for name, expected in FIXTURE_SHA256.items():
         path = folder / name
         found = sha256_of_file(path)
         if found != expected:
-            raise LayerFailure("input", f"the built-in tiny model's {path} has sha256 {found}, not the committed {expected}: "
-                               "the file was changed or damaged", restore)  # fmt: skip
+            raise LayerFailure(
+                "input",
+                f"the built-in tiny model's {path} has sha256 {found}, not the committed {expected}: "
+                "the file was changed or damaged",
+                restore,
+            )
     return folder
 
 
@@ -323,7 +356,9 @@ def rebuild_tiny_model(out_dir, progress=print, *, max_steps: int = WARMUP_MAX_S
     print the hashes that FIXTURE_SHA256 would take; returns them."""
     out_dir = Path(out_dir)
     if out_dir.resolve() == tiny_model_dir().resolve():
-        raise ValueError(f"rebuild into a folder of its own, not over the committed model ({out_dir}); copy it over once checked")
+        raise ValueError(
+            f"rebuild into a folder of its own, not over the committed model ({out_dir}); copy it over once checked"
+        )
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ValueError(f"{out_dir} is not empty: rebuild into a new folder")
     build_tiny_model(out_dir, progress=progress, max_steps=max_steps)
@@ -332,7 +367,7 @@ def rebuild_tiny_model(out_dir, progress=print, *, max_steps: int = WARMUP_MAX_S
     hashes = fixture_hashes(out_dir)
     progress(f"tiny model rebuilt into {out_dir}; model.safetensors sha256 {hashes['model.safetensors']}")
     progress(f"to make it the committed model: copy {out_dir}/* over {FIXTURE_RELATIVE}/ and set FIXTURE_SHA256 in "
-             "entrypoint/grpolab/model/tiny.py to:")  # fmt: skip
+             "entrypoint/grpolab/model/tiny.py to:")
     progress("FIXTURE_SHA256 = {\n" + "".join(f'    "{name}": "{digest}",\n' for name, digest in hashes.items()) + "}")
     return hashes
 
@@ -357,5 +392,9 @@ def refuse_folder_without_weights(name: str) -> None:
         return  # a Hub id (or a path that does not exist: the loader says so)
     if not any(any(folder.glob(pattern)) for pattern in WEIGHT_PATTERNS):
         has = ", ".join(sorted(p.name for p in folder.iterdir())[:8]) or "nothing"
-        raise LayerFailure("input", f"--model {name}: the folder holds no weights (no *.safetensors or *.bin; it holds {has})",
-                           "point --model at a folder saved with save_pretrained (config.json, tokenizer and *.safetensors), a Hub id, or tiny")  # fmt: skip
+        raise LayerFailure(
+            "input",
+            f"--model {name}: the folder holds no weights (no *.safetensors or *.bin; it holds {has})",
+            "point --model at a folder saved with save_pretrained (config.json, tokenizer and *.safetensors), a Hub "
+            "id, or tiny",
+        )

@@ -114,8 +114,20 @@ def pass_at_1(rows: list[dict], path: Path) -> Path | None:
     plt = pyplot()
     figure, axis = plt.subplots(figsize=FIGURE_INCHES)
     positions = range(len(rows))
-    before = axis.bar([p - 0.2 for p in positions], [row["pass_at_1_before"] for row in rows], width=0.4, label="before", color="tab:grey")
-    after = axis.bar([p + 0.2 for p in positions], [row["pass_at_1_after"] or 0.0 for row in rows], width=0.4, label="after", color="tab:green")
+    before = axis.bar(
+        [p - 0.2 for p in positions],
+        [row["pass_at_1_before"] for row in rows],
+        width=0.4,
+        label="before",
+        color="tab:grey",
+    )
+    after = axis.bar(
+        [p + 0.2 for p in positions],
+        [row["pass_at_1_after"] or 0.0 for row in rows],
+        width=0.4,
+        label="after",
+        color="tab:green",
+    )
     for bars in (before, after):
         axis.bar_label(bars, fmt="%.2f")
     axis.set_xticks(list(positions), [row_label(row) for row in rows], rotation=15, ha="right", fontsize=8)

@@ -35,10 +35,28 @@ SKIPPED_SHOWN = 5  # bad lines named one by one per log; the rest are counted
 LESSON_SMOKE = "ten steps of a 0.6B model take a couple of minutes on any track"
 LESSON_SMOKE_S = 180  # "a couple of minutes", read as at most three
 LESSON_TRACKS = {
-    "s": {"rollout": "vllm-colocate", "memory_gb": (50.9, 58.9), "memory": "128 GB diagram, Qwen3-4B with vLLM colocate: 50.9 GB at beta 0, 58.9 GB with a reference model"},
-    "n": {"rollout": "vllm-colocate", "memory_gb": (6.4, 9.8), "memory": "16 GB diagram, Qwen3-1.7B: 6.4 GB at beta 0 ('a 16 GB card runs it with beta at zero'), 9.8 GB with a reference model"},
-    "x": {"rollout": "inprocess", "memory_gb": (6.4, 9.8), "memory": "16 GB diagram, Qwen3-1.7B in-process: 6.4 GB at beta 0, 9.8 GB with a reference model"},
-    "m": {"rollout": "inprocess", "memory_gb": None, "memory": "no diagram for MPS float32 (float32 doubles the weight terms); 'expect this to be the slowest of the four tracks'"},
+    "s": {
+        "rollout": "vllm-colocate",
+        "memory_gb": (50.9, 58.9),
+        "memory": "128 GB diagram, Qwen3-4B with vLLM colocate: 50.9 GB at beta 0, 58.9 GB with a reference model",
+    },
+    "n": {
+        "rollout": "vllm-colocate",
+        "memory_gb": (6.4, 9.8),
+        "memory": "16 GB diagram, Qwen3-1.7B: 6.4 GB at beta 0 ('a 16 GB card runs it with beta at zero'), 9.8 GB with "
+                  "a reference model",
+    },
+    "x": {
+        "rollout": "inprocess",
+        "memory_gb": (6.4, 9.8),
+        "memory": "16 GB diagram, Qwen3-1.7B in-process: 6.4 GB at beta 0, 9.8 GB with a reference model",
+    },
+    "m": {
+        "rollout": "inprocess",
+        "memory_gb": None,
+        "memory": "no diagram for MPS float32 (float32 doubles the weight terms); 'expect this to be the slowest of "
+                  "the four tracks'",
+    },
 }
 
 
@@ -86,11 +104,17 @@ def read_log(path: Path, warnings: list[str]) -> list[dict]:
             run = json.loads(raw)
         except json.JSONDecodeError as error:
             last = number == len(lines) and not data.endswith(b"\n")
-            why = "truncated (the last line has no end: a copy cut short, or a run killed while writing)" if last else f"not JSON ({error.msg})"
+            why = (
+                "truncated (the last line has no end: a copy cut short, or a run killed while writing)"
+                if last
+                else f"not JSON ({error.msg})"
+            )
             skipped.append(f"{path}:{number}: skipped, {why}")
             continue
         if not isinstance(run, dict) or not ("run_id" in run or "kind" in run):
-            skipped.append(f"{path}:{number}: skipped, not a run record (a JSON {type(run).__name__} without run_id or kind)")
+            skipped.append(
+                f"{path}:{number}: skipped, not a run record (a JSON {type(run).__name__} without run_id or kind)"
+            )
             continue
         if isinstance(run.get("schema"), int) and run["schema"] > SCHEMA_VERSION:
             newer.add(run["schema"])
@@ -98,10 +122,15 @@ def read_log(path: Path, warnings: list[str]) -> list[dict]:
         runs.append(run)
     warnings.extend(skipped[:SKIPPED_SHOWN])
     if len(skipped) > SKIPPED_SHOWN:
-        warnings.append(f"{path}: {len(skipped) - SKIPPED_SHOWN} more line(s) skipped ({len(skipped)} of {len(lines)}): is it a run log?")
+        warnings.append(
+            f"{path}: {len(skipped) - SKIPPED_SHOWN} more line(s) skipped ({len(skipped)} of {len(lines)}): is it a "
+            "run log?"
+        )
     if newer:
-        warnings.append(f"{path}: lines of run-log schema {', '.join(map(str, sorted(newer)))} from a newer project version "
-                        f"(this one knows {SCHEMA_VERSION}): fields it does not know are ignored")
+        warnings.append(
+            f"{path}: lines of run-log schema {', '.join(map(str, sorted(newer)))} from a newer project version "
+            f"(this one knows {SCHEMA_VERSION}): fields it does not know are ignored"
+        )
     return runs
 
 
@@ -126,7 +155,9 @@ def load_runs(paths: list[Path] | None = None) -> LoadedRuns:
             if finished(run) and not finished(kept):
                 by_id[key] = run
     if duplicates:
-        loaded.warnings.append(f"{duplicates} line(s) repeated a run id already read (the same run in two logs): counted once")
+        loaded.warnings.append(
+            f"{duplicates} line(s) repeated a run id already read (the same run in two logs): counted once"
+        )
     loaded.runs = sorted(by_id.values(), key=when)
     return loaded
 
@@ -229,7 +260,9 @@ def smoke_figures(smoke: dict) -> dict:
         "smoke_wall_clock_s": number(smoke.get("wall_clock_s")),
         "projected_lab_seconds_per_step": number(noted.get("projected_lab_seconds_per_step")),
         "projected_lab_wall_clock_s": number(noted.get("projected_lab_wall_clock_s")),
-        "projected_for": lab_shape(noted.get("lab_model"), noted.get("lab_completions_per_step"), noted.get("lab_completion_tokens")),
+        "projected_for": lab_shape(
+            noted.get("lab_model"), noted.get("lab_completions_per_step"), noted.get("lab_completion_tokens")
+        ),
         "projected_lab_steps": noted.get("lab_steps"),
         "projection": noted.get("projection"),
         "peak_memory_gb_measured": number(noted.get("peak_memory_gb_measured")),
@@ -252,7 +285,9 @@ def lab_figures(lab: dict) -> dict:
         "lab_run_id": lab.get("run_id"),
         "lab_model": settings.get("model") or lab.get("model"),
         "lab_steps": steps[-1].get("step") if steps else settings.get("max_steps"),
-        "lab_ran": lab_shape(settings.get("model"), settings.get("per_device_train_batch_size"), settings.get("max_completion_length")),
+        "lab_ran": lab_shape(
+            settings.get("model"), settings.get("per_device_train_batch_size"), settings.get("max_completion_length")
+        ),
         "lab_wall_clock_s": number(lab.get("wall_clock_s")),
         "lab_seconds_per_step": number(lab.get("seconds_per_step")),
         "generation_s": number(split.get("generation")),
@@ -272,13 +307,55 @@ def lab_figures(lab: dict) -> dict:
 
 
 COLUMNS = (
-    "machine", "track", "rollout", "engine", "model", "status", "failed_layer", "error", "runs",
-    "smoke_run_id", "smoke_model", "smoke_steps", "smoke_steps_s", "smoke_wall_clock_s",
-    "projected_lab_seconds_per_step", "projected_lab_wall_clock_s", "projected_lab_steps", "projected_for", "projection",
-    "lab_run_id", "lab_model", "lab_ran", "lab_steps", "lab_wall_clock_s", "lab_seconds_per_step", "generation_s", "reward_s", "update_s",
-    "peak_memory_gb_measured", "peak_memory_gb_predicted", "peak_memory_ratio", "peak_memory_from",
-    "lab_over_projection", "flags", "pass_at_1_before", "pass_at_1_after", "first_reward", "last_reward", "collapse_first_step", "stale", "max_lag_steps",
-    "torch", "torch_build", "driver", "device", "arch", "vllm", "lock", "image",
+    "machine",
+    "track",
+    "rollout",
+    "engine",
+    "model",
+    "status",
+    "failed_layer",
+    "error",
+    "runs",
+    "smoke_run_id",
+    "smoke_model",
+    "smoke_steps",
+    "smoke_steps_s",
+    "smoke_wall_clock_s",
+    "projected_lab_seconds_per_step",
+    "projected_lab_wall_clock_s",
+    "projected_lab_steps",
+    "projected_for",
+    "projection",
+    "lab_run_id",
+    "lab_model",
+    "lab_ran",
+    "lab_steps",
+    "lab_wall_clock_s",
+    "lab_seconds_per_step",
+    "generation_s",
+    "reward_s",
+    "update_s",
+    "peak_memory_gb_measured",
+    "peak_memory_gb_predicted",
+    "peak_memory_ratio",
+    "peak_memory_from",
+    "lab_over_projection",
+    "flags",
+    "pass_at_1_before",
+    "pass_at_1_after",
+    "first_reward",
+    "last_reward",
+    "collapse_first_step",
+    "stale",
+    "max_lag_steps",
+    "torch",
+    "torch_build",
+    "driver",
+    "device",
+    "arch",
+    "vllm",
+    "lock",
+    "image",
 )
 
 
@@ -291,9 +368,20 @@ def make_row(key: tuple[str, str, str, str], runs: list[dict]) -> dict:
     if status != "passed" and (smoke or lab):
         status = f"latest {status}"
     row = dict.fromkeys(COLUMNS)
-    # the trainer: TRL's GRPOTrainer (the lab), or a distributed engine that ran an exported bundle (grpolab.export.verl_result)
+    # the trainer: TRL's GRPOTrainer (the lab), or a distributed engine that ran an exported bundle
+    # (grpolab.export.verl_result)
     engine = (lab or last).get("engine") or "trl"
-    row.update(machine=machine, track=track, rollout=rollout, engine=engine, model=model, status=status, failed_layer=layer, error=error, runs=len(runs))
+    row.update(
+        machine=machine,
+        track=track,
+        rollout=rollout,
+        engine=engine,
+        model=model,
+        status=status,
+        failed_layer=layer,
+        error=error,
+        runs=len(runs),
+    )
     if smoke:
         row.update(smoke_figures(smoke))
     if lab:
@@ -316,10 +404,14 @@ def judged(row: dict) -> tuple[float | None, str | None]:
     flags = []
     same_step = row["projected_for"] is not None and row["projected_for"] == row["lab_ran"]
     over = ratio(row["lab_seconds_per_step"], row["projected_lab_seconds_per_step"]) if same_step else None
-    if over is not None and off_by_more_than_25_percent(row["lab_seconds_per_step"], row["projected_lab_seconds_per_step"]):
+    if over is not None and off_by_more_than_25_percent(
+        row["lab_seconds_per_step"], row["projected_lab_seconds_per_step"]
+    ):
         flags.append(f"projection more than 25 % off: the lab measured x{over:.2f} of it")
     if off_by_more_than_25_percent(row["peak_memory_gb_measured"], row["peak_memory_gb_predicted"]):
-        flags.append(f"peak memory more than 25 % off its estimate: x{row['peak_memory_ratio']:.2f} ({row['peak_memory_from']})")
+        flags.append(
+            f"peak memory more than 25 % off its estimate: x{row['peak_memory_ratio']:.2f} ({row['peak_memory_from']})"
+        )
     return (round(over, 3) if over is not None else None), ("; ".join(flags) or None)
 
 
@@ -378,12 +470,16 @@ def cells(row: dict, with_lesson: bool = False) -> dict[str, str]:
         status += f": {row['error'][:160]}"
     split = "–"
     if row["lab_seconds_per_step"] is not None:
-        split = (f"{row['lab_seconds_per_step']:.3f} ({show(row['generation_s'])} / {show(row['reward_s'])} / {show(row['update_s'])}); "
-                 f"{row['lab_steps']} steps, run {duration(row['lab_wall_clock_s'])}")
+        split = (
+            f"{row['lab_seconds_per_step']:.3f} ({show(row['generation_s'])} / {show(row['reward_s'])} / "
+            f"{show(row['update_s'])}); "
+            f"{row['lab_steps']} steps, run {duration(row['lab_wall_clock_s'])}"
+        )
     peak = "–"
     if row["peak_memory_gb_measured"] is not None:
         ratio = f", x{row['peak_memory_ratio']:.2f}" if row["peak_memory_ratio"] else ""
-        peak = f"{row['peak_memory_gb_measured']:.3g} / {show(row['peak_memory_gb_predicted'], '.3g')}{ratio} ({row['peak_memory_from']})"
+        peak = (f"{row['peak_memory_gb_measured']:.3g} / {show(row['peak_memory_gb_predicted'], '.3g')}{ratio} "
+                f"({row['peak_memory_from']})")
     stale = "–" if row["stale"] is None else f"stale, lag {row['max_lag_steps']}" if row["stale"] else "on-policy"
     env = [f"torch {row['torch']} ({row['torch_build']})" if row["torch"] else None,
            f"driver {row['driver']}" if row["driver"] else None,
@@ -391,15 +487,26 @@ def cells(row: dict, with_lesson: bool = False) -> dict[str, str]:
            f"lock {row['lock']}" if row["lock"] else None,
            f"image {row['image']}" if row["image"] else None]
     shown = {
-        "machine": row["machine"], "track": row["track"], "rollout": row["rollout"], "model": row["model"], "status": status,
-        "smoke: steps": f"{row['smoke_steps']} in {duration(row['smoke_steps_s'])} (run {duration(row['smoke_wall_clock_s'])})" if row["smoke_steps"] else "–",
+        "machine": row["machine"],
+        "track": row["track"],
+        "rollout": row["rollout"],
+        "model": row["model"],
+        "status": status,
+        "smoke: steps": f"{row['smoke_steps']} in {duration(row['smoke_steps_s'])} (run "
+                        f"{duration(row['smoke_wall_clock_s'])})"
+        if row["smoke_steps"]
+        else "–",
         "lab s/step projected by the smoke test": projected(row),
         "lab s/step (generation / reward / update); wall clock": split,
         "lab / projected": show(row["lab_over_projection"], ".2f"),
         "peak GB measured / predicted": peak,
         "more than 25 % off": row["flags"] or "–",
-        "pass@1": f"{show(row['pass_at_1_before'])} -> {show(row['pass_at_1_after'])}" if row["pass_at_1_before"] is not None else "–",
-        "reward first -> last": f"{show(row['first_reward'])} -> {show(row['last_reward'])}" if row["first_reward"] is not None else "–",
+        "pass@1": f"{show(row['pass_at_1_before'])} -> {show(row['pass_at_1_after'])}"
+        if row["pass_at_1_before"] is not None
+        else "–",
+        "reward first -> last": f"{show(row['first_reward'])} -> {show(row['last_reward'])}"
+        if row["first_reward"] is not None
+        else "–",
         "collapse, step 1": show(row["collapse_first_step"], ".0%"),
         "rollouts": stale,
         "environment": ", ".join(filter(None, env)) or "–",
@@ -414,7 +521,8 @@ def projected(row: dict) -> str:
     lab that was measured ran a different step (another model, batch or completion length)."""
     if row["projected_lab_seconds_per_step"] is None:
         return "–"
-    text = f"{row['projected_lab_seconds_per_step']:.3f} ({duration(row['projected_lab_wall_clock_s'])} for {row['projected_lab_steps']} steps)"
+    text = (f"{row['projected_lab_seconds_per_step']:.3f} ({duration(row['projected_lab_wall_clock_s'])} for "
+            f"{row['projected_lab_steps']} steps)")
     if row["projected_for"] and row["lab_ran"] and row["projected_for"] != row["lab_ran"]:
         text += f", for {row['projected_for']}; the lab ran {row['lab_ran']}"
     return text
@@ -430,22 +538,28 @@ def markdown_table(rows: list[dict], with_lesson: bool = False) -> str:
 
 
 def markdown(rows: list[dict], loaded: LoadedRuns, with_lesson: bool, every_run: bool) -> str:
-    what = "every run" if every_run else "the latest passing smoke test and lab per machine, track, rollout path and model"
+    what = (
+        "every run" if every_run else "the latest passing smoke test and lab per machine, track, rollout path and model"
+    )
     text = [
         "# GRPO validation table",
         "",
         f"From {len(loaded.runs)} run(s) in {len(loaded.files)} log(s): {', '.join(str(f) for f in loaded.files)}. "
         f"Rows: {what}. Seconds per step split into generation / reward / update; peak memory measured against "
         "the estimate made before the run (x the ratio); the lab's seconds per step projected by the smoke test "
-        "(measured at the lab's shape on the smoke model, scaled only for the model's size) beside the lab's measurement; "
+        "(measured at the lab's shape on the smoke model, scaled only for the model's size) beside the lab's "
+        "measurement; "
         "a projection or peak more than 25 % off is flagged.",
         "",
         markdown_table(rows, with_lesson),
     ]
     if with_lesson:
-        text += ["", f"The lesson: \"{LESSON_SMOKE}\" (read as at most {LESSON_SMOKE_S // 60} minutes for the whole smoke run); "
-                 "memory from its two diagrams (sums of their rows, without the operating system's share). "
-                 "Track c is this project's CPU track, not one of the lesson's."]
+        text += [
+            "",
+            f'The lesson: "{LESSON_SMOKE}" (read as at most {LESSON_SMOKE_S // 60} minutes for the whole smoke run); '
+            "memory from its two diagrams (sums of their rows, without the operating system's share). "
+            "Track c is this project's CPU track, not one of the lesson's.",
+        ]
     if loaded.warnings:
         text += ["", "Skipped or merged:", ""] + [f"- {warning}" for warning in loaded.warnings]
     return "\n".join(text) + "\n"
@@ -494,14 +608,23 @@ def memory_points(runs: list[dict]) -> list[tuple[str, float, float]]:
     for run in runs:
         if run.get("status") != "passed":
             continue
-        figures = run.get("before_scaling_up") if run.get("kind") == "smoke" and isinstance(run.get("before_scaling_up"), dict) else run
-        predicted, measured = number(figures.get("peak_memory_gb_predicted")), number(figures.get("peak_memory_gb_measured"))
+        figures = (
+            run.get("before_scaling_up")
+            if run.get("kind") == "smoke" and isinstance(run.get("before_scaling_up"), dict)
+            else run
+        )
+        predicted, measured = (
+            number(figures.get("peak_memory_gb_predicted")),
+            number(figures.get("peak_memory_gb_measured")),
+        )
         if predicted and measured:
             points.append((f"track {run.get('track')} · {run.get('kind')} · {machine_of(run)}", predicted, measured))
     return points
 
 
-def write_report(loaded: LoadedRuns, out_dir: Path, with_lesson: bool = False, every_run: bool = False) -> tuple[str, list[Path]]:
+def write_report(
+    loaded: LoadedRuns, out_dir: Path, with_lesson: bool = False, every_run: bool = False
+) -> tuple[str, list[Path]]:
     """Write report.md, report.csv, the plots and index.html into out_dir; returns (the Markdown, files written)."""
     from . import plots as report_plots
 
@@ -512,7 +635,9 @@ def write_report(loaded: LoadedRuns, out_dir: Path, with_lesson: bool = False, e
     plots = {
         "Reward per step": report_plots.reward_per_step(labs, machine_of, out_dir / "reward_per_step.png"),
         "Time per step: generation, reward, update": report_plots.time_split(rows, out_dir / "time_split.png"),
-        "Peak memory: measured against predicted": report_plots.peak_memory(memory_points(loaded.runs), out_dir / "peak_memory.png"),
+        "Peak memory: measured against predicted": report_plots.peak_memory(
+            memory_points(loaded.runs), out_dir / "peak_memory.png"
+        ),
         "Held-out pass@1 before and after": report_plots.pass_at_1(rows, out_dir / "pass_at_1.png"),
     }
     written = [out_dir / "report.md", out_dir / "report.csv", out_dir / "index.html"]
@@ -523,13 +648,37 @@ def write_report(loaded: LoadedRuns, out_dir: Path, with_lesson: bool = False, e
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("logs", nargs="*", type=Path, help="run logs, or folders holding them (*.jsonl at any depth); default: runs/runlog.jsonl")
-    parser.add_argument("--all", dest="every_run", action="store_true", help="one row per run, failed ones included, instead of the latest passing per machine, track, rollout path and model")
-    parser.add_argument("--against-lesson", action="store_true", help="beside each row, what the lesson predicts for that track and whether this machine agrees")
-    parser.add_argument("--out", type=Path, help="where to write report.md, report.csv, the plots and index.html (default: runs/report)")
+    parser.add_argument(
+        "logs",
+        nargs="*",
+        type=Path,
+        help="run logs, or folders holding them (*.jsonl at any depth); default: runs/runlog.jsonl",
+    )
+    parser.add_argument(
+        "--all",
+        dest="every_run",
+        action="store_true",
+        help="one row per run, failed ones included, instead of the latest passing per machine, track, rollout path "
+             "and model",
+    )
+    parser.add_argument(
+        "--against-lesson",
+        action="store_true",
+        help="beside each row, what the lesson predicts for that track and whether this machine agrees",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="where to write report.md, report.csv, the plots and index.html (default: runs/report)"
+    )
 
 
-def run_report(logs: list[Path], out: Path | None = None, against_lesson: bool = False, every_run: bool = False, say=print, warn=None) -> int:
+def run_report(
+    logs: list[Path],
+    out: Path | None = None,
+    against_lesson: bool = False,
+    every_run: bool = False,
+    say=print,
+    warn=None,
+) -> int:
     """Print the table and write the report. 0: written; 1: no run line anywhere in the input (the warnings say why)."""
     warn = warn or (lambda text: print(f"warning: {text}", file=sys.stderr))
     loaded = load_runs(logs or None)

@@ -45,7 +45,9 @@ class RolloutLedger:
     batches: list[RolloutBatch] = field(default_factory=list)
     refreshes: list[Refresh] = field(default_factory=list)
 
-    def record(self, trainer_step: int, policy_version: int, completions: int = 0, seconds: float = 0.0) -> RolloutBatch:
+    def record(
+        self, trainer_step: int, policy_version: int, completions: int = 0, seconds: float = 0.0
+    ) -> RolloutBatch:
         batch = RolloutBatch(trainer_step, policy_version, completions, seconds)
         self.batches.append(batch)
         return batch
@@ -84,8 +86,17 @@ class RolloutLedger:
             return "no rollout batches"
         if not self.stale:
             return f"{len(self.batches)} batches, all on-policy (lag 0)"
-        how = f"refreshed every {self.refresh_every} steps ({len(self.refreshes)} refreshes)" if self.refresh_every else "never refreshed"
-        return f"STALE: {len(self.batches)} batches sampled up to {self.max_lag_steps} optimiser steps behind the trainer; {how}"
+        how = (
+            f"refreshed every {self.refresh_every} steps ({len(self.refreshes)} refreshes)"
+            if self.refresh_every
+            else "never refreshed"
+        )
+        return (f"STALE: {len(self.batches)} batches sampled up to {self.max_lag_steps} optimiser steps behind the "
+                f"trainer; {how}")
 
     def as_dict(self) -> dict:
-        return {**self.summary(), "batches": [asdict(b) | {"lag": b.lag} for b in self.batches], "refresh_log": [asdict(r) for r in self.refreshes]}
+        return {
+            **self.summary(),
+            "batches": [asdict(b) | {"lag": b.lag} for b in self.batches],
+            "refresh_log": [asdict(r) for r in self.refreshes],
+        }

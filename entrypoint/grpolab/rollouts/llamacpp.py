@@ -42,8 +42,19 @@ class LlamaCppRollout:
     copy) is exported to GGUF and the sampler reloads it, so every batch's lag is below K.
     """
 
-    def __init__(self, sampler: LlamaSampler, tokenizer, *, temperature: float = 1.0, max_completion_length: int = 512,
-                 refresh_every: int = 0, export_dir=None, outtype: str = "f32", policy_version: int = 0, progress=print):
+    def __init__(
+        self,
+        sampler: LlamaSampler,
+        tokenizer,
+        *,
+        temperature: float = 1.0,
+        max_completion_length: int = 512,
+        refresh_every: int = 0,
+        export_dir=None,
+        outtype: str = "f32",
+        policy_version: int = 0,
+        progress=print,
+    ):
         if refresh_every < 0:
             raise ValueError("refresh_every must be 0 (never) or a number of optimiser steps")
         if temperature <= 0:
@@ -55,7 +66,9 @@ class LlamaCppRollout:
         if refresh_every and self.export_dir is None:
             raise ValueError("refresh_every needs an export_dir for the refreshed GGUF files")
         self.policy_version = policy_version
-        self.ledger = RolloutLedger(refresh_every=refresh_every, engine=getattr(sampler, "engine", type(sampler).__name__))
+        self.ledger = RolloutLedger(
+            refresh_every=refresh_every, engine=getattr(sampler, "engine", type(sampler).__name__)
+        )
         eos = tokenizer.eos_token_id
         self.stop_ids = tuple(i for i in (eos if isinstance(eos, list) else [eos]) if i is not None)
         self.__name__ = "llamacpp_rollout"
@@ -74,7 +87,12 @@ class LlamaCppRollout:
         previous = getattr(self.sampler, "gguf_path", None)
         self.sampler.load(path)
         done = time.perf_counter()
-        if previous and Path(previous) != path and Path(previous).parent == self.export_dir and Path(previous).name.startswith("policy-step"):
+        if (
+            previous
+            and Path(previous) != path
+            and Path(previous).parent == self.export_dir
+            and Path(previous).name.startswith("policy-step")
+        ):
             Path(previous).unlink(missing_ok=True)  # keep one refreshed copy on disk, not one per refresh
         self.policy_version = trainer_step
         refresh = Refresh(trainer_step, round(exported - started, 4), round(done - exported, 4))
@@ -96,14 +114,25 @@ class LlamaCppRollout:
         trainer_step = int(trainer.state.global_step)
         trainer.rollout_ledger = self.ledger  # where the lab reads it after training
         if self.needs_refresh(trainer_step):
-            model = trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
+            model = (
+                trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
+            )
             was_training = model.training
             self.refresh(model, trainer_step)
             model.train(was_training)
         started = time.perf_counter()
-        prompt_ids = encode_prompts(prompts, self.tokenizer, getattr(trainer, "chat_template", None), getattr(trainer, "chat_template_kwargs", None))
-        completion_ids, logprobs = self.sampler.sample_batch(prompt_ids, self.max_completion_length, self.temperature, self.stop_ids)
-        self.ledger.record(trainer_step, self.policy_version, len(completion_ids), round(time.perf_counter() - started, 4))
+        prompt_ids = encode_prompts(
+            prompts,
+            self.tokenizer,
+            getattr(trainer, "chat_template", None),
+            getattr(trainer, "chat_template_kwargs", None),
+        )
+        completion_ids, logprobs = self.sampler.sample_batch(
+            prompt_ids, self.max_completion_length, self.temperature, self.stop_ids
+        )
+        self.ledger.record(
+            trainer_step, self.policy_version, len(completion_ids), round(time.perf_counter() - started, 4)
+        )
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
 
 
@@ -116,7 +145,16 @@ def initial_gguf(model_path, out_dir, outtype: str = "f32", progress=print) -> t
     return path, time.perf_counter() - started
 
 
-def make_llamacpp_rollout(settings, model_path, tokenizer, out_dir, *, n_threads: int | None = None, outtype: str | None = None, progress=print) -> LlamaCppRollout:
+def make_llamacpp_rollout(
+    settings,
+    model_path,
+    tokenizer,
+    out_dir,
+    *,
+    n_threads: int | None = None,
+    outtype: str | None = None,
+    progress=print,
+) -> LlamaCppRollout:
     """Export the starting policy to GGUF, load it in llama.cpp and return the rollout_func (with .ledger)."""
     require_llama_cpp()
     out_dir = Path(out_dir)
@@ -124,10 +162,20 @@ def make_llamacpp_rollout(settings, model_path, tokenizer, out_dir, *, n_threads
     outtype = outtype or ("f32" if settings.dtype == "float32" else "f16")  # float32 models (CPU, MPS) stay exact
     path, seconds = initial_gguf(model_path, out_dir, outtype, progress)
     # llama.cpp warns past the context the model was trained for
-    n_ctx = min(settings.max_prompt_length + settings.max_completion_length, model_context_tokens(model_path) or 1 << 30)
+    n_ctx = min(
+        settings.max_prompt_length + settings.max_completion_length, model_context_tokens(model_path) or 1 << 30
+    )
     sampler = InProcessLlama(path, n_ctx=max(n_ctx, 64), n_threads=n_threads, seed=settings.seed)
-    rollout = LlamaCppRollout(sampler, tokenizer, temperature=settings.temperature, max_completion_length=settings.max_completion_length,
-                              refresh_every=settings.llamacpp_refresh_every, export_dir=out_dir, outtype=outtype, progress=progress)
+    rollout = LlamaCppRollout(
+        sampler,
+        tokenizer,
+        temperature=settings.temperature,
+        max_completion_length=settings.max_completion_length,
+        refresh_every=settings.llamacpp_refresh_every,
+        export_dir=out_dir,
+        outtype=outtype,
+        progress=progress,
+    )
     rollout.initial_export_seconds = round(seconds, 3)
     return rollout
 
@@ -140,10 +188,22 @@ def configure_llamacpp(settings, model_path, tokenizer, out_dir=None, progress=p
     out_dir = Path(out_dir) if out_dir else runs_dir() / "gguf" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     rollout = make_llamacpp_rollout(settings, model_path, tokenizer, out_dir, progress=progress)
     K = settings.llamacpp_refresh_every
-    line = (f"llama.cpp ({rollout.sampler.engine}) through rollout_func, GGUF {rollout.sampler.gguf_path.name} exported in "
-            f"{rollout.initial_export_seconds:.1f} s; " + (f"refreshed every {K} steps (lag < {K})" if K else "never refreshed: rollouts go stale, the lag grows every step"))
-    log = {"engine": rollout.sampler.engine, "gguf": str(rollout.sampler.gguf_path), "initial_export_seconds": rollout.initial_export_seconds,
-           "refresh_every": K, "sampling": {"temperature": settings.temperature, **GRPO_SAMPLING}}
+    line = (
+        f"llama.cpp ({rollout.sampler.engine}) through rollout_func, GGUF {rollout.sampler.gguf_path.name} exported in "
+        f"{rollout.initial_export_seconds:.1f} s; "
+        + (
+            f"refreshed every {K} steps (lag < {K})"
+            if K
+            else "never refreshed: rollouts go stale, the lag grows every step"
+        )
+    )
+    log = {
+        "engine": rollout.sampler.engine,
+        "gguf": str(rollout.sampler.gguf_path),
+        "initial_export_seconds": rollout.initial_export_seconds,
+        "refresh_every": K,
+        "sampling": {"temperature": settings.temperature, **GRPO_SAMPLING},
+    }
     return {"rollout_func": rollout, "log": log}, line
 
 

@@ -18,7 +18,8 @@ def require_llama_cpp():
         raise refused(
             "the llamacpp rollout path needs llama-cpp-python, which this image leaves out (GRPOLAB_NOT_INSTALLED): "
             "its compile, minutes long, is paid only by the runs that load it",
-            "on the host, `invoke up --rollout llamacpp` builds the image that has it (compiled once, then cached) and runs "
+            "on the host, `invoke up --rollout llamacpp` builds the image that has it (compiled once, then cached) and "
+            "runs "
             "the lab there; or `invoke build --rollout llamacpp`, then `docker compose run lab lab --rollout llamacpp`",
         )
     try:
@@ -27,7 +28,8 @@ def require_llama_cpp():
         raise refused(
             f"the llamacpp rollout path needs llama-cpp-python, which is not installed ({error})",
             "install it: `pip install llama-cpp-python==0.3.36` compiles llama.cpp from the sdist (~6 min on 2 cores); "
-            "a wheel built once is reused from ~/.cache/grpolab/wheels (`pip install --no-index --find-links ~/.cache/grpolab/wheels llama-cpp-python`). "
+            "a wheel built once is reused from ~/.cache/grpolab/wheels (`pip install --no-index --find-links "
+            "~/.cache/grpolab/wheels llama-cpp-python`). "
             "Or use --rollout inprocess",
         ) from error
     return llama_cpp
@@ -88,8 +90,11 @@ class InProcessLlama(LlamaSampler):
                 seed=self.seed, logits_all=False, verbose=False,
             )
         except (ValueError, RuntimeError, OSError) as error:
-            raise refused(f"llama.cpp could not load {path}: {error} (a truncated or corrupt GGUF, or one from a newer llama.cpp)",
-                          "delete the file and export the policy again (`python -m grpolab.model.gguf export`)") from error
+            raise refused(
+                f"llama.cpp could not load {path}: {error} "
+                "(a truncated or corrupt GGUF, or one from a newer llama.cpp)",
+                "delete the file and export the policy again (`python -m grpolab.model.gguf export`)",
+            ) from error
         self.gguf_path = path
 
     def close(self) -> None:
@@ -105,13 +110,18 @@ class InProcessLlama(LlamaSampler):
         """llama.cpp's own tokenisation (for checking it against the HF tokenizer)."""
         return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
-    def sample(self, prompt_ids: list[int], max_tokens: int, temperature: float, stop_ids=()) -> tuple[list[int], list[float]]:
+    def sample(
+        self, prompt_ids: list[int], max_tokens: int, temperature: float, stop_ids=()
+    ) -> tuple[list[int], list[float]]:
         import llama_cpp
         import numpy as np
 
         if len(prompt_ids) + max_tokens > self.n_ctx:
-            raise refused(f"prompt of {len(prompt_ids)} tokens + {max_tokens} completion tokens exceed llama.cpp's context of {self.n_ctx}",
-                          "raise n_ctx or shorten max_completion_length")
+            raise refused(
+                f"prompt of {len(prompt_ids)} tokens + {max_tokens} completion tokens exceed llama.cpp's context of "
+                f"{self.n_ctx}",
+                "raise n_ctx or shorten max_completion_length",
+            )
         stop = set(stop_ids) | {self.eos_token_id}
         self.llm.set_seed(self.next_seed())
         n_vocab = self.llm.n_vocab()

@@ -25,19 +25,36 @@ class LlamaServerClient(LlamaSampler):
 
     engine = "llama-server (HTTP)"
 
-    def __init__(self, base_url: str, wait_s: float = 60.0, request_timeout_s: float = LLAMA_SERVER_REQUEST_TIMEOUT_S, seed: int = 0, restart=None):
+    def __init__(
+        self,
+        base_url: str,
+        wait_s: float = 60.0,
+        request_timeout_s: float = LLAMA_SERVER_REQUEST_TIMEOUT_S,
+        seed: int = 0,
+        restart=None,
+    ):
         super().__init__(seed)
         self.base_url = base_url.rstrip("/")
         self.request_timeout_s, self.restart = request_timeout_s, restart
-        wait_for_health(self.base_url, wait_s, "llama-server", start_hint="start it with `llama-server -m POLICY.gguf --port 8080`, or use --rollout llamacpp in-process")
+        wait_for_health(
+            self.base_url,
+            wait_s,
+            "llama-server",
+            start_hint="start it with `llama-server -m POLICY.gguf --port 8080`, or use --rollout llamacpp in-process",
+        )
 
     def load(self, gguf_path) -> None:
         if self.restart is None:
-            raise refused("llama-server cannot load new weights while it runs (POST /lora-adapters changes scales, not weights)",
-                          "refresh needs a restart: give LlamaServerClient a restart(gguf_path) callable, or use the in-process sampler")
+            raise refused(
+                "llama-server cannot load new weights while it runs (POST /lora-adapters changes scales, not weights)",
+                "refresh needs a restart: give LlamaServerClient a restart(gguf_path) callable, or use the in-process "
+                "sampler",
+            )
         self.restart(gguf_path)
 
-    def sample(self, prompt_ids: list[int], max_tokens: int, temperature: float, stop_ids=()) -> tuple[list[int], list[float]]:
+    def sample(
+        self, prompt_ids: list[int], max_tokens: int, temperature: float, stop_ids=()
+    ) -> tuple[list[int], list[float]]:
         payload = {
             "prompt": list(prompt_ids), "n_predict": max_tokens, "temperature": temperature, **GRPO_SAMPLING,
             "n_probs": 1, "return_tokens": True, "stream": False, "cache_prompt": True, "seed": self.next_seed(),
@@ -46,20 +63,31 @@ class LlamaServerClient(LlamaSampler):
         try:
             status, body = http_json(url, payload, timeout_s=self.request_timeout_s)
         except UNREACHABLE_ERRORS as error:
-            raise refused(f"llama-server at {self.base_url} did not answer POST /completion within {self.request_timeout_s:g} s ({error})",
-                          "check that it is running and not overloaded; restart it") from error
+            raise refused(
+                f"llama-server at {self.base_url} did not answer POST /completion within {self.request_timeout_s:g} s "
+                f"({error})",
+                "check that it is running and not overloaded; restart it",
+            ) from error
         if status != 200:
-            raise refused(f"llama-server answered POST /completion with HTTP {status}: {str(body)[:300]}", "check the server's log")
+            raise refused(
+                f"llama-server answered POST /completion with HTTP {status}: {str(body)[:300]}",
+                "check the server's log",
+            )
         return parse_completion_response(body, url, stop_ids)
 
 
 def parse_completion_response(body, url: str = "/completion", stop_ids=()) -> tuple[list[int], list[float]]:
     """Token ids and log-probabilities from a llama-server /completion response, or a clear refusal."""
     if not isinstance(body, dict):
-        raise refused(f"{url} answered with {type(body).__name__}, not a JSON object: {str(body)[:200]}", RESPONSE_SHAPE_ACTION)
+        raise refused(
+            f"{url} answered with {type(body).__name__}, not a JSON object: {str(body)[:200]}", RESPONSE_SHAPE_ACTION
+        )
     probs = body.get("completion_probabilities")
     if not isinstance(probs, list):
-        raise refused(f"{url}'s response has no completion_probabilities list (keys: {', '.join(sorted(body))})", RESPONSE_SHAPE_ACTION)
+        raise refused(
+            f"{url}'s response has no completion_probabilities list (keys: {', '.join(sorted(body))})",
+            RESPONSE_SHAPE_ACTION,
+        )
     ids, logprobs = _ids_and_logprobs(probs, url)
     _check_tokens(body.get("tokens"), ids, url)
     # llama-server ends at an end-of-generation token without always listing it; the trainer needs it to
@@ -84,7 +112,9 @@ def _ids_and_logprobs(probs: list, url: str) -> tuple[list[int], list[float]]:
             )
         logprob = entry.get("logprob")
         if not isinstance(logprob, (int, float)):
-            raise refused(f"{url} returned no logprob for token {token_id} at position {position}", RESPONSE_SHAPE_ACTION)
+            raise refused(
+                f"{url} returned no logprob for token {token_id} at position {position}", RESPONSE_SHAPE_ACTION
+            )
         ids.append(token_id)
         logprobs.append(float(logprob))
     return ids, logprobs
@@ -95,4 +125,7 @@ def _check_tokens(tokens, ids: list[int], url: str) -> None:
     if tokens is not None and (not isinstance(tokens, list) or any(not isinstance(t, int) for t in tokens)):
         raise refused(f"{url}'s 'tokens' are not token ids: {str(tokens)[:120]}", RESPONSE_SHAPE_ACTION)
     if isinstance(tokens, list) and tokens and tokens != ids[: len(tokens)]:
-        raise refused(f"{url}'s 'tokens' {tokens[:8]}... disagree with completion_probabilities' ids {ids[:8]}...", RESPONSE_SHAPE_ACTION)
+        raise refused(
+            f"{url}'s 'tokens' {tokens[:8]}... disagree with completion_probabilities' ids {ids[:8]}...",
+            RESPONSE_SHAPE_ACTION,
+        )

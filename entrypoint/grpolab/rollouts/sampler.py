@@ -38,11 +38,15 @@ class LlamaSampler:
     def close(self) -> None:
         """Free what the sampler holds (nothing by default)."""
 
-    def sample(self, prompt_ids: list[int], max_tokens: int, temperature: float, stop_ids=()) -> tuple[list[int], list[float]]:
+    def sample(
+        self, prompt_ids: list[int], max_tokens: int, temperature: float, stop_ids=()
+    ) -> tuple[list[int], list[float]]:
         """One completion of `prompt_ids`: its token ids and the log-probability of each."""
         raise NotImplementedError
 
-    def sample_batch(self, prompt_ids: list[list[int]], max_tokens: int, temperature: float, stop_ids=()) -> tuple[list[list[int]], list[list[float]]]:
+    def sample_batch(
+        self, prompt_ids: list[list[int]], max_tokens: int, temperature: float, stop_ids=()
+    ) -> tuple[list[list[int]], list[list[float]]]:
         """One completion per prompt, in order: (token ids of each, log-probabilities of each)."""
         out = [self.sample(ids, max_tokens, temperature, stop_ids) for ids in prompt_ids]
         return [ids for ids, _ in out], [lps for _, lps in out]

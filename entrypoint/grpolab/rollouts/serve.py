@@ -62,8 +62,10 @@ def serve_command(
         from trl.scripts.vllm_serve import ScriptArguments, build_command
     except ImportError as error:
         raise LayerFailure(
-            "rollout", f"TRL's vllm-serve command builder is not importable here ({error})",
-            "run it where the lab is installed: in the track's image (`docker compose run --rm lab serve --dry-run`) or after `pip install -e '.[lab]'`",
+            "rollout",
+            f"TRL's vllm-serve command builder is not importable here ({error})",
+            "run it where the lab is installed: in the track's image (`docker compose run --rm lab serve --dry-run`) "
+            "or after `pip install -e '.[lab]'`",
         ) from error
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"--gpu-memory-utilization {gpu_memory_utilization} must be in (0, 1]")
@@ -159,8 +161,10 @@ def prepare_server(settings, model: str, host: str, port: int, gpu_memory_utiliz
     argv = serve_command(settings, model, host, port, gpu_memory_utilization, extra)
     env = cpu_server_environment(settings, model) if where == "cpu" else {}
     if where == "cpu":
-        version_line += (f"; VLLM_CPU_KVCACHE_SPACE={env['VLLM_CPU_KVCACHE_SPACE']} GiB. It generates, but TRL streams weights "
-                         "with NCCL, which needs CUDA GPUs: a trainer here is refused, use --rollout vllm-colocate to train")
+        version_line += (
+            f"; VLLM_CPU_KVCACHE_SPACE={env['VLLM_CPU_KVCACHE_SPACE']} GiB. It generates, but TRL streams weights "
+            "with NCCL, which needs CUDA GPUs: a trainer here is refused, use --rollout vllm-colocate to train"
+        )
     return argv, env, version_line
 
 
@@ -181,12 +185,18 @@ def check_server(url: str, model: str, wait_s: float) -> list[str]:
     status, body = http_json(f"{url}/v1/completions", request, timeout_s=CHECK_COMPLETION_TIMEOUT_S)
     choices = body.get("choices") if isinstance(body, dict) else None
     if status != 200 or not choices:
-        raise LayerFailure("rollout", f"the vLLM server at {url} passed its checks but did not complete a prompt: HTTP {status} {str(body)[:200]}",
-                           "see the server's log (`docker compose logs vllm`)")
+        raise LayerFailure(
+            "rollout",
+            f"the vLLM server at {url} passed its checks but did not complete a prompt: "
+            f"HTTP {status} {str(body)[:200]}",
+            "see the server's log (`docker compose logs vllm`)",
+        )
     return [
-        f"vLLM server at {url}: healthy after {info['waited_s']:.0f} s; vLLM {info['vllm_version']} inside TRL's range; "
+        f"vLLM server at {url}: healthy after {info['waited_s']:.0f} s; vLLM {info['vllm_version']} inside TRL's "
+        "range; "
         f"weight transfer configured (/server_info); serves {model}",
-        f"completion of {PROBE_PROMPT!r} ({choices[0].get('finish_reason')}, {body.get('usage', {}).get('completion_tokens')} tokens): {choices[0].get('text')!r}",
+        f"completion of {PROBE_PROMPT!r} ({choices[0].get('finish_reason')}, "
+        f"{body.get('usage', {}).get('completion_tokens')} tokens): {choices[0].get('text')!r}",
     ]
 
 

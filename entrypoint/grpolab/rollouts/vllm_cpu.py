@@ -36,7 +36,11 @@ from .base import RolloutChoice, importance_sampling_correction, refused
 def cpu_engine_variables(kv_gib: int) -> dict[str, str]:
     """What vLLM's CPU build reads, for an engine in the trainer's process or a server alone: its key-value space,
     no thread pinning (a trainer may share the cores) and OpenMP on every usable core."""
-    return {"VLLM_CPU_KVCACHE_SPACE": str(kv_gib), "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(max(1, usable_cores()))}
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_gib),
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": str(max(1, usable_cores())),
+    }
 
 
 def free_port() -> int:
@@ -50,11 +54,16 @@ def check_fits_in_ram(kv_gib: int, weights_gb: float, available_gb: float | None
     needs_gb = kv_gib * GIB / GB + weights_gb
     if available_gb is not None and needs_gb > available_gb:
         raise refused(
-            f"vLLM's key-value cache does not fit in free RAM: VLLM_CPU_KVCACHE_SPACE={kv_gib} GiB ({kv_gib * GIB / GB:.1f} GB, {source}) "
-            f"+ the engine's copy of the weights {weights_gb:.2f} GB = {needs_gb:.1f} GB, and MemAvailable is {available_gb:.1f} GB",
-            "unset VLLM_CPU_KVCACHE_SPACE (the lab sizes it from the run) or lower it, free memory, or use fewer or shorter completions",
+            f"vLLM's key-value cache does not fit in free RAM: VLLM_CPU_KVCACHE_SPACE={kv_gib} GiB "
+            f"({kv_gib * GIB / GB:.1f} GB, {source}) "
+            f"+ the engine's copy of the weights {weights_gb:.2f} GB = {needs_gb:.1f} GB, and MemAvailable is "
+            f"{available_gb:.1f} GB",
+            "unset VLLM_CPU_KVCACHE_SPACE (the lab sizes it from the run) or lower it, free memory, or use fewer or "
+            "shorter completions",
         )
-    return f"{needs_gb:.2f} GB of {available_gb:.1f} GB available" if available_gb is not None else "MemAvailable unknown"
+    return (
+        f"{needs_gb:.2f} GB of {available_gb:.1f} GB available" if available_gb is not None else "MemAvailable unknown"
+    )
 
 
 # --- The environment of the one process ----------------------------------------------------------------------
@@ -73,7 +82,11 @@ def engine_environment(kv_gib: int, environ=os.environ) -> dict:
         environ["MASTER_PORT"] = str(free_port())
     # RANK, LOCAL_RANK, WORLD_SIZE: TRL's (set when it builds the engine), or the user's, which the run log shows.
     ranks = {name: environ.get(name, "set by TRL when it builds the engine") for name in DISTRIBUTED_RANK_VARIABLES}
-    return {**{name: environ[name] for name in (*wanted, "MASTER_PORT")}, **ranks, "torch_compile": sampler_compilation()}
+    return {
+        **{name: environ[name] for name in (*wanted, "MASTER_PORT")},
+        **ranks,
+        "torch_compile": sampler_compilation(),
+    }
 
 
 def sampler_compilation() -> str:
@@ -141,21 +154,50 @@ def sync_through_vllm_reload(vllm_generation) -> None:
 # --- The choice ------------------------------------------------------------------------------------------------
 
 
-def colocate_cpu_choice(settings, vllm_version: str, version_line: str, model, prompt_tokens: int | None, available_gb: float | None, environ=os.environ):
+def colocate_cpu_choice(
+    settings,
+    vllm_version: str,
+    version_line: str,
+    model,
+    prompt_tokens: int | None,
+    available_gb: float | None,
+    environ=os.environ,
+):
     """vLLM colocate on the CPU: the engine's context, its key-value space from the estimate, the environment."""
     plan = engine_plan(model, settings, prompt_tokens, environ)
     kv_gib, dtype, context = plan["kv_gib"], plan["dtype"], plan["context"]
     fits = check_fits_in_ram(kv_gib, plan["weights_gb"], available_gb, plan["kv_source"])
     env = engine_environment(kv_gib, environ)
-    correction, correction_why = importance_sampling_correction(settings.vllm_importance_sampling_correction, engine_cpu_float32=dtype == "float32")
-    kwargs = {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
-              "vllm_max_model_length": context, "engine_dtype": dtype, "vllm_importance_sampling_correction": correction}
-    reason = (f"vLLM colocate on CPU, vLLM {vllm_version} (cpu build) in the trainer's process, {dtype}, eager: "
-              f"VLLM_CPU_KVCACHE_SPACE={kv_gib} GiB ({plan['kv_source']}); engine needs {fits}; context {context} tokens; "
-              f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}, VLLM_CPU_OMP_THREADS_BIND={env['VLLM_CPU_OMP_THREADS_BIND']}; "
-              f"torch.compile {env['torch_compile']}; TRL's importance-sampling correction {correction_why.split(':')[0]}; {version_line}")
-    log = {"vllm_version": vllm_version, "vllm_build": "cpu", "vllm_cpu_kvcache_space_gib": kv_gib, "kv_cache_source": plan["kv_source"],
-           "rollout_kv_term_gb": round(plan["kv_term_gb"], 6), "engine_max_model_len": context, "engine_dtype": dtype, "engine_enforce_eager": True,
-           "engine_env": {k: v for k, v in env.items() if k != "MASTER_PORT"}, "memory_available_gb": available_gb and round(available_gb, 2),
-           "importance_sampling_correction": correction, "importance_sampling_correction_reason": correction_why}
+    correction, correction_why = importance_sampling_correction(
+        settings.vllm_importance_sampling_correction, engine_cpu_float32=dtype == "float32"
+    )
+    kwargs = {
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+        "vllm_max_model_length": context,
+        "engine_dtype": dtype,
+        "vllm_importance_sampling_correction": correction,
+    }
+    reason = (
+        f"vLLM colocate on CPU, vLLM {vllm_version} (cpu build) in the trainer's process, {dtype}, eager: "
+        f"VLLM_CPU_KVCACHE_SPACE={kv_gib} GiB ({plan['kv_source']}); engine needs {fits}; context {context} tokens; "
+        f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}, VLLM_CPU_OMP_THREADS_BIND={env['VLLM_CPU_OMP_THREADS_BIND']}; "
+        f"torch.compile {env['torch_compile']}; TRL's importance-sampling correction {correction_why.split(':')[0]}; "
+        f"{version_line}"
+    )
+    log = {
+        "vllm_version": vllm_version,
+        "vllm_build": "cpu",
+        "vllm_cpu_kvcache_space_gib": kv_gib,
+        "kv_cache_source": plan["kv_source"],
+        "rollout_kv_term_gb": round(plan["kv_term_gb"], 6),
+        "engine_max_model_len": context,
+        "engine_dtype": dtype,
+        "engine_enforce_eager": True,
+        "engine_env": {k: v for k, v in env.items() if k != "MASTER_PORT"},
+        "memory_available_gb": available_gb and round(available_gb, 2),
+        "importance_sampling_correction": correction,
+        "importance_sampling_correction_reason": correction_why,
+    }
     return RolloutChoice("vllm-colocate", kwargs, reason, log)

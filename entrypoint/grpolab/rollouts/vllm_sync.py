@@ -18,7 +18,8 @@ Qwen3-0.6B shape on a 2-core CPU (bench/lab-colocate-size-*.json), where a step 
 on every sync: TRL's own importance-sampling pass (vllm_importance_sampling_correction, its default) already scores
 every token vLLM sampled with the trainer's policy, and logs the largest difference
 (`sampling/sampling_logp_difference/max`). Where both sides run float32, that difference is as tight as the
-probe's (measured: docs/rollout-paths.md, "vLLM colocate on a CPU"), so it checks every sync of a lab for nothing, and the probe runs on
+probe's (measured: docs/rollout-paths.md, "vLLM colocate on a CPU"), so it checks every sync of a lab for nothing, and
+the probe runs on
 the first sync only. The smoke test still probes every sync (its model is small, and it is the diagnosis).
 """
 
@@ -65,10 +66,17 @@ class SyncCheck:
     seconds: float
 
 
-def verdict(vllm_tokens: list[int], vllm_logprobs: list[float], trainer_greedy: list[int], trainer_logprobs: list[float],
-            tolerance: float = LOGPROB_TOLERANCE, trainer_max_logprobs: list[float] | None = None) -> tuple[bool, int | None, float]:
+def verdict(
+    vllm_tokens: list[int],
+    vllm_logprobs: list[float],
+    trainer_greedy: list[int],
+    trainer_logprobs: list[float],
+    tolerance: float = LOGPROB_TOLERANCE,
+    trainer_max_logprobs: list[float] | None = None,
+) -> tuple[bool, int | None, float]:
     """(matched, first position where the greedy choices differ or None, largest log-probability difference).
-    A different greedy choice is a tie, not a mismatch, when the trainer rates vLLM's token within `tolerance` of its own."""
+    A different greedy choice is a tie, not a mismatch, when the trainer rates vLLM's token within `tolerance` of its
+    own."""
     best = trainer_max_logprobs or [None] * len(trainer_greedy)
     first = next((i for i, (a, b, lp, top) in enumerate(zip(vllm_tokens, trainer_greedy, trainer_logprobs, best))
                   if a != b and (top is None or top - lp > tolerance)), None)
@@ -79,7 +87,9 @@ def verdict(vllm_tokens: list[int], vllm_logprobs: list[float], trainer_greedy: 
 class VllmSyncLedger(RolloutLedger):
     """The policy version of every vLLM batch, and the sync checks (rollout.sync_checks / sync_failures)."""
 
-    def __init__(self, probe_ids: list[int], max_steps: int, probe_every_sync: bool = False, probe_tokens: int = PROBE_TOKENS):
+    def __init__(
+        self, probe_ids: list[int], max_steps: int, probe_every_sync: bool = False, probe_tokens: int = PROBE_TOKENS
+    ):
         super().__init__(refresh_every=1, engine="vLLM colocate")
         self.probe_ids = list(probe_ids)
         self.probe_tokens = probe_tokens
@@ -135,7 +145,9 @@ class VllmSyncLedger(RolloutLedger):
             self.sampled_tokens_in_force = bool(values) and float32
         if self.sampled_tokens_in_force and values and self.batches:
             diff = float(values[-1])
-            self.sampled_checks.append(SampledTokensCheck(self.batches[-1].policy_version, round(diff, 8), diff <= LOGPROB_TOLERANCE))
+            self.sampled_checks.append(
+                SampledTokensCheck(self.batches[-1].policy_version, round(diff, 8), diff <= LOGPROB_TOLERANCE)
+            )
 
     def should_check(self, version: int) -> bool:
         """Probe this sync? Every one in the smoke test; in a lab the first, and, only where TRL's comparison of the
@@ -144,7 +156,9 @@ class VllmSyncLedger(RolloutLedger):
             return True
         if self.sampled_tokens_in_force:
             return False
-        return version >= self.max_steps - 1 or version % CHECK_EVERY == 0  # the last sync: before the last step's generation
+        return (
+            version >= self.max_steps - 1 or version % CHECK_EVERY == 0
+        )  # the last sync: before the last step's generation
 
     def check(self, trainer, version: int) -> SyncCheck:
         started = time.perf_counter()
@@ -158,7 +172,15 @@ class VllmSyncLedger(RolloutLedger):
             _, now, _ = self.policy_scores(trainer.model, previous_tokens)
             stale = max((abs(a - b) for a, b in zip(previous_logprobs, now)), default=0.0)
         self._previous = (tokens, vllm_logprobs)
-        return SyncCheck(version, matched, len(tokens), first, round(diff, 8), None if stale is None else round(stale, 8), round(time.perf_counter() - started, 4))
+        return SyncCheck(
+            version,
+            matched,
+            len(tokens),
+            first,
+            round(diff, 8),
+            None if stale is None else round(stale, 8),
+            round(time.perf_counter() - started, 4),
+        )
 
     def engine_greedy(self, llm) -> tuple[list[int], list[float]]:
         """vLLM's greedy completion of the probe prompt and the log-probability of each token it chose."""
@@ -206,12 +228,18 @@ class VllmSyncLedger(RolloutLedger):
             "sync_checks": len(checked),  # syncs checked, by the probe or by TRL's comparison of the sampled tokens
             "sync_failures": len(self.failures),
             "sync_probes": len(self.checks),
-            "sync_probe_schedule": "every sync" if self.probe_every_sync else (
-                "the first sync; TRL's importance-sampling pass checks every sync's sampled tokens" if self.sampled_tokens_in_force
-                else f"the first, every {CHECK_EVERY}th and the last sync"),
+            "sync_probe_schedule": "every sync"
+            if self.probe_every_sync
+            else (
+                "the first sync; TRL's importance-sampling pass checks every sync's sampled tokens"
+                if self.sampled_tokens_in_force
+                else f"the first, every {CHECK_EVERY}th and the last sync"
+            ),
             "sync_check_tolerance": self.tolerance,
             "sync_max_logprob_diff": max((c.max_logprob_diff for c in self.checks), default=None),
-            "sync_sampled_tokens_max_logprob_diff": max((c.max_logprob_diff for c in self.sampled_checks), default=None),
+            "sync_sampled_tokens_max_logprob_diff": max(
+                (c.max_logprob_diff for c in self.sampled_checks), default=None
+            ),
             "sync_sampled_tokens_log": [asdict(c) for c in self.sampled_checks],
             "sync_min_stale_diff": min(stale, default=None),
             "sync_probe_seconds_mean": round(sum(probe) / len(probe), 4) if probe else None,
@@ -225,16 +253,23 @@ class VllmSyncLedger(RolloutLedger):
             return
         first = self.failures[0]
         if isinstance(first, SyncCheck):
-            seen = (f"vLLM's greedy probe completion differs from the trainer's policy (first differing token {first.first_mismatch}, "
-                    f"largest log-probability difference {first.max_logprob_diff:.4g}, tolerance {self.tolerance:g})")
+            seen = (
+                "vLLM's greedy probe completion differs from the trainer's policy (first differing token "
+                f"{first.first_mismatch}, "
+                f"largest log-probability difference {first.max_logprob_diff:.4g}, tolerance {self.tolerance:g})"
+            )
         else:
-            seen = (f"TRL's importance-sampling pass scored the tokens vLLM sampled up to {first.max_logprob_diff:.4g} apart from the "
-                    f"trainer's policy in log-probability (tolerance {self.tolerance:g})")
+            seen = (
+                f"TRL's importance-sampling pass scored the tokens vLLM sampled up to {first.max_logprob_diff:.4g} "
+                "apart from the "
+                f"trainer's policy in log-probability (tolerance {self.tolerance:g})"
+            )
         checked = self.summary()["sync_checks"]
         raise refused(
             f"{len(self.failures)} of {checked} checked weight syncs did not reach vLLM: after the sync of step "
             f"{first.policy_version}, {seen}, so its rollouts were sampled from stale or other weights",
-            "check that TRL and vLLM are the locked versions (`grpolab doctor`: lock drift), that the model's parameter names "
+            "check that TRL and vLLM are the locked versions (`grpolab doctor`: lock drift), that the model's "
+            "parameter names "
             "map onto vLLM's (a model vLLM loads with another implementation), or use --rollout inprocess",
         )
 

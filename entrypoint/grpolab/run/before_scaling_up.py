@@ -20,11 +20,18 @@ def model_size_step(calibration: dict, smoke_model: str, lab_model: str) -> tupl
         return 0.0, "for the same model"
     probe = calibration.get("size_probe") or {}
     if probe.get("lab_minus_smoke_s") is None:
-        return None, f"not scaled from {smoke_model} to {lab_model}: the size probe did not run ({probe.get('error') or 'no probe in this run'})"
+        return (
+            None,
+            f"not scaled from {smoke_model} to {lab_model}: the size probe did not run "
+            f"({probe.get('error') or 'no probe in this run'})",
+        )
     lab = probe["lab_model"]
-    return probe["lab_minus_smoke_s"], (f"+ {probe['lab_minus_smoke_s']:.3f} s for {lab_model}'s size (a step of a random model of its shape, "
-                                        f"{lab['layers']} layers, {lab['grown_s']:.3f} s timed here, less {smoke_model}'s {probe['smoke_model']['grown_s']:.3f} s; "
-                                        f"measured across models, such a projection came to {MEASURED_PROJECTION_OVER_LAB:.2f} of the lab)")
+    return probe["lab_minus_smoke_s"], (
+        f"+ {probe['lab_minus_smoke_s']:.3f} s for {lab_model}'s size (a step of a random model of its shape, "
+        f"{lab['layers']} layers, {lab['grown_s']:.3f} s timed here, less {smoke_model}'s "
+        f"{probe['smoke_model']['grown_s']:.3f} s; "
+        f"measured across models, such a projection came to {MEASURED_PROJECTION_OVER_LAB:.2f} of the lab)"
+    )
 
 
 def lab_projection(calibration: dict, smoke_model: str, lab_settings) -> dict:
@@ -52,22 +59,31 @@ def lab_projection(calibration: dict, smoke_model: str, lab_settings) -> dict:
         "projected_lab_wall_clock_s": None,
     }
     if measured is None:
-        noted["projection"] = f"none: the calibration at the lab's shape ({shape}) did not run through ({calibration.get('error')})"
+        noted["projection"] = (
+            f"none: the calibration at the lab's shape ({shape}) did not run through ({calibration.get('error')})"
+        )
         return noted
     if added is None:
         noted["projection"] = f"none: {model_note}"
         return noted
     steady = measured + added
     wall_clock = steady * steps + first_use
-    where = (f"the smoke test's own {calibration['steps']} steps, already at the lab's shape" if calibration.get("same_shape_as_smoke")
-             else f"{calibration['steps']} calibration steps at the lab's shape")
+    where = (
+        f"the smoke test's own {calibration['steps']} steps, already at the lab's shape"
+        if calibration.get("same_shape_as_smoke")
+        else f"{calibration['steps']} calibration steps at the lab's shape"
+    )
     noted.update(
         projected_lab_steady_seconds_per_step=round(steady, 4),
         projected_lab_first_use_s=round(first_use, 3),
         projected_lab_seconds_per_step=round(wall_clock / steps, 4),
         projected_lab_wall_clock_s=round(wall_clock, 1),
-        projection=(f"{measured:.3f} s/step steady (the median of {where}: {shape} completions x tokens) {model_note} x {steps} steps"
-                    f" + {first_use:.2f} s first use (the first step's cost over the steady state, which the lab's first step pays too)"),
+        projection=(
+            f"{measured:.3f} s/step steady (the median of {where}: {shape} completions x tokens) {model_note} x "
+            f"{steps} steps"
+            f" + {first_use:.2f} s first use (the first step's cost over the steady state, which the lab's first step "
+            "pays too)"
+        ),
     )
     return noted
 
@@ -91,7 +107,9 @@ def memory_verdict(measured_gb: float, predicted_gb: float) -> str:
     return " - within 25 %"
 
 
-def before_scaling_up(record: dict, settings, track, say=print, lab=None, smoke_so_far_s: float | None = None) -> list[str]:
+def before_scaling_up(
+    record: dict, settings, track, say=print, lab=None, smoke_so_far_s: float | None = None
+) -> list[str]:
     """The lesson's three things to note from a passing smoke test (seconds per step times the step count,
     peak memory against the arithmetic, the rollout path), the lab's projected wall clock and what measuring it
     cost. Prints them, stores them in record["before_scaling_up"], and returns the lines."""
@@ -109,16 +127,31 @@ def before_scaling_up(record: dict, settings, track, say=print, lab=None, smoke_
     record["before_scaling_up"] = noted
     ratio = noted["peak_memory_ratio"]
     measured = noted["peak_memory_gb_measured"]
-    at = "the lab's shape" if calibration.get("seconds_per_step") is not None or calibration.get("same_shape_as_smoke") else "the smoke test's shape"
-    memory = f"{measured:.3f} GB measured at {at} ({noted['peak_memory_source']})" if measured is not None else "not measured"
+    at = (
+        "the lab's shape"
+        if calibration.get("seconds_per_step") is not None or calibration.get("same_shape_as_smoke")
+        else "the smoke test's shape"
+    )
+    memory = (
+        f"{measured:.3f} GB measured at {at} ({noted['peak_memory_source']})"
+        if measured is not None
+        else "not measured"
+    )
     if ratio:
-        memory += f" against {noted['peak_memory_gb_predicted']:.3f} GB predicted: x{ratio:.2f}" + memory_verdict(measured, noted["peak_memory_gb_predicted"])
+        memory += f" against {noted['peak_memory_gb_predicted']:.3f} GB predicted: x{ratio:.2f}" + memory_verdict(
+            measured, noted["peak_memory_gb_predicted"]
+        )
     projected = noted["projected_lab_seconds_per_step"]
-    lab_line = (f"{duration(noted['projected_lab_wall_clock_s'])} for track {track.name}'s lab as configured ({projected:.3f} s/step): {noted['projection']}"
-                if projected is not None else noted["projection"])
+    lab_line = (
+        f"{duration(noted['projected_lab_wall_clock_s'])} for track {track.name}'s lab as configured ({projected:.3f} "
+        f"s/step): {noted['projection']}"
+        if projected is not None
+        else noted["projection"]
+    )
     lines = [
         "what to write down before you scale up:",
-        f"  seconds per step   {per_step:.3f} s x {steps} steps = {duration(per_step * steps)} here; x your step count is the wall clock you commit to",
+        f"  seconds per step   {per_step:.3f} s x {steps} steps = {duration(per_step * steps)} here; x your step count "
+        "is the wall clock you commit to",
         f"  lab wall clock     {lab_line}",
         f"  calibration        {calibration_line(calibration, smoke_so_far_s)}",
         f"  peak memory        {memory}",
@@ -141,8 +174,10 @@ def calibration_line(calibration: dict, smoke_so_far_s: float | None) -> str:
     shape = f"{calibration['completions_per_step']} completions x {calibration['completion_tokens']} tokens"
     cost = f"cost {calibration['cost_s']:.1f} s" + (f" (the size probe {probe['cost_s']:.1f} s of it)" if probe else "")
     if smoke_so_far_s:
-        cost += f", {calibration['cost_s'] / (smoke_so_far_s - calibration['cost_s']):.0%} on top of the rest of this smoke test ({smoke_so_far_s - calibration['cost_s']:.1f} s, imports not counted)"
+        cost += (f", {calibration['cost_s'] / (smoke_so_far_s - calibration['cost_s']):.0%} on top of the rest of this "
+                 f"smoke test ({smoke_so_far_s - calibration['cost_s']:.1f} s, imports not counted)")
     if calibration.get("error"):
-        return f"{calibration['steps']} of {CALIBRATION_STEPS} steps at the lab's shape ({shape}) ran, then it failed: {calibration['error']}; {cost}"
+        return (f"{calibration['steps']} of {CALIBRATION_STEPS} steps at the lab's shape ({shape}) ran, then it "
+                f"failed: {calibration['error']}; {cost}")
     return (f"{calibration['steps']} steps at the lab's shape ({shape}): {seconds} s, their median the steady state "
             f"(two slow steps cannot move it), the first's excess over it the first use; {cost}")

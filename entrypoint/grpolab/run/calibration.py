@@ -2,7 +2,8 @@
 completions per step and completion length, on the lab's rollout path and settings) on the smoke model, timed as
 the lab times its steps, so that the lab's seconds per step are measured at their shape, not extrapolated to it.
 
-Why steps at the lab's shape rather than a curve fitted through two batch sizes: measured on track c (docs/smoke-test.md),
+Why steps at the lab's shape rather than a curve fitted through two batch sizes: measured on track c
+(docs/smoke-test.md),
 a step's cost is not linear in its batch on a CPU, nor on the way to it, so any curve
 through the smoke test's batch and one other needs the lab's batch measured anyway to be trusted.
 """
@@ -63,7 +64,7 @@ class Calibration:
             "statistic": STEADY_STATISTIC, "first_step_extra_s": self.first_step_extra_s,
             "completion_tokens_mean": self.completion_tokens_mean,
             "cost_s": round(self.cost_s, 3), "error": self.error, "size_probe": self.size_probe,
-        }  # fmt: skip
+        }
 
 
 def lab_shape(settings: LabSettings) -> tuple[int, int]:
@@ -93,4 +94,9 @@ def calibration_settings(smoke: LabSettings, lab: LabSettings) -> LabSettings | 
 
 def start(calibration: LabSettings | None, smoke: LabSettings) -> Calibration:
     shaped = calibration or smoke
-    return Calibration(shaped.per_device_train_batch_size, shaped.max_completion_length, shaped.num_generations, same_shape=calibration is None)
+    return Calibration(
+        shaped.per_device_train_batch_size,
+        shaped.max_completion_length,
+        shaped.num_generations,
+        same_shape=calibration is None,
+    )

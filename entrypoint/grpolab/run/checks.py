@@ -36,7 +36,8 @@ def say_layer(say, layer: str, text: str) -> None:
 
 
 def check_device(track: Track, expect_device: str | None = None, rollout: str | None = None) -> tuple[str, str]:
-    """Layer 1. Returns (device type to train on, the line to print). The judgement is grpolab.environment.torch_build's,
+    """Layer 1. Returns (device type to train on, the line to print). The judgement is
+    grpolab.environment.torch_build's,
     the same the doctor gives; on a GPU, the image's kernels table (grpolab.common.gpucode) and its driver minimum too,
     before any model loads."""
     from ..environment.machine import host_facts
@@ -46,7 +47,9 @@ def check_device(track: Track, expect_device: str | None = None, rollout: str | 
     devices = torch_devices(build)
     finding = diagnose_device(build, devices, host, track, expect_device)
     if finding.status == "fail":
-        raise LayerFailure("device", finding.summary, finding.action + ("; run `grpolab doctor` for the details" if build.kind else ""))
+        raise LayerFailure(
+            "device", finding.summary, finding.action + ("; run `grpolab doctor` for the details" if build.kind else "")
+        )
     line = finding.summary
     if devices.type == "cuda":
         line += kernels_note(track, devices.arch, rollout or track.rollout, host.nvidia_driver)
@@ -65,8 +68,12 @@ def kernels_note(track: Track, gpu: str | None, rollout: str, driver: str | None
         return ""
     status, summary, lines = found
     if status == "fail":
-        raise LayerFailure("device", f"{summary}: " + "; ".join(lines),
-                           "use a GPU the track serves (docs/kernels.md: Which GPUs each image runs on) or another rollout path; `grpolab doctor` lists every library")
+        raise LayerFailure(
+            "device",
+            f"{summary}: " + "; ".join(lines),
+            "use a GPU the track serves (docs/kernels.md: Which GPUs each image runs on) or another rollout path; "
+            "`grpolab doctor` lists every library",
+        )
     return f"; kernels: {summary}" + (": " + "; ".join(lines) if lines else "")
 
 
@@ -77,7 +84,11 @@ def check_adapter(model, settings: LabSettings) -> tuple[object, str]:
     from .training import add_adapter
 
     peft_model, trainable, total = add_adapter(model, settings)
-    return peft_model, f"LoRA rank {settings.lora_rank} on {settings.lora_target_modules}: {trainable:,} trainable of {total:,} parameters ({100 * trainable / total:.2f}%)"
+    return (
+        peft_model,
+        f"LoRA rank {settings.lora_rank} on {settings.lora_target_modules}: {trainable:,} trainable of {total:,} "
+        f"parameters ({100 * trainable / total:.2f}%)",
+    )
 
 
 # --- rewards (3. the reward line) -----------------------------------------------------------------------
@@ -97,7 +108,9 @@ def check_rewards(settings: LabSettings, columns: list[str]) -> tuple[list, str]
         missing = [column for column in reward_columns(func) if column not in columns]
         if missing:
             raise LayerFailure(
-                "rewards", f"reward {name} needs dataset column(s) {', '.join(missing)}, which dataset {settings.dataset!r} lacks (it has {', '.join(columns)})",
+                "rewards",
+                f"reward {name} needs dataset column(s) {', '.join(missing)}, which dataset {settings.dataset!r} lacks "
+                f"(it has {', '.join(columns)})",
                 "use a dataset with those columns, or map yours to them",
             )
         funcs.append(guarded_reward(name, func))
@@ -112,11 +125,16 @@ def check_step_metrics(record) -> None:
     """Every logged step, not only the first: a metric missing or not finite (NaN, inf) is a verdict in words,
     never a silent pass (NaN compares false with every threshold) nor a run log that cannot be written."""
     values = {name: record.metrics.get(name, "missing") for name in STEP_METRICS}
-    bad = [f"{name} {value}" for name, value in values.items() if not isinstance(value, float) or not math.isfinite(value)]
+    bad = [
+        f"{name} {value}" for name, value in values.items() if not isinstance(value, float) or not math.isfinite(value)
+    ]
     if bad:
         raise LayerFailure(
-            "first_step", f"step {record.step} logged {', '.join(bad)}: the trainer's metrics are not numbers, so no verdict on this run can be trusted",
-            "a reward that returns NaN, inf or None for every completion, or a loss that diverged: check the rewards on a few "
+            "first_step",
+            f"step {record.step} logged {', '.join(bad)}: the trainer's metrics are not numbers, so no verdict on this "
+            "run can be trusted",
+            "a reward that returns NaN, inf or None for every completion, or a loss that diverged: check the rewards "
+            "on a few "
             "completions, lower the learning rate, or use float32",
         )
 
@@ -136,17 +154,28 @@ def check_first_step(records) -> str:
         raise LayerFailure(
             "first_step",
             f"group collapse on step {first.step}: reward {first.reward:.3f} with std {first.reward_std:.3g} "
-            f"(frac_reward_zero_std {first.frac_reward_zero_std:.2f}): every completion in every group scored the same, so there is nothing to learn",
-            "the model cannot yet produce any rewarded answer, or the reward is constant: check the rewards on a few completions, "
+            f"(frac_reward_zero_std {first.frac_reward_zero_std:.2f}): every completion in every group scored the "
+            "same, so there is nothing to learn",
+            "the model cannot yet produce any rewarded answer, or the reward is constant: check the rewards on a few "
+            "completions, "
             "raise num_generations, or start from a model that sometimes succeeds",
         )
-    return f"step {first.step}: reward {first.reward:.3f} ± {first.reward_std:.3f}, groups with no spread {first.frac_reward_zero_std:.0%}"
+    return (f"step {first.step}: reward {first.reward:.3f} ± {first.reward_std:.3f}, groups with no spread "
+            f"{first.frac_reward_zero_std:.0%}")
 
 
 # --- rollout (5. the rollout path) -------------------------------------------------------------------------
 
 
-def check_rollout(settings: LabSettings, track: Track, device_type: str, model_path: str, tokenizer, out_dir: Path, prompt_tokens: int | None = None) -> tuple[dict, str]:
+def check_rollout(
+    settings: LabSettings,
+    track: Track,
+    device_type: str,
+    model_path: str,
+    tokenizer,
+    out_dir: Path,
+    prompt_tokens: int | None = None,
+) -> tuple[dict, str]:
     """Configure the rollout path (refusing what cannot run) and say which engine produces completions: the path's
     engine decides (grpolab.rollouts).
 
@@ -154,7 +183,15 @@ def check_rollout(settings: LabSettings, track: Track, device_type: str, model_p
     """
     from ..rollouts import configure_rollout
 
-    return configure_rollout(settings, track, device_type=device_type, model_path=model_path, tokenizer=tokenizer, out_dir=out_dir, prompt_tokens=prompt_tokens)
+    return configure_rollout(
+        settings,
+        track,
+        device_type=device_type,
+        model_path=model_path,
+        tokenizer=tokenizer,
+        out_dir=out_dir,
+        prompt_tokens=prompt_tokens,
+    )
 
 
 # --- runlog (6. the run log) ----------------------------------------------------------------------------
@@ -167,4 +204,8 @@ def check_runlog(record: dict, log_path=None) -> Path:
     except OSError as error:
         raise runlog_failure(error) from error
     except ValueError as error:  # a value JSON cannot hold (NaN, inf): the line is refused whole, the log untouched
-        raise LayerFailure("runlog", f"the run's line could not be written as JSON: {error}", "report this as a bug, with the output above") from error
+        raise LayerFailure(
+            "runlog",
+            f"the run's line could not be written as JSON: {error}",
+            "report this as a bug, with the output above",
+        ) from error

@@ -78,12 +78,16 @@ def lora_matrices(model, target_modules: str) -> list[tuple[int, int]]:
     """(in_features, out_features) of every linear layer the adapter will wrap, as PEFT matches them: a module whose
     name is a target or ends with "." + a target; all-linear takes every linear layer but the output layer."""
     targets = None if target_modules == "all-linear" else [t.strip() for t in target_modules.split(",") if t.strip()]
-    output_layer = getattr(model.get_output_embeddings(), "weight", None) if hasattr(model, "get_output_embeddings") else None
+    output_layer = (
+        getattr(model.get_output_embeddings(), "weight", None) if hasattr(model, "get_output_embeddings") else None
+    )
     matrices = []
     for name, module in model.named_modules():
         if not (hasattr(module, "in_features") and hasattr(module, "out_features")):
             continue
-        if targets is None and (name.rsplit(".", 1)[-1] == "lm_head" or getattr(module, "weight", None) is output_layer is not None):
+        if targets is None and (
+            name.rsplit(".", 1)[-1] == "lm_head" or getattr(module, "weight", None) is output_layer is not None
+        ):
             continue
         if targets is not None and not any(name == t or name.endswith("." + t) for t in targets):
             continue
@@ -99,11 +103,14 @@ def run_log_line_bytes(settings) -> int:
 
 def lab_writes(settings, model) -> dict[str, int]:
     """Bytes the lab will write under runs/, by what writes them: the adapter, the plot, the run-log lines, and the
-    --report-to logs and llama.cpp's GGUF copies (temporary, but at their peak while training) where the run has them."""
+    --report-to logs and llama.cpp's GGUF copies (temporary, but at their peak while training) where the run has
+    them."""
     matrices = lora_matrices(model, settings.lora_target_modules)
     parameters = sum(settings.lora_rank * (fan_in + fan_out) for fan_in, fan_out in matrices)
     parts = {
-        "adapter": parameters * ADAPTER_BYTES_PER_PARAMETER + 2 * len(matrices) * ADAPTER_HEADER_BYTES_PER_TENSOR + ADAPTER_FILES_BYTES,
+        "adapter": parameters * ADAPTER_BYTES_PER_PARAMETER
+        + 2 * len(matrices) * ADAPTER_HEADER_BYTES_PER_TENSOR
+        + ADAPTER_FILES_BYTES,
         "plot": PLOT_BYTES,
         "run-log lines": run_log_line_bytes(settings) + LINE_BASE_BYTES,  # the start record, then the full line
     }
@@ -125,12 +132,19 @@ def check_free_space(folder: Path, parts: dict[str, int]) -> tuple[str, dict]:
     free = free_bytes(folder)
     listed = ", ".join(f"{what} {size_text(size)}" for what, size in parts.items())
     if free < total + margin(total):
-        where = "" if existing_folder(folder) == Path(folder).absolute() else f" (on the filesystem of {existing_folder(folder)})"
+        where = (
+            ""
+            if existing_folder(folder) == Path(folder).absolute()
+            else f" (on the filesystem of {existing_folder(folder)})"
+        )
         raise LayerFailure(
             "runlog",
-            f"{folder} has {exact_size_text(free)} free{where}, but this run writes about {size_text(total)} there ({listed}); with a "
-            f"margin of {size_text(margin(total))} it needs {exact_size_text(total + margin(total))}. Nothing was trained",
-            f"free space on that filesystem (`df -h {existing_folder(folder)}` shows it), or point GRPOLAB_RUNS_DIR at a folder with room",
+            f"{folder} has {exact_size_text(free)} free{where}, but this run writes about {size_text(total)} there "
+            f"({listed}); with a "
+            f"margin of {size_text(margin(total))} it needs {exact_size_text(total + margin(total))}. Nothing was "
+            "trained",
+            f"free space on that filesystem (`df -h {existing_folder(folder)}` shows it), or point GRPOLAB_RUNS_DIR at "
+            "a folder with room",
         )
     return (f"{folder}: {size_text(free)} free; this run writes about {size_text(total)} ({listed})",
             {"estimated_bytes": total, "estimate": parts, "free_bytes_before": free})
@@ -228,13 +242,20 @@ def save_elsewhere(run_id: str, save, needed: int) -> tuple[Path | None, list[st
 def disk_full_failure(folder: Path, error: BaseException, needed: int | None, free: int, kept: str) -> LayerFailure:
     """The run-log layer's verdict on a full disk met while writing into `folder`: the folder, the bytes needed and
     free, and what became of the outputs (`kept`, one sentence)."""
-    reason = next((words for number, words in DISK_FULL_ERRNOS.items() if f"os error {number}" in str(error) or words in str(error)
-                   or getattr(error, "errno", None) == number), "No space left on device")  # fmt: skip
+    reason = next(
+        (
+            words
+            for number, words in DISK_FULL_ERRNOS.items()
+            if f"os error {number}" in str(error) or words in str(error) or getattr(error, "errno", None) == number
+        ),
+        "No space left on device",
+    )
     need = f"it needed about {exact_size_text(needed)} there and " if needed else ""
     failure = LayerFailure(
         "runlog",
         f"the disk of {folder} is full ({reason}): {need}{exact_size_text(free)} was free. {kept}",
-        f"free space on that filesystem (`df -h {existing_folder(folder)}` shows it; a quota: `quota -s`), or point GRPOLAB_RUNS_DIR "
+        f"free space on that filesystem (`df -h {existing_folder(folder)}` shows it; a quota: `quota -s`), or point "
+        "GRPOLAB_RUNS_DIR "
         "at a folder with room, then run again",
     )
     failure.__cause__ = error

@@ -39,7 +39,10 @@ def smoke_needed(mode: str, settings: LabSettings, log_path=None) -> list[str]:
     if not matching:
         if not any(run.get("kind") == "smoke" and run.get("status") == "passed" for run in runs):
             return ["no smoke test has passed in this environment yet"]
-        return [f"no smoke test has passed on track {settings.track} with rollout path {settings.rollout} and the device checked"]
+        return [
+            f"no smoke test has passed on track {settings.track} with rollout path {settings.rollout} and the device "
+            "checked"
+        ]
     return fingerprint_drift(matching[-1].get("fingerprint"), environment_fingerprint())
 
 
@@ -108,13 +111,20 @@ def _relay(receiver, child, say):
 def _smoke_child(settings: LabSettings, track: Track, log_path, sender, lab: LabSettings) -> None:
     verdict = ("died",)
     try:
-        run_pipeline(settings, track, SMOKE, log_path=log_path, say=lambda text: sender.send(("say", str(text))), lab=lab)
+        run_pipeline(
+            settings, track, SMOKE, log_path=log_path, say=lambda text: sender.send(("say", str(text))), lab=lab
+        )
         verdict = ("passed",)
     except LayerFailure as failure:
         verdict = ("failed", failure.layer, failure.what, failure.action)
     except KeyboardInterrupt:
         verdict = ("interrupted",)
     except BaseException as error:  # noqa: BLE001 - told to the lab, which fails in words
-        verdict = ("failed", "crashed", f"the smoke test crashed: {type(error).__name__}: {error}", "run `grpolab smoke` on its own for the traceback")
+        verdict = (
+            "failed",
+            "crashed",
+            f"the smoke test crashed: {type(error).__name__}: {error}",
+            "run `grpolab smoke` on its own for the traceback",
+        )
     finally:
         sender.send(verdict)

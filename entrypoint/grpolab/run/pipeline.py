@@ -25,7 +25,16 @@ from pathlib import Path
 from statistics import median
 
 from .calibration import Calibration, calibration_settings, start
-from .checks import check_adapter, check_device, check_first_step, check_rewards, check_rollout, check_step_metrics, group_collapsed, say_layer
+from .checks import (
+    check_adapter,
+    check_device,
+    check_first_step,
+    check_rewards,
+    check_rollout,
+    check_step_metrics,
+    group_collapsed,
+    say_layer,
+)
 from .diskspace import check_free_space, disk_full_failure, free_bytes, is_disk_full, lab_writes, save_elsewhere
 from ..common.errors import LayerFailure
 from ..model.files import check_model_files
@@ -39,12 +48,22 @@ from ..settings.lab_settings import LabSettings, check_model_context
 from .size_probe import StepShape, measure
 from ..common.rollout_paths import rollout_path
 from ..common.tracks import Track
-from .training import load_model, load_tokenizer, make_trainer, model_wrapper, release_vllm_engine, step_recorder, torch_dtype
+from .training import (
+    load_model,
+    load_tokenizer,
+    make_trainer,
+    model_wrapper,
+    release_vllm_engine,
+    step_recorder,
+    torch_dtype,
+)
 
 # On what basis each rollout path's `stale` / `max_lag_steps` is given (the run log's rollout.lag_basis) is its path's
 # LAG_BASIS; a colocated vLLM whose syncs were probed has this one instead.
-LAG_BASIS_MEASURED_SYNC = ("measured and verified: each batch's synced policy version against the trainer's step, and after the "
-                           "checked syncs a probe prompt's greedy completion from vLLM against the trainer's policy (sync_checks)")
+LAG_BASIS_MEASURED_SYNC = (
+    "measured and verified: each batch's synced policy version against the trainer's step, and after the "
+    "checked syncs a probe prompt's greedy completion from vLLM against the trainer's policy (sync_checks)"
+)
 
 
 @dataclass(frozen=True)
@@ -80,8 +99,15 @@ class Prepared:
     calibration_data_s: float = 0.0  # what loading them took: part of the calibration's cost
 
 
-def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_device: str | None = None, log_path=None, say=print,
-                 lab: LabSettings | None = None) -> dict:
+def run_pipeline(
+    settings: LabSettings,
+    track: Track,
+    shape: RunShape,
+    expect_device: str | None = None,
+    log_path=None,
+    say=print,
+    lab: LabSettings | None = None,
+) -> dict:
     """Walk one run of `shape`. Returns its run-log record; raises LayerFailure at the first failing layer.
 
     `lab`: for the smoke test, the lab it stands before; once its layers pass, it times that lab's per-step shape
@@ -105,13 +131,17 @@ def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_de
         with nullcontext(run_dir) if shape.evaluate else tempfile.TemporaryDirectory() as output_dir:
             trainer, steps = train(settings, track, shape, run, peft_model, Path(output_dir), record, say)
             if lab is not None and not shape.evaluate:
-                record["calibration"] = calibrate(settings, calibration, track, run, peft_model, steps, Path(output_dir), trainer, lab.max_steps).as_record()
+                record["calibration"] = calibrate(
+                    settings, calibration, track, run, peft_model, steps, Path(output_dir), trainer, lab.max_steps
+                ).as_record()
                 trainer = None
         if shape.evaluate:
             record["pass_at_1_after"] = evaluate(settings, run, trainer.model, "after", say)
         record_steps(record, steps)
         record_memory(run, record, say, show=not shape.evaluate)
-        if lab is not None and not shape.evaluate and lab.model != settings.model:  # after the meter: the probe's models are not the run's
+        if (
+            lab is not None and not shape.evaluate and lab.model != settings.model
+        ):  # after the meter: the probe's models are not the run's
             probe_model_size(record["calibration"], lab, run)
         from ..environment.fingerprint import environment_fingerprint
 
@@ -127,14 +157,25 @@ def run_pipeline(settings: LabSettings, track: Track, shape: RunShape, expect_de
 def headline(settings: LabSettings, track: Track, shape: RunShape) -> str:
     if shape.evaluate:
         return f"GRPO lab, track {track.name}. Settings:\n{settings.describe()}"
-    return (f"smoke test, track {track.name}: {settings.model}, {settings.train_size} prompts, {settings.num_generations} rollouts, "
-            f"{settings.max_steps} steps, rollout path {settings.rollout}")
+    return (
+        f"smoke test, track {track.name}: {settings.model}, {settings.train_size} prompts, {settings.num_generations} "
+        "rollouts, "
+        f"{settings.max_steps} steps, rollout path {settings.rollout}"
+    )
 
 
 # --- prepare --------------------------------------------------------------------------------------------
 
 
-def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, expect_device, say, calibration: LabSettings | None = None) -> Prepared:
+def prepare(
+    settings: LabSettings,
+    track: Track,
+    shape: RunShape,
+    record: dict,
+    expect_device,
+    say,
+    calibration: LabSettings | None = None,
+) -> Prepared:
     """Device first (everything else is misleading on the wrong one), then data and rewards before any model loads.
     A smoke test with calibration steps predicts its peak memory at their shape (the lab's), on their prompts."""
     from ..model.identity import model_identity
@@ -165,14 +206,38 @@ def prepare(settings: LabSettings, track: Track, shape: RunShape, record: dict, 
         check_model_files(settings.model, model_path)  # a Hub model downloaded just now, broken: named as such
         raise
     check_model_files(settings.model, model_path)  # a Hub model is in the cache now: its blobs against their sha256
-    record["model_identity"] = model_identity(settings.model)  # its revision and weights (hashed once, by the check above)
+    record["model_identity"] = model_identity(
+        settings.model
+    )  # its revision and weights (hashed once, by the check above)
     if device_type != "cpu":
         model.to(device_type)
-    return Prepared(device_type, train, heldout_rows, reward_funcs, rewards_line, model_path, tokenizer, model, meter, estimate,
-                    calibration_train, calibration_data_s)
+    return Prepared(
+        device_type,
+        train,
+        heldout_rows,
+        reward_funcs,
+        rewards_line,
+        model_path,
+        tokenizer,
+        model,
+        meter,
+        estimate,
+        calibration_train,
+        calibration_data_s,
+    )
 
 
-def start_memory_meter(settings: LabSettings, track: Track, shape: RunShape, device_type: str, model_path: str, tokenizer, train, record: dict, say):
+def start_memory_meter(
+    settings: LabSettings,
+    track: Track,
+    shape: RunShape,
+    device_type: str,
+    model_path: str,
+    tokenizer,
+    train,
+    record: dict,
+    say,
+):
     """The peak-memory meter, started before the model loads (its runtime baseline), and the estimate of the
     same quantity; the lab prints the estimate's table. No estimate is said in words, never a refusal."""
     from ..memory.estimate import run_estimate
@@ -204,29 +269,51 @@ def load_data(settings: LabSettings, shape: RunShape) -> tuple[object, list]:
         raise LayerFailure("input", str(error), "check --dataset, --train-size and --heldout-size") from error
     heldout_rows = list(heldout)
     if shape.evaluate and not heldout_rows:
-        raise LayerFailure("input", "heldout_size is 0: the lab measures pass@1 on held-out problems before and after", "set --heldout-size to 50 or more")
+        raise LayerFailure(
+            "input",
+            "heldout_size is 0: the lab measures pass@1 on held-out problems before and after",
+            "set --heldout-size to 50 or more",
+        )
     return train, heldout_rows
 
 
 # --- roll out and train -----------------------------------------------------------------------------------
 
 
-def train(settings: LabSettings, track: Track, shape: RunShape, run: Prepared, peft_model, output_dir: Path, record: dict, say):
+def train(
+    settings: LabSettings, track: Track, shape: RunShape, run: Prepared, peft_model, output_dir: Path, record: dict, say
+):
     """Set up the rollout path, train with every logged step checked, free the rollout engine.
 
     Records the rollout path with `stale`, the largest lag and the basis they are given on. Returns
     (the trainer, its StepRecords).
     """
-    prompt_tokens = run.estimate.inputs.get("prompt_tokens") if run.estimate else None  # the data's longest prompt: vLLM's context
-    rollout, rollout_line = check_rollout(settings, track, run.device_type, run.model_path, run.tokenizer, output_dir / "gguf", prompt_tokens)
+    prompt_tokens = (
+        run.estimate.inputs.get("prompt_tokens") if run.estimate else None
+    )  # the data's longest prompt: vLLM's context
+    rollout, rollout_line = check_rollout(
+        settings, track, run.device_type, run.model_path, run.tokenizer, output_dir / "gguf", prompt_tokens
+    )
     record["rollout"] = {"path": settings.rollout, **rollout.pop("log", {})}
     if shape.show_steps:
         say_layer(say, "rollout", rollout_line)
         say(f"training {settings.max_steps} steps...")
-    recorder = step_recorder(run.reward_funcs, on_record=step_check(settings, shape, say), stop_on=first_step_collapsed(shape))
+    recorder = step_recorder(
+        run.reward_funcs, on_record=step_check(settings, shape, say), stop_on=first_step_collapsed(shape)
+    )
     try:
-        trainer = make_trainer(settings, peft_model, run.tokenizer, run.train, run.reward_funcs, run.device_type, output_dir / "trainer", rollout, [recorder],
-                               probe_every_sync=shape.probe_every_sync)
+        trainer = make_trainer(
+            settings,
+            peft_model,
+            run.tokenizer,
+            run.train,
+            run.reward_funcs,
+            run.device_type,
+            output_dir / "trainer",
+            rollout,
+            [recorder],
+            probe_every_sync=shape.probe_every_sync,
+        )
         recorder.trainer = trainer
         # transformers' own clock of the whole training loop: the basis the benchmark against plain TRL reads.
         record["train_runtime_s"] = round(trainer.train().metrics["train_runtime"], 3)
@@ -245,8 +332,17 @@ def train(settings: LabSettings, track: Track, shape: RunShape, run: Prepared, p
     return trainer, steps
 
 
-def calibrate(smoke: LabSettings, calibration: LabSettings | None, track: Track, run: Prepared, peft_model, smoke_steps: list, output_dir: Path,
-              smoke_trainer, lab_steps: int) -> Calibration:
+def calibrate(
+    smoke: LabSettings,
+    calibration: LabSettings | None,
+    track: Track,
+    run: Prepared,
+    peft_model,
+    smoke_steps: list,
+    output_dir: Path,
+    smoke_trainer,
+    lab_steps: int,
+) -> Calibration:
     """The smoke test's steps at the lab's per-step shape, after its layers passed: a trainer of their own on the
     same adapter, rollout path and settings, every step timed as the lab times its steps. Its verdicts are the
     smoke test's alone: a calibration that fails is recorded with why, and the smoke test still passes."""
@@ -256,7 +352,9 @@ def calibrate(smoke: LabSettings, calibration: LabSettings | None, track: Track,
         return measured
     started = time.perf_counter()
     try:
-        released = release_vllm_engine(smoke_trainer)  # the smoke test's engine is not the lab's: one engine at a time, as in the lab
+        released = release_vllm_engine(
+            smoke_trainer
+        )  # the smoke test's engine is not the lab's: one engine at a time, as in the lab
         del smoke_trainer
         if released:  # its memory freed before the calibration's engine starts beside it
             gc.collect()
@@ -264,12 +362,30 @@ def calibrate(smoke: LabSettings, calibration: LabSettings | None, track: Track,
         # the lab's does: a second full collection here cost 0.19-0.22 s on track c, a sixth of the calibration.
         calibration = replace(calibration, report_to="none")  # no live-logging run of its own
         prompt_tokens = run.estimate.inputs.get("prompt_tokens") if run.estimate else None
-        rollout, _ = check_rollout(calibration, track, run.device_type, run.model_path, run.tokenizer, output_dir / "calibration-gguf", prompt_tokens)
+        rollout, _ = check_rollout(
+            calibration,
+            track,
+            run.device_type,
+            run.model_path,
+            run.tokenizer,
+            output_dir / "calibration-gguf",
+            prompt_tokens,
+        )
         rollout.pop("log", None)
         recorder = step_recorder(run.reward_funcs)
         try:
-            trainer = make_trainer(calibration, peft_model, run.tokenizer, run.calibration_train, run.reward_funcs, run.device_type,
-                                   output_dir / "calibration", rollout, [recorder], sync_check_steps=lab_steps)
+            trainer = make_trainer(
+                calibration,
+                peft_model,
+                run.tokenizer,
+                run.calibration_train,
+                run.reward_funcs,
+                run.device_type,
+                output_dir / "calibration",
+                rollout,
+                [recorder],
+                sync_check_steps=lab_steps,
+            )
             recorder.trainer = trainer
             trainer.train()
         finally:
@@ -295,7 +411,9 @@ def probe_model_size(calibration: dict, lab: LabSettings, run: Prepared) -> None
     corrected = vllm_path and importance_sampling_correction(setting, engine_cpu_float32)[0]
     step = StepShape(lab.per_device_train_batch_size, prompt_tokens, lab.max_completion_length, lab.lora_rank,
                      recompute_forward=run.device_type != "cpu", old_logprobs_forward=corrected)
-    calibration["size_probe"] = measure(run.model_path, lab.model, step, torch_dtype(lab, run.device_type), run.device_type)
+    calibration["size_probe"] = measure(
+        run.model_path, lab.model, step, torch_dtype(lab, run.device_type), run.device_type
+    )
     calibration["cost_s"] = round(calibration["cost_s"] + calibration["size_probe"]["cost_s"], 3)
 
 
@@ -312,7 +430,7 @@ def step_check(settings: LabSettings, shape: RunShape, say):
 
 
 def first_step_collapsed(shape: RunShape):
-    """The smoke test stops at once when the first logged step collapsed: the verdict is in, the rest would be wasted."""
+    """The smoke test stops at once when the first logged step collapsed: the verdict is in, the rest is waste."""
     if not shape.collapse_fails:
         return None
     seen = []
@@ -356,7 +474,11 @@ def progress_printer(settings: LabSettings, say):
             f"  step {record.step:>4}/{settings.max_steps}  reward {record.reward:.3f} ± {record.reward_std:.3f}  "
             f"no-spread {record.frac_reward_zero_std:.0%}  {record.seconds:.2f} s/step "
             f"(generation {record.generation_seconds:.2f}, reward {record.reward_seconds:.3f}, "
-            + "".join(f"{name.replace('_', ' ')} {getattr(record, field):.2f}, " for field, name in VLLM_STEP_PARTS.items() if getattr(record, field))
+            + "".join(
+                f"{name.replace('_', ' ')} {getattr(record, field):.2f}, "
+                for field, name in VLLM_STEP_PARTS.items()
+                if getattr(record, field)
+            )
             + f"update {record.update_seconds:.2f})  "
             f"ETA {format_duration(remaining)}"
         )
@@ -372,7 +494,9 @@ def evaluate(settings: LabSettings, run: Prepared, model, when: str, say) -> flo
     from ..task.evaluate import pass_at_1
 
     say(f"held-out pass@1 {when} training ({len(run.heldout_rows)} problems, greedy)...")
-    score = pass_at_1(model, run.tokenizer, run.heldout_rows, settings.eval_max_new_tokens or settings.max_completion_length)
+    score = pass_at_1(
+        model, run.tokenizer, run.heldout_rows, settings.eval_max_new_tokens or settings.max_completion_length
+    )
     say(f"  pass@1 {when}: {score:.3f}")
     return score
 
@@ -410,8 +534,12 @@ def step_averages(steps: list, steps_per_record: int = 1) -> dict:
         # projects both (grpolab.run.calibration).
         "steady_seconds_per_step": steady,
         "first_steps_logged": steps_per_record,
-        "first_steps_extra_s": round(max(0.0, seconds[0] - steady) * steps_per_record, 4) if steady is not None else None,
-        "time_split_s_per_step": {name: mean(getattr(r, field) for r in steps) for field, name in step_parts(steps).items()},
+        "first_steps_extra_s": round(max(0.0, seconds[0] - steady) * steps_per_record, 4)
+        if steady is not None
+        else None,
+        "time_split_s_per_step": {
+            name: mean(getattr(r, field) for r in steps) for field, name in step_parts(steps).items()
+        },
     }
 
 
@@ -438,21 +566,31 @@ def keep_outputs(record: dict, trainer, run_dir: Path, say) -> None:
         if not is_disk_full(error):
             raise
         free = free_bytes(run_dir)
-        shutil.rmtree(run_dir / "adapter", ignore_errors=True)  # a half-written adapter is worse than none: nothing loads it
+        shutil.rmtree(
+            run_dir / "adapter", ignore_errors=True
+        )  # a half-written adapter is worse than none: nothing loads it
         (run_dir / "reward.png").unlink(missing_ok=True)
         needed = (record.get("disk") or {}).get("estimate", {})
         needed = needed.get("adapter", 0) + needed.get("plot", 0) or None
         saved = {}
-        into, tried = save_elsewhere(record["run_id"], lambda folder: saved.update(zip(("adapter", "plot"), save_outputs(record, trainer, folder))),
-                                     needed or 0)  # fmt: skip
+        into, tried = save_elsewhere(
+            record["run_id"],
+            lambda folder: saved.update(zip(("adapter", "plot"), save_outputs(record, trainer, folder))),
+            needed or 0,
+        )
         if into is not None:
             record.update(saved, outputs_moved_from=str(run_dir))
-            kept = (f"The trained adapter was saved to {saved['adapter']} instead (the plot to {saved['plot']}); nothing half-written "
-                    f"was left in {run_dir}. Move them there once it has room.")
+            kept = (
+                f"The trained adapter was saved to {saved['adapter']} instead (the plot to {saved['plot']}); nothing "
+                "half-written "
+                f"was left in {run_dir}. Move them there once it has room."
+            )
         else:
             record.update(adapter=None, plot=None)
-            kept = (f"The trained adapter is lost: nothing half-written was kept in {run_dir}, and no other place took it "
-                    f"({'; '.join(tried)}). The run-log line keeps what it measured (pass@1, rewards, memory).")
+            kept = (
+                f"The trained adapter is lost: nothing half-written was kept in {run_dir}, and no other place took it "
+                f"({'; '.join(tried)}). The run-log line keeps what it measured (pass@1, rewards, memory)."
+            )
         say_summary(record, say)
         raise disk_full_failure(run_dir, error, needed, free, kept) from error
     say_summary(record, say)
@@ -473,13 +611,22 @@ def say_summary(record: dict, say) -> None:
     say(f"  pass@1          {before:.3f} -> {after:.3f} on {record['settings']['heldout_size']} held-out problems")
     steps = record["steps"]
     if steps:
-        say(f"  reward          {steps[0]['reward']:.3f} (step {steps[0]['step']}) -> {steps[-1]['reward']:.3f} (step {steps[-1]['step']})")
+        say(
+            f"  reward          {steps[0]['reward']:.3f} (step {steps[0]['step']}) -> {steps[-1]['reward']:.3f} (step "
+            f"{steps[-1]['step']})"
+        )
         split = record["time_split_s_per_step"]
         total = sum(split.values()) or 1.0
-        say(f"  seconds/step    {record['seconds_per_step']:.3f}: " + ", ".join(f"{part} {seconds:.3f} ({seconds / total:.0%})" for part, seconds in split.items()))
+        say(
+            f"  seconds/step    {record['seconds_per_step']:.3f}: "
+            + ", ".join(f"{part} {seconds:.3f} ({seconds / total:.0%})" for part, seconds in split.items())
+        )
         if record.get("steady_seconds_per_step") is not None:
-            say(f"                  steady {record['steady_seconds_per_step']:.3f} (the median after the first logged); the first "
-                f"{record['first_steps_logged']} steps {record['first_steps_extra_s']:.2f} s over it in all (first use)")
+            say(
+                f"                  steady {record['steady_seconds_per_step']:.3f} (the median after the first "
+                "logged); the first "
+                f"{record['first_steps_logged']} steps {record['first_steps_extra_s']:.2f} s over it in all (first use)"
+            )
     from ..memory.peak import peak_memory_line
 
     say(f"  peak memory     {peak_memory_line(record)}")
@@ -487,6 +634,12 @@ def say_summary(record: dict, say) -> None:
     lag = f"stale: max lag {rollout.get('max_lag_steps')} steps" if rollout.get("stale") else "lag 0"
     say(f"  rollout path    {rollout['path']} ({lag}; {rollout['lag_basis']})")
     if rollout.get("stale"):
-        say("                  stale rollouts: the reward above is the old sampler's; held-out pass@1 is what training did")
-    say(f"  plot            {record['plot'] or 'not saved (the disk was full; `grpolab report` draws it from the run log)'}")
+        say(
+            "                  stale rollouts: the reward above is the old sampler's; held-out pass@1 is what training "
+            "did"
+        )
+    say(
+        "  plot            "
+        f"{record['plot'] or 'not saved (the disk was full; `grpolab report` draws it from the run log)'}"
+    )
     say(f"  adapter         {record['adapter'] or 'lost (the disk was full, see below)'}")

@@ -13,7 +13,14 @@ from .diskspace import LineRoom, disk_full_failure, free_bytes, is_disk_full, ru
 from ..common.errors import LayerFailure
 from ..model.identity import model_identity
 from ..common.paths import runlog_path
-from ..common.runlog import SCHEMA_VERSION, append_start, describe_unfinished, new_run_id, runlog_failure, unfinished_runs
+from ..common.runlog import (
+    SCHEMA_VERSION,
+    append_start,
+    describe_unfinished,
+    new_run_id,
+    runlog_failure,
+    unfinished_runs,
+)
 from ..settings.lab_settings import LabSettings
 
 
@@ -30,22 +37,36 @@ def new_record(kind: str, settings: LabSettings) -> dict:
         "status": "running",
         "failed_layer": None,
         "error": None,
-        "warnings": settings.warnings(kind) + settings.notes(),  # legal but unwise values, and defaults that gave way, as printed at the start
+        "warnings": settings.warnings(kind)
+        + settings.notes(),  # legal but unwise values, and defaults that gave way, as printed at the start
         "settings": settings.as_dict(),
         "model": settings.model,
         "model_identity": model_identity(settings.model),  # refreshed once the model has loaded (a Hub download)
     }
 
 
-def log_refused(kind: str, track: str, given: dict, failure: LayerFailure, warnings=(), log_path=None, say=print) -> None:
+def log_refused(
+    kind: str, track: str, given: dict, failure: LayerFailure, warnings=(), log_path=None, say=print
+) -> None:
     """The run-log line of a run whose settings were refused before anything loaded: one whole failed line (no
     start line: nothing ran that could be killed), the values as given, and no device, model or fingerprint
     fields, since none was looked at. A run log that cannot be written is said, and the input verdict stands."""
     from .checks import check_runlog
 
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    record = {"run_id": new_run_id(), "kind": kind, "track": track, "started_at": now, "finished_at": now, "status": "failed",
-              "failed_layer": failure.layer, "error": str(failure), "settings": as_given(given), "warnings": list(warnings), "wall_clock_s": 0.0}
+    record = {
+        "run_id": new_run_id(),
+        "kind": kind,
+        "track": track,
+        "started_at": now,
+        "finished_at": now,
+        "status": "failed",
+        "failed_layer": failure.layer,
+        "error": str(failure),
+        "settings": as_given(given),
+        "warnings": list(warnings),
+        "wall_clock_s": 0.0,
+    }
     try:
         path = check_runlog(record, log_path)
         say(f"run log: failed -> {path} ({record['run_id']})")
@@ -98,8 +119,10 @@ def out_of_memory(error: BaseException, record: dict) -> LayerFailure:
 def crashed(error: BaseException) -> LayerFailure:
     """An error no layer check expected: its own status and exit status, never mistaken for bad input."""
     failure = LayerFailure(
-        "crashed", f"the run crashed: {type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}",
-        "this is not one of the layers' verdicts: read the traceback above; if the settings are supported, report it as a bug with that traceback",
+        "crashed",
+        f"the run crashed: {type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}",
+        "this is not one of the layers' verdicts: read the traceback above; if the settings are supported, report it "
+        "as a bug with that traceback",
     )
     failure.__cause__ = error
     return failure
@@ -144,7 +167,9 @@ def recorded_run(kind: str, settings: LabSettings, log_path=None, say=print):
         ended = time.time()
         record["wall_clock_s"] = round(ended - started, 3)
         record["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        record["finished_at_unix_s"] = round(ended, 3)  # to the millisecond: a caller timing a command around the run (the projection bench)
+        record["finished_at_unix_s"] = round(
+            ended, 3
+        )  # to the millisecond: a caller timing a command around the run (the projection bench)
         if "fingerprint" not in record:
             from ..environment.fingerprint import environment_fingerprint
 
@@ -168,7 +193,9 @@ def disk_full_while_running(error: BaseException) -> LayerFailure:
     naming the file's folder and what is free there."""
     filename = getattr(error, "filename", None)
     folder = Path(filename).parent if filename else Path(runlog_path()).parent
-    return disk_full_failure(folder, error, None, free_bytes(folder), "The run stopped there; what it had trained was not saved.")
+    return disk_full_failure(
+        folder, error, None, free_bytes(folder), "The run stopped there; what it had trained was not saved."
+    )
 
 
 def keep_line_elsewhere(record: dict, log_path, say) -> None:
@@ -179,10 +206,18 @@ def keep_line_elsewhere(record: dict, log_path, say) -> None:
         line = json.dumps({**record, "schema": SCHEMA_VERSION}, sort_keys=True, default=str, allow_nan=False) + "\n"
     except ValueError:  # a value JSON cannot hold: the run-log layer's verdict already says so
         return
-    folder, tried = save_elsewhere(record["run_id"], lambda into: (into / "runlog-line.json").write_text(line), len(line))
+    folder, tried = save_elsewhere(
+        record["run_id"], lambda into: (into / "runlog-line.json").write_text(line), len(line)
+    )
     log = Path(log_path or runlog_path())
     if folder is None:
-        say(f"the run's line is lost: the run log and every other place refused it ({'; '.join(tried)}); its start record shows it unfinished")
+        say(
+            f"the run's line is lost: the run log and every other place refused it ({'; '.join(tried)}); its start "
+            "record shows it unfinished"
+        )
     else:
-        say(f"the run's line was saved to {folder / 'runlog-line.json'}: once {log.parent} has room, "
-            f"`cat {folder / 'runlog-line.json'} >> {log}` puts it in the run log (its start record shows it unfinished until then)")
+        say(
+            f"the run's line was saved to {folder / 'runlog-line.json'}: once {log.parent} has room, "
+            f"`cat {folder / 'runlog-line.json'} >> {log}` puts it in the run log (its start record shows it "
+            "unfinished until then)"
+        )

@@ -24,7 +24,9 @@ def plot_run(record: dict, path: Path) -> Path:
     if before is not None and after is not None:
         pass_axis = reward_axis.twinx()
         last = xs[-1] if xs else 1
-        pass_axis.plot([0, last], [before, after], "o--", color="tab:green", label=f"held-out pass@1 {before:.2f} -> {after:.2f}")
+        pass_axis.plot(
+            [0, last], [before, after], "o--", color="tab:green", label=f"held-out pass@1 {before:.2f} -> {after:.2f}"
+        )
         pass_axis.set_ylabel("held-out pass@1")
         pass_axis.set_ylim(0, 1)
         pass_axis.legend(loc="lower right")
@@ -32,7 +34,10 @@ def plot_run(record: dict, path: Path) -> Path:
     rollout = record.get("rollout", {})
     stale = " (stale rollouts)" if rollout.get("stale") else ""
     settings = record.get("settings", {})
-    reward_axis.set_title(f"GRPO lab, track {record.get('track')}: {Path(str(settings.get('model', ''))).name}, rollout {rollout.get('path', '?')}{stale}")
+    reward_axis.set_title(
+        f"GRPO lab, track {record.get('track')}: {Path(str(settings.get('model', ''))).name}, rollout "
+        f"{rollout.get('path', '?')}{stale}"
+    )
     figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,8 @@ Why not the parameter ratio: measured here, the tiny model's step is almost all 
 1129x (the Qwen3-0.6B shape's parameters over the tiny model's) projected 5.1x the lab's step (docs/smoke-test.md).
 Why the whole model and not a few of its layers scaled to its depth: measured on the Qwen3-0.6B
 shape here, a 4-layer probe timed 0.27-0.32 s a layer and the output layer apart, and the projection came to 0.72
-of the lab (`git show 03a54ee:bench/projection-20261202T104041Z.json`); the whole model's generation and update, timed alone, came to
+of the lab (`git show 03a54ee:bench/projection-20261202T104041Z.json`); the whole model's generation and update, timed
+alone, came to
 0.91 of the lab's step. Why timed and not FLOPs over a peak rate: a product's speed on a CPU depends on its rows
 (a decoded token is 8 rows, the update a thousand), which only a timing at those rows gives.
 """
@@ -28,7 +29,8 @@ from pathlib import Path
 from ..model.shape import ModelShape, local_model_config, model_shape
 
 # What a projection across models came to against the lab it projected, measured here (docs/smoke-test.md:
-# the tiny model's smoke test before a Qwen3-0.6B-shaped lab, bench/projection-c-in-process-qwen3-0.6b-shaped-folder-projected-from-the-tiny-model-host.json). Printed with
+# the tiny model's smoke test before a Qwen3-0.6B-shaped lab,
+# bench/projection-c-in-process-qwen3-0.6b-shaped-folder-projected-from-the-tiny-model-host.json). Printed with
 # every projection across models; measure it again when the probe changes.
 MEASURED_PROJECTION_OVER_LAB = 0.96
 
@@ -67,10 +69,24 @@ def _timed(torch, device_type: str, work):
 def probe_config(base_config: dict, shape: ModelShape) -> dict:
     """A config.json of `shape` (depth, widths, vocabulary); the rest from `base_config` (the model's own config.json
     where there is one, else the smoke model's: same family on every track)."""
-    config = {key: value for key, value in base_config.items() if key not in ("layer_types", "architectures", "_name_or_path", "auto_map")}
-    config.update(hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size, num_attention_heads=shape.num_attention_heads,
-                  num_key_value_heads=shape.num_key_value_heads, head_dim=shape.head_dim, num_hidden_layers=shape.num_hidden_layers,
-                  vocab_size=shape.vocab_size, bos_token_id=None, eos_token_id=None, pad_token_id=0, tie_word_embeddings=shape.tie_word_embeddings)  # fmt: skip
+    config = {
+        key: value
+        for key, value in base_config.items()
+        if key not in ("layer_types", "architectures", "_name_or_path", "auto_map")
+    }
+    config.update(
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        head_dim=shape.head_dim,
+        num_hidden_layers=shape.num_hidden_layers,
+        vocab_size=shape.vocab_size,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=0,
+        tie_word_embeddings=shape.tie_word_embeddings,
+    )
     return config
 
 
@@ -83,7 +99,10 @@ def _random_model(config: dict, step: StepShape, dtype, device_type: str):
     if step.recompute_forward:  # as TRL sets it up on an accelerator: the embeddings' output must carry a gradient
         built.gradient_checkpointing_enable()
         built.enable_input_require_grads()
-    return get_peft_model(built, LoraConfig(r=step.lora_rank, lora_alpha=2 * step.lora_rank, target_modules="all-linear", lora_dropout=0.0))
+    return get_peft_model(
+        built,
+        LoraConfig(r=step.lora_rank, lora_alpha=2 * step.lora_rank, target_modules="all-linear", lora_dropout=0.0),
+    )
 
 
 def model_step_seconds(config: dict, step: StepShape, dtype, device_type: str) -> float:
@@ -97,8 +116,14 @@ def model_step_seconds(config: dict, step: StepShape, dtype, device_type: str) -
 
     def generate(tokens: int):
         with torch.no_grad():
-            return model.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=tokens, min_new_tokens=tokens,
-                                  do_sample=True, pad_token_id=0)  # fmt: skip
+            return model.generate(
+                input_ids=prompts,
+                attention_mask=torch.ones_like(prompts),
+                max_new_tokens=tokens,
+                min_new_tokens=tokens,
+                do_sample=True,
+                pad_token_id=0,
+            )
 
     def update(sequences, tokens: int):
         if step.old_logprobs_forward:
@@ -119,7 +144,15 @@ def grown_part_seconds(base_config: dict, shape: ModelShape, step: StepShape, dt
     return {"layers": shape.num_hidden_layers, "vocab_size": shape.vocab_size, "grown_s": round(seconds, 4)}
 
 
-def probe(smoke_config: dict, smoke_shape: ModelShape, lab_config: dict, lab_shape: ModelShape, step: StepShape, dtype, device_type: str) -> dict:
+def probe(
+    smoke_config: dict,
+    smoke_shape: ModelShape,
+    lab_config: dict,
+    lab_shape: ModelShape,
+    step: StepShape,
+    dtype,
+    device_type: str,
+) -> dict:
     """Both models' grown part at the lab's step, timed here, and what the probe took."""
     started = time.perf_counter()
     smoke = grown_part_seconds(smoke_config, smoke_shape, step, dtype, device_type)
@@ -128,7 +161,7 @@ def probe(smoke_config: dict, smoke_shape: ModelShape, lab_config: dict, lab_sha
         "smoke_model": smoke, "lab_model": lab, "lab_minus_smoke_s": round(lab["grown_s"] - smoke["grown_s"], 4),
         "step": step.as_record(), "dtype": str(dtype).removeprefix("torch."), "device": device_type,
         "cost_s": round(time.perf_counter() - started, 3),
-    }  # fmt: skip
+    }
 
 
 def measure(smoke_model_path: str, lab_model: str, step: StepShape, dtype, device_type: str) -> dict:
@@ -137,7 +170,20 @@ def measure(smoke_model_path: str, lab_model: str, step: StepShape, dtype, devic
     started = time.perf_counter()
     try:
         smoke_config = json.loads((Path(smoke_model_path) / "config.json").read_text())
-        lab_config, _ = local_model_config(lab_model)  # not here yet (a Hub model the lab downloads): the smoke model's family
-        return probe(smoke_config, model_shape(smoke_config), lab_config or smoke_config, model_shape(lab_model), step, dtype, device_type)
+        lab_config, _ = local_model_config(
+            lab_model
+        )  # not here yet (a Hub model the lab downloads): the smoke model's family
+        return probe(
+            smoke_config,
+            model_shape(smoke_config),
+            lab_config or smoke_config,
+            model_shape(lab_model),
+            step,
+            dtype,
+            device_type,
+        )
     except Exception as error:  # noqa: BLE001 - recorded with why; the smoke test's verdicts are its own
-        return {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}", "cost_s": round(time.perf_counter() - started, 3)}
+        return {
+            "error": f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}",
+            "cost_s": round(time.perf_counter() - started, 3),
+        }

@@ -25,7 +25,12 @@ from ..settings.lab_settings import LabSettings
 # library warning about another library, nothing our code passes. Filtered exactly (this message, this category,
 # raised in transformers.modeling_utils); remove once PEFT and TRL read is_activation_checkpointing (transformers
 # v6 removes the alias, and any remaining reader fails loudly then).
-warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning, module=r"transformers\.modeling_utils")
+warnings.filterwarnings(
+    "ignore",
+    message=r"`is_gradient_checkpointing` is deprecated",
+    category=FutureWarning,
+    module=r"transformers\.modeling_utils",
+)
 
 
 @dataclass
@@ -41,11 +46,21 @@ class StepRecord:
     # The parts only a vLLM path has (0 in-process), each outside generation and update:
     sync_seconds: float = 0.0  # TRL's sync_weights into the engine (on vLLM's CPU build with its layerwise reload)
     sync_check_seconds: float = 0.0  # the lab's lag-0 probe after a synced generation (rollouts/vllm_sync.py)
-    old_logprobs_seconds: float = 0.0  # TRL's no-grad forward for old_per_token_logps: with vLLM, its importance-sampling correction
+    old_logprobs_seconds: float = (
+        0.0  # TRL's no-grad forward for old_per_token_logps: with vLLM, its importance-sampling correction
+    )
 
     @property
     def update_seconds(self) -> float:
-        return max(0.0, self.seconds - self.generation_seconds - self.reward_seconds - self.sync_seconds - self.sync_check_seconds - self.old_logprobs_seconds)
+        return max(
+            0.0,
+            self.seconds
+            - self.generation_seconds
+            - self.reward_seconds
+            - self.sync_seconds
+            - self.sync_check_seconds
+            - self.old_logprobs_seconds,
+        )
 
 
 def torch_dtype(settings: LabSettings, device_type: str):
@@ -62,7 +77,11 @@ def load_tokenizer(model_path: str):
     except Exception as error:  # noqa: BLE001 - every loader failure means the same thing to the user
         raise model_not_loadable(model_path, error) from error
     if tokenizer.chat_template is None:
-        raise LayerFailure("input", f"model {model_path} has no chat template", "use a chat model (the lesson: the smallest model with a chat template)")
+        raise LayerFailure(
+            "input",
+            f"model {model_path} has no chat template",
+            "use a chat model (the lesson: the smallest model with a chat template)",
+        )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -78,10 +97,15 @@ def load_model(model_path: str, dtype):
 
 
 def model_not_loadable(model_path: str, error: Exception) -> LayerFailure:
-    where = "a local folder" if Path(model_path).exists() else "neither a local folder nor in the Hugging Face cache, and could not be downloaded"
+    where = (
+        "a local folder"
+        if Path(model_path).exists()
+        else "neither a local folder nor in the Hugging Face cache, and could not be downloaded"
+    )
     return LayerFailure(
         "input",
-        f"model {model_path!r} could not be loaded: it is {where} ({type(error).__name__}: {str(error).splitlines()[0][:300]})",
+        f"model {model_path!r} could not be loaded: it is {where} ({type(error).__name__}: "
+        f"{str(error).splitlines()[0][:300]})",
         "check the id or path; offline, download it first where the Hub is reachable (huggingface-cli download) "
         "or use --model tiny, the built-in model",
     )
@@ -92,7 +116,9 @@ def add_adapter(model, settings: LabSettings):
     from peft import LoraConfig, get_peft_model
 
     targets = settings.lora_target_modules
-    target_modules = targets if targets == "all-linear" else [name.strip() for name in targets.split(",") if name.strip()]
+    target_modules = (
+        targets if targets == "all-linear" else [name.strip() for name in targets.split(",") if name.strip()]
+    )
     config = LoraConfig(
         r=settings.lora_rank,
         lora_alpha=settings.lora_alpha,
@@ -106,9 +132,15 @@ def add_adapter(model, settings: LabSettings):
         if "not found in the base model" not in str(error) and "matched" not in str(error):
             raise
         peft_model = None
-    trainable, total = (peft_model.get_nb_trainable_parameters() if peft_model is not None else (0, sum(p.numel() for p in model.parameters())))
+    trainable, total = (
+        peft_model.get_nb_trainable_parameters()
+        if peft_model is not None
+        else (0, sum(p.numel() for p in model.parameters()))
+    )
     if trainable == 0:
-        names = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if type(module).__name__ == "Linear"})
+        names = sorted(
+            {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if type(module).__name__ == "Linear"}
+        )
         raise LayerFailure(
             "adapter",
             f"0 trainable parameters: lora_target_modules={targets!r} matched no module of this model "
@@ -135,7 +167,11 @@ def guarded_reward(name: str, func):
         finally:
             reward.seconds += time.perf_counter() - started
         if len(values) != len(completions):
-            raise LayerFailure("rewards", f"reward function {name} returned {len(values)} values for {len(completions)} completions", "return one float per completion")
+            raise LayerFailure(
+                "rewards",
+                f"reward function {name} returned {len(values)} values for {len(completions)} completions",
+                "return one float per completion",
+            )
         return values
 
     reward.seconds = 0.0
@@ -145,11 +181,18 @@ def guarded_reward(name: str, func):
 
 def _failing_row(func, completions, kwargs) -> str:
     for index in range(len(completions)):
-        row_kwargs = {key: value[index : index + 1] if isinstance(value, list) and len(value) == len(completions) else value for key, value in kwargs.items()}
+        row_kwargs = {
+            key: value[index : index + 1] if isinstance(value, list) and len(value) == len(completions) else value
+            for key, value in kwargs.items()
+        }
         try:
             func(completions[index : index + 1], **row_kwargs)
         except Exception:  # noqa: BLE001
-            shown = {key: value[0] for key, value in row_kwargs.items() if isinstance(value, list) and value and key != "prompts"}
+            shown = {
+                key: value[0]
+                for key, value in row_kwargs.items()
+                if isinstance(value, list) and value and key != "prompts"
+            }
             return f"{index}: completion {completions[index]!r}, columns {shown}"
     return "unknown"
 
@@ -180,7 +223,11 @@ def grpo_config(settings: LabSettings, reward_names: list[str], device_type: str
     # Checkpointing trades compute for memory: worth it on an accelerator, only slower on a CPU. transformers 5.24
     # (track c) names it activation_checkpointing (gradient_checkpointing is its deprecated alias, a FutureWarning
     # whenever TRL's default True is left set); 5.17 (tracks n, s, cv: TRL's vLLM stack) knows only the old name.
-    checkpointing_field = "activation_checkpointing" if "activation_checkpointing" in GRPOConfig.__dataclass_fields__ else "gradient_checkpointing"
+    checkpointing_field = (
+        "activation_checkpointing"
+        if "activation_checkpointing" in GRPOConfig.__dataclass_fields__
+        else "gradient_checkpointing"
+    )
     return GRPOConfig(
         output_dir=str(output_dir),
         max_steps=settings.max_steps,
@@ -210,8 +257,19 @@ def grpo_config(settings: LabSettings, reward_names: list[str], device_type: str
     )
 
 
-def make_trainer(settings: LabSettings, peft_model, tokenizer, train_dataset, reward_funcs, device_type: str, output_dir: Path, rollout: dict, callbacks=(),
-                 probe_every_sync: bool = False, sync_check_steps: int | None = None):
+def make_trainer(
+    settings: LabSettings,
+    peft_model,
+    tokenizer,
+    train_dataset,
+    reward_funcs,
+    device_type: str,
+    output_dir: Path,
+    rollout: dict,
+    callbacks=(),
+    probe_every_sync: bool = False,
+    sync_check_steps: int | None = None,
+):
     """Build the GRPOTrainer. `rollout` holds GRPOConfig keyword arguments and an optional rollout_func.
     probe_every_sync: vLLM colocate's lag-0 probe after every weight sync (the smoke test), not on a lab's schedule
     (rollouts/vllm_sync.py). sync_check_steps: that schedule for a run of so many steps (default: this one's; the smoke
@@ -260,7 +318,9 @@ def model_wrapper(trainer) -> str:
     if wrapped is None or wrapped is trainer.model:
         return "none"
     unused = getattr(wrapped, "find_unused_parameters", None)
-    return f"{type(wrapped).__name__} (find_unused_parameters={unused})" if unused is not None else type(wrapped).__name__
+    return (
+        f"{type(wrapped).__name__} (find_unused_parameters={unused})" if unused is not None else type(wrapped).__name__
+    )
 
 
 def time_weight_syncs(trainer) -> None:
@@ -312,7 +372,7 @@ def release_vllm_engine(trainer) -> bool:
 
 
 def as_number(value) -> float:
-    """A logged metric as a float; NaN when TRL logged None or nothing (grpolab.run.checks.check_step_metrics says so)."""
+    """A logged metric as a float; NaN when TRL logged None or nothing (run.checks.check_step_metrics says so)."""
     return float(value) if isinstance(value, (int, float)) else math.nan
 
 
@@ -358,7 +418,11 @@ def step_recorder(reward_funcs, on_record=None, stop_on=None):
                 seconds=self._seconds / steps,
                 reward_seconds=self._reward / steps,
                 # None too: TRL logs a metric it could not compute (a NaN mean) as None.
-                metrics={key: as_number(value) if value is not None else None for key, value in logs.items() if value is None or isinstance(value, (int, float))},
+                metrics={
+                    key: as_number(value) if value is not None else None
+                    for key, value in logs.items()
+                    if value is None or isinstance(value, (int, float))
+                },
                 **{part: seconds / steps for part, seconds in self._parts.items()},
             )
             self._seconds = self._reward = 0.0

@@ -73,7 +73,11 @@ class Allowed:
                 except ValueError as error:
                     raise WrongType(f"NAME=WEIGHT pairs separated by commas, or a JSON object ({error})") from None
             if isinstance(value, dict):
-                bad = [name for name, weight in value.items() if isinstance(weight, bool) or not isinstance(weight, (int, float))]
+                bad = [
+                    name
+                    for name, weight in value.items()
+                    if isinstance(weight, bool) or not isinstance(weight, (int, float))
+                ]
                 if bad:
                     raise WrongType(f"a number as the weight of {', '.join(map(str, bad))}")
                 return {str(name): float(weight) for name, weight in value.items()}

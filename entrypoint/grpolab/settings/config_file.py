@@ -25,8 +25,10 @@ def read_config_file(path: Path) -> tuple[dict, dict]:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in CONFIG_FORMATS:
-        raise ConfigFileError(f"--config {path}: a config file is TOML (a name ending .toml) or JSON (.json), the two accepted; "
-                              f"this one ends {suffix or 'without a suffix'}")
+        raise ConfigFileError(
+            f"--config {path}: a config file is TOML (a name ending .toml) or JSON (.json), the two accepted; "
+            f"this one ends {suffix or 'without a suffix'}"
+        )
     form = CONFIG_FORMATS[suffix]
     try:
         text = path.read_bytes().decode("utf-8")
@@ -45,9 +47,13 @@ def read_config_file(path: Path) -> tuple[dict, dict]:
         at = f"line {where[1]}, column {where[2]}" if where else "somewhere"
         raise ConfigFileError(f"--config {path}: not valid TOML at {at}: {str(error).split(' (at ')[0]}") from None
     except json.JSONDecodeError as error:
-        raise ConfigFileError(f"--config {path}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from None
+        raise ConfigFileError(
+            f"--config {path}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}"
+        ) from None
     if not isinstance(data, dict):
-        raise ConfigFileError(f"--config {path}: the {form} must be an object of settings (name: value), not a {type(data).__name__}")
+        raise ConfigFileError(
+            f"--config {path}: the {form} must be an object of settings (name: value), not a {type(data).__name__}"
+        )
     sources = {key: f"{path}" + (f" line {line}" if (line := line_of_key(text, key, suffix)) else "") for key in data}
     return data, sources
 

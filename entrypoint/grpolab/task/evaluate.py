@@ -9,7 +9,9 @@ from __future__ import annotations
 from .rewards import numeric_reward
 
 
-def greedy_completions(model, tokenizer, prompts, max_new_tokens: int, batch_size: int = 64, chat_template_kwargs=None) -> list[str]:
+def greedy_completions(
+    model, tokenizer, prompts, max_new_tokens: int, batch_size: int = 64, chat_template_kwargs=None
+) -> list[str]:
     """Greedy completions (new tokens only, special tokens skipped) for chat prompts, batched with left padding."""
     import torch
 
@@ -23,7 +25,9 @@ def greedy_completions(model, tokenizer, prompts, max_new_tokens: int, batch_siz
     try:
         for start in range(0, len(prompts), batch_size):
             texts = [
-                tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {}))
+                tokenizer.apply_chat_template(
+                    p, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+                )
                 for p in prompts[start : start + batch_size]
             ]
             batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
@@ -53,6 +57,8 @@ def pass_at_1(model, tokenizer, rows, max_new_tokens: int, batch_size: int = 64,
     rows = list(rows)
     if not rows:
         raise ValueError("pass_at_1 got no rows: there is nothing to evaluate (heldout_size is 0?)")
-    completions = greedy_completions(model, tokenizer, [r["prompt"] for r in rows], max_new_tokens, batch_size, chat_template_kwargs)
+    completions = greedy_completions(
+        model, tokenizer, [r["prompt"] for r in rows], max_new_tokens, batch_size, chat_template_kwargs
+    )
     rewards = numeric_reward(completions, answer=[r["answer"] for r in rows])
     return sum(rewards) / len(rewards)

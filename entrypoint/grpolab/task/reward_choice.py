@@ -6,7 +6,15 @@ import importlib
 import inspect
 
 # Arguments TRL passes to every reward function; any other named parameter is a dataset column.
-TRL_REWARD_ARGUMENTS = {"completions", "prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+TRL_REWARD_ARGUMENTS = {
+    "completions",
+    "prompts",
+    "completion_ids",
+    "trainer_state",
+    "log_extra",
+    "log_metric",
+    "environments",
+}
 
 
 def resolve_reward(name: str):
@@ -17,7 +25,9 @@ def resolve_reward(name: str):
     if name in REWARD_FUNCS or name in CONTROL_REWARDS:
         return REWARD_FUNCS.get(name) or CONTROL_REWARDS[name]
     if ":" not in name:
-        raise ValueError(f"unknown reward {name!r}: the built-in rewards are {', '.join(REWARD_FUNCS)}; your own is module:function")
+        raise ValueError(
+            f"unknown reward {name!r}: the built-in rewards are {', '.join(REWARD_FUNCS)}; your own is module:function"
+        )
     module_name, _, attribute = name.partition(":")
     try:
         func = getattr(importlib.import_module(module_name), attribute)
@@ -32,7 +42,10 @@ def reward_columns(func) -> list[str]:
     """The dataset columns a reward function needs: its named parameters other than TRL's own."""
     columns = []
     for parameter in inspect.signature(func).parameters.values():
-        if parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL) or parameter.name in TRL_REWARD_ARGUMENTS:
+        if (
+            parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL)
+            or parameter.name in TRL_REWARD_ARGUMENTS
+        ):
             continue
         if parameter.default is parameter.empty:
             columns.append(parameter.name)

@@ -41,8 +41,17 @@ class Builder(Protocol):
     def base_ref(self, engine_base_id: str, base_image: str) -> str:
         """The base as this builder's FROM takes it (copied into its own store where it keeps one)."""
 
-    def build_target(self, dockerfile: Path, context: Path, target: str, epoch: int, args: dict[str, str], platform: str,
-                     ca: Path | None, tag: str | None) -> tuple[str, str, list[str]]:
+    def build_target(
+        self,
+        dockerfile: Path,
+        context: Path,
+        target: str,
+        epoch: int,
+        args: dict[str, str],
+        platform: str,
+        ca: Path | None,
+        tag: str | None,
+    ) -> tuple[str, str, list[str]]:
         """One build of the Dockerfile's `target` with every time set to `epoch`: (image id, what a later stage's FROM
         takes for it, the log's last lines); an empty id when it failed."""
 

@@ -36,8 +36,17 @@ class Buildah:
     def base_ref(self, engine_base_id: str, base_image: str) -> str:
         return base_into_buildah(engine_base_id)  # its own store needs a copy; FROM takes it by id
 
-    def build_target(self, dockerfile: Path, context: Path, target: str, epoch: int, args: dict[str, str], platform: str,
-                     ca: Path | None, tag: str | None) -> tuple[str, str, list[str]]:
+    def build_target(
+        self,
+        dockerfile: Path,
+        context: Path,
+        target: str,
+        epoch: int,
+        args: dict[str, str],
+        platform: str,
+        ca: Path | None,
+        tag: str | None,
+    ) -> tuple[str, str, list[str]]:
         image_id, built, tail = buildah_build(dockerfile, context, target, epoch, args, platform, ca, tag=tag)
         return image_id, built.removeprefix("sha256:"), tail
 
@@ -72,8 +81,10 @@ def buildah_build(
     buildah's default, OCI: with `--format docker`, buildah 1.28's layer cache never hit (every build from nothing);
     the hand-over to the engine converts it, keeping the id. The built image keeps buildah's history, which its layer
     cache needs (with --omit-history, buildah 1.28 matched no cached step: every build was one from nothing), and the
-    image returned is that image without it (`without_history`). --force-rm: buildah removes a step's working container after a failed or interrupted step too (by default only after
-    success); left behind, each kept its half-written layer, and a day's failed and interrupted builds held 18 GB here."""
+    image returned is that image without it (`without_history`). --force-rm: buildah removes a step's working container
+    after a failed or interrupted step too (by default only after
+    success); left behind, each kept its half-written layer, and a day's failed and interrupted builds held 18 GB
+    here."""
     iidfile = context.parent / f"{target}.iid"
     cmd = ["buildah", "build", "--layers", "--force-rm", "--jobs", "2", "--network", "host", "--timestamp", str(epoch),
            "--target", target, "--platform", platform, "--file", str(dockerfile), "--iidfile", str(iidfile)]
@@ -92,7 +103,9 @@ def without_history(image_id: str, epoch: int, tag: str | None = None) -> str:
     container = run_buildah("from", "--pull-never", image_id.removeprefix("sha256:")).stdout.strip().splitlines()[-1]
     try:
         iidfile = Path(tempfile.mkdtemp(prefix="grpolab-iid-")) / "iid"
-        run_buildah("commit", "--quiet", "--omit-history", "--timestamp", str(epoch), "--iidfile", str(iidfile), container)
+        run_buildah(
+            "commit", "--quiet", "--omit-history", "--timestamp", str(epoch), "--iidfile", str(iidfile), container
+        )
         stripped = iidfile.read_text().strip()
         shutil.rmtree(iidfile.parent, ignore_errors=True)
     finally:

@@ -62,8 +62,23 @@ def fresh_store(folder: Path):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        subprocess.run(resolved(["buildah", "--storage-driver", "overlay", "--root", f"{folder}/storage", "--runroot", f"{folder}/run",
-                        "rmi", "--all", "--force"]), capture_output=True)  # fmt: skip
+        subprocess.run(
+            resolved(
+                [
+                    "buildah",
+                    "--storage-driver",
+                    "overlay",
+                    "--root",
+                    f"{folder}/storage",
+                    "--runroot",
+                    f"{folder}/run",
+                    "rmi",
+                    "--all",
+                    "--force",
+                ]
+            ),
+            capture_output=True,
+        )
         subprocess.run(resolved(["umount", "--recursive", "--lazy", f"{folder}/storage/overlay"]), capture_output=True)
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -34,8 +34,17 @@ class Buildx:
     def base_ref(self, engine_base_id: str, base_image: str) -> str:
         return base_image  # the engine holds it under its name
 
-    def build_target(self, dockerfile: Path, context: Path, target: str, epoch: int, args: dict[str, str], platform: str,
-                     ca: Path | None, tag: str | None) -> tuple[str, str, list[str]]:
+    def build_target(
+        self,
+        dockerfile: Path,
+        context: Path,
+        target: str,
+        epoch: int,
+        args: dict[str, str],
+        platform: str,
+        ca: Path | None,
+        tag: str | None,
+    ) -> tuple[str, str, list[str]]:
         ref = tag or f"grpolab-{target}:{args.get('TRACK', 'image')}"
         image_id, tail = buildx_build(dockerfile, context, target, epoch, args, platform, ca, ref)
         return image_id, ref, tail
@@ -69,17 +78,26 @@ def engine_sets_times() -> tuple[bool, str]:
     """Can the engine's own builder set every time from git? BuildKit >= 0.13 (Docker >= 26) with buildx, writing the
     image to a file with rewrite-timestamp, which only the containerd image store allows: the classic store's exporter
     keeps the clock in the history ("Docker exporter is not supported for the docker driver"). (whether, why not)"""
-    out = subprocess.run(resolved(["docker", "version", "--format", "{{.Server.Version}}"]), capture_output=True, text=True)
+    out = subprocess.run(
+        resolved(["docker", "version", "--format", "{{.Server.Version}}"]), capture_output=True, text=True
+    )
     version = out.stdout.strip()
     major = int(version.split(".")[0]) if version[:1].isdigit() else 0
     if major < 26:
-        return False, f"Docker engine {version or '?'}: BuildKit before 0.13 cannot rewrite file times (Docker >= 26 can)"
+        return (
+            False,
+            f"Docker engine {version or '?'}: BuildKit before 0.13 cannot rewrite file times (Docker >= 26 can)",
+        )
     if subprocess.run(resolved(["docker", "buildx", "version"]), capture_output=True).returncode != 0:
         return False, "no docker buildx plugin"
-    info = subprocess.run(resolved(["docker", "info", "--format", "{{json .DriverStatus}}"]), capture_output=True, text=True)
+    info = subprocess.run(
+        resolved(["docker", "info", "--format", "{{json .DriverStatus}}"]), capture_output=True, text=True
+    )
     if "io.containerd.snapshotter" not in info.stdout:
-        return False, ("the engine keeps images in its classic store, whose exporter writes the clock into every image: "
-                       "turn on the containerd image store (docs/locks-and-images.md)")  # fmt: skip
+        return False, (
+            "the engine keeps images in its classic store, whose exporter writes the clock into every image: "
+            "turn on the containerd image store (docs/locks-and-images.md)"
+        )
     return True, f"Docker engine {version} with buildx and the containerd image store"
 
 
@@ -91,8 +109,21 @@ def buildx_build(
     rewrite-timestamp: file mtimes), written to a file and loaded as `tag`: the image id and the log's last lines.
     No provenance or SBOM attestations: they hold the build's own times."""
     archive = context.parent / f"{target}.tar"
-    cmd = ["docker", "buildx", "build", "--provenance=false", "--sbom=false", "--target", target, "--platform", platform,
-           "--file", str(dockerfile), "--output", f"type=docker,name={tag},dest={archive},rewrite-timestamp=true"]
+    cmd = [
+        "docker",
+        "buildx",
+        "build",
+        "--provenance=false",
+        "--sbom=false",
+        "--target",
+        target,
+        "--platform",
+        platform,
+        "--file",
+        str(dockerfile),
+        "--output",
+        f"type=docker,name={tag},dest={archive},rewrite-timestamp=true",
+    ]
     status, tail = stream(cmd + build_arg_flags(epoch, args, ca) + [str(context)])
     if status != 0:
         return "", tail

@@ -31,8 +31,17 @@ class EngineBuilder:
     def base_ref(self, engine_base_id: str, base_image: str) -> str:
         return base_image
 
-    def build_target(self, dockerfile: Path, context: Path, target: str, epoch: int, args: dict[str, str], platform: str,
-                     ca: Path | None, tag: str | None) -> tuple[str, str, list[str]]:
+    def build_target(
+        self,
+        dockerfile: Path,
+        context: Path,
+        target: str,
+        epoch: int,
+        args: dict[str, str],
+        platform: str,
+        ca: Path | None,
+        tag: str | None,
+    ) -> tuple[str, str, list[str]]:
         raise HostError("the Docker engine's own builder cannot set a stage's times: it builds the image in one go")
 
     def hand_to_engine(self, image_id: str, image: str) -> None:

@@ -11,10 +11,12 @@ from ...host.tools import resolved
 def engine_layers(name: str) -> list[str]:
     """The image's layers' diff ids as the engine holds them, bottom first."""
     out = subprocess.run(resolved(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", name]),
-                         capture_output=True, text=True, check=True)  # fmt: skip
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
 def engine_image_id(name: str) -> str:
-    out = subprocess.run(resolved(["docker", "image", "inspect", "--format", "{{.Id}}", name]), capture_output=True, text=True)
+    out = subprocess.run(
+        resolved(["docker", "image", "inspect", "--format", "{{.Id}}", name]), capture_output=True, text=True
+    )
     return out.stdout.strip() if out.returncode == 0 else ""

@@ -38,7 +38,9 @@ from .engine_images import engine_image_id
 # Two `buildah push ... docker-daemon:` of one 6 GB image at once both exited 0 here and left the engine without
 # the image (buildah 1.28.2, Docker 20.10.24; one push alone: 42 s, loaded whole). Hand-overs on this machine take
 # turns through this lock, and the second then finds the image there and only tags it.
-HANDOVER_LOCK = Path(tempfile.gettempdir()) / f"grpolab-handover-{os.getuid()}.lock"  # per user: a lock file another user made cannot be opened
+HANDOVER_LOCK = (
+    Path(tempfile.gettempdir()) / f"grpolab-handover-{os.getuid()}.lock"
+)  # per user: a lock file another user made cannot be opened
 
 
 @contextmanager
@@ -71,8 +73,11 @@ def buildah_to_engine(image_id: str, name: str) -> str:
             run_buildah("push", "--quiet", hex_id, f"docker-daemon:{name}")
         engine_id = engine_image_id(name)
     if not engine_id:
-        raise HostError(f"buildah handed {image_id} to the Docker engine as {name} and exited 0, but the engine does not hold it: "
-                        f"run the build again; if it happens again, `docker load` of `buildah push {hex_id[:12]} docker-archive:FILE` shows the engine's error")
+        raise HostError(
+            f"buildah handed {image_id} to the Docker engine as {name} and exited 0, but the engine does not hold it: "
+            f"run the build again; if it happens again, `docker load` of `buildah push {hex_id[:12]} "
+            "docker-archive:FILE` shows the engine's error"
+        )
     if engine_id.removeprefix("sha256:") != hex_id:
         raise HostError(f"the Docker engine holds {name} as {engine_id}, not as buildah built it ({image_id}): "
                         "the hand-over changed the image's config")
@@ -86,14 +91,20 @@ def drop_untagged(image_id: str, was: str) -> None:
     name is left on it: each rebuild otherwise leaves a whole image behind, untagged (5-7 GB per track here; CI ran out
     of disk on them). One a container still uses stays (the engine refuses), and is named."""
     tags = subprocess.run(resolved(["docker", "image", "inspect", "--format", "{{len .RepoTags}}", image_id]),
-                          capture_output=True, text=True)  # fmt: skip
+                          capture_output=True, text=True)
     if tags.returncode != 0 or tags.stdout.strip() != "0":
         return
     gone = subprocess.run(resolved(["docker", "image", "rm", image_id]), capture_output=True, text=True)
     if gone.returncode == 0:
-        say(f"removed the engine's previous {was} ({image_id.removeprefix('sha256:')[:12]}), which no name held any more")
+        say(
+            f"removed the engine's previous {was} ({image_id.removeprefix('sha256:')[:12]}), which no name held any "
+            "more"
+        )
     else:
-        say(f"kept the engine's previous {was} ({image_id.removeprefix('sha256:')[:12]}), untagged: {gone.stderr.strip()[-200:]}")
+        say(
+            f"kept the engine's previous {was} ({image_id.removeprefix('sha256:')[:12]}), untagged: "
+            f"{gone.stderr.strip()[-200:]}"
+        )
 
 
 def held_bottom(layers: list[str], chains: list[list[str]]) -> int:
@@ -113,18 +124,24 @@ def held_bottom(layers: list[str], chains: list[list[str]]) -> int:
 def engine_chains() -> list[list[str]]:
     """Every image's layers in the engine, bottom first (intermediate images too)."""
     listed = subprocess.run(resolved(["docker", "image", "ls", "--all", "--quiet", "--no-trunc"]),
-                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+                            capture_output=True, text=True, check=True).stdout.split()
     if not listed:
         return []
-    out = subprocess.run(resolved(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", *sorted(set(listed))]),
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        resolved(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", *sorted(set(listed))]),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("[")]
 
 
 def engine_keeps_images_in_containerd() -> bool:
     """The engine's containerd image store (Docker 29's default) loads an archive into containerd, which wants
     every layer's file in it; this way is for the classic store."""
-    out = subprocess.run(resolved(["docker", "info", "--format", "{{json .DriverStatus}}"]), capture_output=True, text=True)
+    out = subprocess.run(
+        resolved(["docker", "info", "--format", "{{json .DriverStatus}}"]), capture_output=True, text=True
+    )
     return out.returncode != 0 or "io.containerd.snapshotter" in out.stdout
 
 
@@ -181,7 +198,9 @@ def _load_missing(hex_id: str, name: str, held_layers: list[str], folder: Path) 
     files = [f"{diff.removeprefix('sha256:')}/layer.tar" for diff in diff_ids]
     archive = [{"Config": f"{hex_id}.json", "RepoTags": [name], "Layers": files}]
     with tempfile.TemporaryFile() as output:
-        load = subprocess.Popen(resolved(["docker", "load"]), stdin=subprocess.PIPE, stdout=output, stderr=subprocess.STDOUT)
+        load = subprocess.Popen(
+            resolved(["docker", "load"]), stdin=subprocess.PIPE, stdout=output, stderr=subprocess.STDOUT
+        )
         try:
             with tarfile.open(fileobj=load.stdin, mode="w|") as tar:
                 for member, data in (("manifest.json", json.dumps(archive).encode()), (f"{hex_id}.json", config)):

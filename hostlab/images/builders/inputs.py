@@ -24,7 +24,8 @@ def deps_inputs(track: Track) -> list[str]:
         "images/Dockerfile",
         "images/verify-locked.py",
         "images/apt-install-pinned.sh",
-        "hostlab/locks/sourcebuilds.py",  # the compile's options (BUILD_CONFIG_SETTINGS) and which Debian libraries join
+        # the compile's options (BUILD_CONFIG_SETTINGS) and which Debian libraries join
+        "hostlab/locks/sourcebuilds.py",
         *(f"images/{name}" for name in SOURCE_BUILD_FILE_NAMES),  # files those options name
         "lockfiles/uv.txt",
         f"lockfiles/{track.name}.txt",
@@ -50,7 +51,9 @@ def commit_time(repo: Path, paths: list[str]) -> int:
             "times come from the commits that changed it. Build from a git clone of the project."
         )
     if not out.stdout.strip():  # none of the paths is committed yet: the time of the commit the tree sits on
-        out = subprocess.run(resolved(["git", "-C", str(repo), "log", "-1", "--format=%ct"]), capture_output=True, text=True)
+        out = subprocess.run(
+            resolved(["git", "-C", str(repo), "log", "-1", "--format=%ct"]), capture_output=True, text=True
+        )
     return int(out.stdout.strip() or 0)
 
 

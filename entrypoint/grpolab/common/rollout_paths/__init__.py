@@ -73,4 +73,4 @@ __all__ = [
     "DEFAULT_ROLLOUT_PATH", "ROLLOUT_PATH_REGISTRY", "MemoryBasis", "MemoryTerm", "RolloutPath", "SettingsWarning",
     "UnknownRolloutPath", "lock_extras_for", "needs_doctor_item", "path_names_in_words", "paths_by_setting",
     "registered_path", "rollout_path",
-]  # fmt: skip
+]
