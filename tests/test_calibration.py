@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from grpolab.run.calibration import CALIBRATION_STEPS, Calibration, calibration_settings
-from grpolab.report.table import judged
+from grpolab.report.rows import judged
 from grpolab.common.runlog import read_runs
 from grpolab.run.before_scaling_up import lab_projection, memory_verdict
 from grpolab.settings.lab_settings import lab_for_smoke, resolve_settings, smoke_settings
@@ -338,7 +338,7 @@ def test_a_smoke_test_before_a_lab_on_another_model_times_both_models_sizes(tiny
 
 
 def test_the_labs_line_keeps_its_steady_state_and_what_its_first_logged_steps_cost_in_all():
-    from grpolab.run.pipeline import step_averages
+    from grpolab.run.pipeline_record import step_averages
     from grpolab.run.training import StepRecord
 
     def logged(seconds):

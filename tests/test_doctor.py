@@ -603,11 +603,11 @@ def test_llamacpp_missing_from_a_track_whose_lock_has_it():
 
 
 def test_disk_thresholds_on_this_machines_real_free_space(monkeypatch):
-    import grpolab.environment.doctor as doctor
+    import grpolab.environment.doctor_setup as doctor_setup
 
-    monkeypatch.setattr(doctor, "DISK_WARN_GB", 1e9)  # more than any disk: the real free space reads as low
+    monkeypatch.setattr(doctor_setup, "DISK_WARN_GB", 1e9)  # more than any disk: the real free space reads as low
     assert named(valid(doctor_report("c")), "disk")["status"] == "warn"
-    monkeypatch.setattr(doctor, "DISK_FAIL_GB", 1e9)
+    monkeypatch.setattr(doctor_setup, "DISK_FAIL_GB", 1e9)
     disk = named(doctor_report("c"), "disk")
     assert disk["status"] == "fail" and "HF_HOME" in disk["action"]
 

@@ -408,7 +408,7 @@ def test_every_host_subprocess_of_uv_docker_debootstrap_git_is_found_by_hostlab_
         ("hostlab/host/detect.py", '["nvidia-smi"'): "track detection, only when shutil.which finds nvidia-smi",
         ("hostlab/run/lab.py", "argv"): "a lab command: the track's venv Python (lab_command)",
         ("hostlab/bench/labs.py", "argv"): "a lab command: the track's venv Python (lab_command)",
-        ("hostlab/bench/projection.py", "[python, "): "the track's venv Python, writing the shape folder",
+        ("hostlab/bench/projection.py", "[*shape_folder, "): "the track's venv Python, writing the shape folder",
         ("hostlab/bench/colocate.py", "[str(python), "): "the track's venv Python, writing the shape folder",
         ("hostlab/bench/colocate.py", "argv"): "a lab command: the track's venv Python (lab_command)",
         (

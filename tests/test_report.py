@@ -19,7 +19,9 @@ import pytest
 
 from conftest import TEST_CACHE
 from grpolab.run.calibration import CALIBRATION_STEPS
-from grpolab.report.table import LESSON_TRACKS, load_runs, run_report
+from grpolab.report.lesson import LESSON_TRACKS
+from grpolab.report.runlogs import load_runs
+from grpolab.report.table import run_report
 from grpolab.common.runlog import SCHEMA_VERSION, read_runs
 from grpolab.model.tiny import FIXTURE_SHA256
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-s
 from grpolab.common.tracks import get_track  # noqa: E402
 from grpolab.environment.doctor import image_item  # noqa: E402
 from grpolab.environment.fingerprint import fingerprint_drift, image_identity  # noqa: E402
-from grpolab.report.table import environment  # noqa: E402
+from grpolab.report.rows import environment  # noqa: E402
 
 from hostlab import REPO, HostError
 

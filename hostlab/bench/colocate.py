@@ -17,6 +17,7 @@ from grpolab.common.tracks import get_track
 
 from .. import REPO, HostError
 from ..host.console import say
+from ..host.runs import runlog_in
 from ..run.lab import lab_command, lab_env, venv_python
 from .labs import _write
 
@@ -136,7 +137,7 @@ def run_variant(name: str, model: Path, runs_dir: Path, python: Path, env: dict)
         "wall_clock_s": round(time.monotonic() - started, 1),
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }  # above 2 on 2 cores: another job ran beside it
-    lab = next((line for line in reversed(read_runs(runs_dir / "runlog.jsonl")) if line.get("kind") == "lab"), None)
+    lab = next((line for line in reversed(read_runs(runlog_in(runs_dir))) if line.get("kind") == "lab"), None)
     if proc.returncode or lab is None:
         return {**out, "error": proc.stdout[-3000:]}
     steps = lab.get("steps") or []

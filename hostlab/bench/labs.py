@@ -18,6 +18,7 @@ from grpolab.common.tracks import get_track
 from .. import REPO
 from ..host import engine
 from ..host.console import say
+from ..host.runs import runlog_in
 from ..host.tools import compose_command, resolved
 from ..images.build import build
 from ..images.builders.buildah_store import fresh_store
@@ -150,7 +151,7 @@ def _lab_runs(cases: list[tuple[str, dict, list[str]]], at_once: int, track: str
 
 def _lab_run(name: str, argv: list[str], runs_dir: Path, process) -> dict:
     status = process.wait()
-    log = runs_dir / "runlog.jsonl"
+    log = runlog_in(runs_dir)
     line = json.loads(log.read_text().splitlines()[-1]) if log.exists() else {}
     say(f"{name}: exit {status}, pass@1 {line.get('pass_at_1_before')} -> {line.get('pass_at_1_after')}")
     rollout = line.get("rollout") or {}
@@ -273,7 +274,7 @@ def _versus_run(kind: str, extra: list[str], seed: int, runs_dir: Path) -> dict:
                 else {"error": proc.stdout[-2000:]}
             ),
         }
-    lines = read_runs(runs_dir / "runlog.jsonl")  # ended runs only: a run's start record has no figures
+    lines = read_runs(runlog_in(runs_dir))  # ended runs only: a run's start record has no figures
     lab = next((line for line in reversed(lines) if line.get("kind") == "lab"), None)
     if lab is None or proc.returncode:
         return {**out, "error": proc.stdout[-2000:]}

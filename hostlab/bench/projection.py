@@ -16,6 +16,7 @@ from grpolab.common.tracks import get_track
 from .. import REPO, HostError
 from ..host import engine
 from ..host.console import say
+from ..host.runs import runlog_in
 from ..host.tools import resolved
 from ..run.lab import lab_command, lab_env
 from .labs import TINY, _write
@@ -73,136 +74,122 @@ def _image_command(track: str, argv: list[str], runs_dir: Path) -> list[str]:
     ]
 
 
-def _projection_pair(name: str, track: str, options: dict, runs_dir: Path, where: str = "host") -> dict:
-    """One smoke-then-lab pair: the lab's measured seconds per step over the smoke test's projection of them."""
-    env = {**lab_env(get_track(track)), "GRPOLAB_RUNS_DIR": str(runs_dir)}
+def _pair_commands(name: str, track: str, options: dict, runs_dir: Path, where: str, env: dict) -> list[list[str]]:
+    """The learner's commands of one pair: `grpolab lab --smoke always` (in the image for `where` "image"), or for
+    the shape case the tiny model's smoke test projecting a lab on a random Qwen3-0.6B-shaped folder, then that lab."""
     commands = [lab_command("lab", track, {**options, "smoke": "always"}, [])]
     if where == "image":
         commands = [_image_command(track, commands[0], runs_dir)]
     if name == SHAPE_CASE:
         folder = runs_dir / "qwen3-0.6b-shape"
-        python = commands[0][0]
-        subprocess.run(
-            [python, "-m", "grpolab.bench", "shape-folder", "--case", "qwen3-0.6b-shape", "--out", str(folder)],
-            cwd=REPO,
-            env=env,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        shape_folder = [commands[0][0], "-m", "grpolab.bench", "shape-folder", "--case", "qwen3-0.6b-shape"]
+        subprocess.run([*shape_folder, "--out", str(folder)], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
         sizes = [word for key, value in SHAPE_LAB.items() for word in ("--lab-setting", f"{key}={value}")]
-        commands = [lab_command("smoke-for-lab", track, {"lab_model": folder}, sizes, module="grpolab.bench"),
-                    lab_command("lab", track, {**SHAPE_LAB, "model": folder, "smoke": "never"}, [])]
+        commands = [
+            lab_command("smoke-for-lab", track, {"lab_model": folder}, sizes, module="grpolab.bench"),
+            lab_command("lab", track, {**SHAPE_LAB, "model": folder, "smoke": "never"}, []),
+        ]
+    return commands
+
+
+def _run_pair_command(name: str, argv: list, env: dict, runs_dir: Path, first: bool, out: dict) -> int:
+    """One command of a pair, timed, its record appended to out["commands"]; its exit status."""
+    say(f"{name}: $ " + " ".join(str(a) for a in argv))
+    started_unix_s, started = time.time(), time.monotonic()
+    used_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(
+        resolved([str(a) for a in argv]), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    if first:  # the smoke test's part of the learner's command, start-up and imports included: to its run's end
+        smokes = [line for line in read_runs(runlog_in(runs_dir)) if line.get("kind") == "smoke"]
+        smoke_end = smokes[-1].get("finished_at_unix_s") if smokes else None
+        out["smoke_part_of_command_s"] = round(smoke_end - started_unix_s, 1) if smoke_end else None
+    out["commands"].append({
+        "command": " ".join(str(a) for a in argv[1:]),
+        "wall_clock_s": round(time.monotonic() - started, 1),
+        "exit_status": proc.returncode,
+        # CPU seconds in the command's own processes (not a container's: those are the engine's), user and kernel:
+        # a kernel share far above the user's says memory work (page faults), not the model, took the time.
+        **_cpu_seconds(used_before),
+    })
+    if proc.returncode:
+        out.update(exit_status=proc.returncode, error=proc.stdout[-2000:])
+    return proc.returncode
+
+
+def _projection_pair(name: str, track: str, options: dict, runs_dir: Path, where: str = "host") -> dict:
+    """One smoke-then-lab pair: the lab's measured seconds per step over the smoke test's projection of them."""
+    env = {**lab_env(get_track(track)), "GRPOLAB_RUNS_DIR": str(runs_dir)}
+    commands = _pair_commands(name, track, options, runs_dir, where, env)
     out = {"case": name, "commands": [], "exit_status": 0}
-    for argv in commands:
-        say(f"{name}: $ " + " ".join(str(a) for a in argv))
-        started_unix_s, started, used_before = (
-            time.time(),
-            time.monotonic(),
-            resource.getrusage(resource.RUSAGE_CHILDREN),
-        )
-        proc = subprocess.run(
-            resolved([str(a) for a in argv]),
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        status = proc.returncode
-        if (
-            argv is commands[0]
-        ):  # the smoke test's part of the learner's command, start-up and imports included: to its run's end
-            smoke_end = next(
-                (
-                    line.get("finished_at_unix_s")
-                    for line in reversed(read_runs(runs_dir / "runlog.jsonl"))
-                    if line.get("kind") == "smoke"
-                ),
-                None,
-            )
-            out["smoke_part_of_command_s"] = round(smoke_end - started_unix_s, 1) if smoke_end else None
-        out["commands"].append(
-            {
-                "command": " ".join(str(a) for a in argv[1:]),
-                "wall_clock_s": round(time.monotonic() - started, 1),
-                "exit_status": status,
-                # CPU seconds in the command's own processes (not a container's: those are the engine's), user and
-                # kernel: a kernel share far above the user's says memory work (page faults), not the model, took the
-                # time.
-                **_cpu_seconds(used_before),
-            }
-        )
-        if status:
-            out.update(exit_status=status, error=proc.stdout[-2000:])
+    for n, argv in enumerate(commands):
+        if _run_pair_command(name, argv, env, runs_dir, n == 0, out):
             return out
-    lines = read_runs(runs_dir / "runlog.jsonl")
+    lines = read_runs(runlog_in(runs_dir))
     smoke = next((line for line in reversed(lines) if line.get("kind") == "smoke"), {})
     lab = next((line for line in reversed(lines) if line.get("kind") == "lab"), {})
+    out.update(_pair_figures(smoke, lab, out.get("smoke_part_of_command_s")))
+    say(f"{name}: projected {out['projected_lab_seconds_per_step']} s/step, the lab measured "
+        f"{out['lab_seconds_per_step']}: x{out['projection_over_lab']}")
+    return out
+
+
+def _ratio(over: float | None, under: float | None) -> float | None:
+    return round(over / under, 3) if over and under else None
+
+
+def _pair_figures(smoke: dict, lab: dict, smoke_part_of_command_s: float | None) -> dict:
+    """What a pair measured, from its two run-log lines: the projection against the lab, and the calibration's cost."""
     noted = smoke.get("before_scaling_up") or {}
     calibration = smoke.get("calibration") or {}
     projected, measured = noted.get("projected_lab_seconds_per_step"), lab.get("seconds_per_step")
-    cost = calibration.get("cost_s")
-    smoke_run = smoke.get("wall_clock_s")
-    out.update(
-        {
-            "projected_lab_seconds_per_step": projected,
-            "lab_seconds_per_step": measured,
-            "projection_over_lab": round(projected / measured, 3) if projected and measured else None,
-            "within_25_percent": bool(projected and measured and 0.8 <= projected / measured <= 1.25),
-            # The two parts apart: the steady state (the calibration's median against the lab's, each after its first
-            # step) and the first step's cost over it (projected from the calibration's, against the lab's own).
-            "projected_steady_seconds_per_step": noted.get("projected_lab_steady_seconds_per_step"),
-            "lab_steady_seconds_per_step": lab.get("steady_seconds_per_step"),
-            "steady_projection_over_lab": (
-                round(noted["projected_lab_steady_seconds_per_step"] / lab["steady_seconds_per_step"], 3)
-                if noted.get("projected_lab_steady_seconds_per_step") and lab.get("steady_seconds_per_step")
-                else None
-            ),
-            "projected_first_use_s": noted.get("projected_lab_first_use_s"),
-            "lab_first_steps_extra_s": lab.get("first_steps_extra_s"),
-            "smoke_before_scaling_up": noted,  # what the smoke test's summary printed, as its run-log line keeps it
-            "projection": noted.get("projection"),
-            "model_size_s_per_step": noted.get("model_size_s_per_step"),
-            "size_probe": calibration.get("size_probe"),
-            "calibration": calibration,
-            "calibration_cost_s": cost,
-            "smoke_run_wall_clock_s": smoke_run,
-            # What the calibration adds to the smoke test: its cost over the rest of the smoke run (imports not
-            # counted),
-            # and over the rest of the smoke test's part of the learner's command (interpreter, imports, container
-            # start).
-            "calibration_share_of_smoke_run": round(cost / (smoke_run - cost), 3)
-            if cost is not None and smoke_run
-            else None,
-            "smoke_part_of_command_s": out.get("smoke_part_of_command_s"),
-            "calibration_share_of_smoke_command": round(cost / (out["smoke_part_of_command_s"] - cost), 3)
-            if cost is not None and out.get("smoke_part_of_command_s")
-            else None,
-            "smoke_peak_memory_gb_measured": noted.get("peak_memory_gb_measured"),
-            "smoke_peak_memory_gb_predicted": noted.get("peak_memory_gb_predicted"),
-            "smoke_peak_memory_ratio": noted.get("peak_memory_ratio"),
-            "lab_peak_memory_gb_measured": lab.get("peak_memory_gb_measured"),
-            "lab_peak_memory_gb_predicted": lab.get("peak_memory_gb_predicted"),
-            "lab_time_split_s_per_step": lab.get("time_split_s_per_step"),
-            "lab_wall_clock_s": lab.get("wall_clock_s"),
-            # Every logged step of both runs: where a projection and the lab's mean part, these say which steps did.
-            "lab_step_seconds": [step.get("seconds") for step in lab.get("steps") or []],
-            "smoke_step_seconds": [step.get("seconds") for step in smoke.get("steps") or []],
-            "lab_settings": {
-                key: (lab.get("settings") or {}).get(key)
-                for key in (
-                    "model",
-                    "rollout",
-                    "per_device_train_batch_size",
-                    "num_generations",
-                    "max_completion_length",
-                    "max_steps",
-                )
-            },
-        }
-    )
-    say(f"{name}: projected {projected} s/step, the lab measured {measured}: x{out['projection_over_lab']}")
-    return out
+    cost, smoke_run = calibration.get("cost_s"), smoke.get("wall_clock_s")
+    settings = lab.get("settings") or {}
+    return {
+        "projected_lab_seconds_per_step": projected,
+        "lab_seconds_per_step": measured,
+        "projection_over_lab": _ratio(projected, measured),
+        "within_25_percent": bool(projected and measured and 0.8 <= projected / measured <= 1.25),
+        # The two parts apart: the steady state (the calibration's median against the lab's, each after its first
+        # step) and the first step's cost over it (projected from the calibration's, against the lab's own).
+        "projected_steady_seconds_per_step": noted.get("projected_lab_steady_seconds_per_step"),
+        "lab_steady_seconds_per_step": lab.get("steady_seconds_per_step"),
+        "steady_projection_over_lab": _ratio(noted.get("projected_lab_steady_seconds_per_step"),
+                                             lab.get("steady_seconds_per_step")),
+        "projected_first_use_s": noted.get("projected_lab_first_use_s"),
+        "lab_first_steps_extra_s": lab.get("first_steps_extra_s"),
+        "smoke_before_scaling_up": noted,  # what the smoke test's summary printed, as its run-log line keeps it
+        "projection": noted.get("projection"),
+        "model_size_s_per_step": noted.get("model_size_s_per_step"),
+        "size_probe": calibration.get("size_probe"),
+        "calibration": calibration,
+        "calibration_cost_s": cost,
+        "smoke_run_wall_clock_s": smoke_run,
+        # What the calibration adds to the smoke test: its cost over the rest of the smoke run (imports not counted),
+        # and over the rest of the smoke test's part of the learner's command (interpreter, imports, container start).
+        "calibration_share_of_smoke_run": (
+            round(cost / (smoke_run - cost), 3) if cost is not None and smoke_run else None
+        ),
+        "smoke_part_of_command_s": smoke_part_of_command_s,
+        "calibration_share_of_smoke_command": (
+            round(cost / (smoke_part_of_command_s - cost), 3) if cost is not None and smoke_part_of_command_s else None
+        ),
+        "smoke_peak_memory_gb_measured": noted.get("peak_memory_gb_measured"),
+        "smoke_peak_memory_gb_predicted": noted.get("peak_memory_gb_predicted"),
+        "smoke_peak_memory_ratio": noted.get("peak_memory_ratio"),
+        "lab_peak_memory_gb_measured": lab.get("peak_memory_gb_measured"),
+        "lab_peak_memory_gb_predicted": lab.get("peak_memory_gb_predicted"),
+        "lab_time_split_s_per_step": lab.get("time_split_s_per_step"),
+        "lab_wall_clock_s": lab.get("wall_clock_s"),
+        # Every logged step of both runs: where a projection and the lab's mean part, these say which steps did.
+        "lab_step_seconds": [step.get("seconds") for step in lab.get("steps") or []],
+        "smoke_step_seconds": [step.get("seconds") for step in smoke.get("steps") or []],
+        "lab_settings": {key: settings.get(key) for key in LAB_SETTINGS_KEPT},
+    }
+
+
+LAB_SETTINGS_KEPT = ("model", "rollout", "per_device_train_batch_size", "num_generations", "max_completion_length",
+                     "max_steps")
 
 
 def projection_bench(cases: tuple[str, ...] | None = None, cold: bool = False, rounds: int = 1) -> list[Path]:

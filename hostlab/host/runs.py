@@ -28,3 +28,8 @@ def image_runs_dir() -> Path:
 
 def image_runlog() -> Path:
     return image_runs_dir() / runlog_path().name
+
+
+def runlog_in(runs: Path) -> Path:
+    """The run log in a runs folder the host chose for a lab (GRPOLAB_RUNS_DIR=runs): the lab's own file name."""
+    return runs / runlog_path().name

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from grpolab.common.paths import runs_dir
+from grpolab.common.tracks import Track
 
 from .. import REPO, HostError
 from ..host import engine
@@ -27,10 +28,36 @@ from ..host.console import say, warn
 from ..host.tools import resolved
 from ..locks.lockfile import read_lock
 from .build import BuildResult, build, image_for_rollout, resolve_track
-from .builders import BUILDAH_HINT, choose_builder, engine_layers
+from .builders import BUILDAH_HINT, Builder, choose_builder, engine_layers
 from .diff import explain
 from .record import compare_with_record, record_path, write_record
 from .standin import build_standin, standin_name
+
+
+def _two_builds_from_nothing(track: Track, builder: Builder, base: str | None, ca_bundle: str | None, repo: Path,
+                             rollout: str | None, on_standin: bool) -> tuple[list[BuildResult], list[dict]]:
+    """The track's image built twice, each from nothing (the stand-in base made again first when the build is on
+    it), tagged grpolab-check:<track>-1 and -2: the two results and what each took."""
+    arch = track.platform.partition("/")[2]
+    builds: list[BuildResult] = []
+    seconds: list[dict] = []
+    for attempt in (1, 2):
+        say(f"== build {attempt} of 2 of track {track.name}, from nothing ==")
+        started = time.monotonic()
+        base_seconds = None
+        if on_standin:  # made again before each: the first build too runs on the stand-in this commit makes
+            base_started = time.monotonic()
+            build_standin(arch, force=True)
+            base_seconds = round(time.monotonic() - base_started, 1)
+        tag = f"grpolab-check:{track.name}-{attempt}"
+        # A store of the build's own (buildah), or the engine's build cache emptied (buildx): as a fresh machine has it.
+        with builder.from_nothing(Path(os.environ.get("TMPDIR", "/var/tmp")) / f"grpolab-check-{track.name}-{attempt}"):
+            result = build(track.name, base=base, ca_bundle=ca_bundle, repo=repo, tag=tag, write_env=False,
+                           builder=builder, compare_record=False, rollout=rollout)
+        builds.append(result)
+        seconds.append({"build_s": round(result.seconds, 1), "total_s": round(time.monotonic() - started, 1),
+                        **({"standin_base_s": base_seconds} if base_seconds is not None else {})})
+    return builds, seconds
 
 
 def check_reproducible(
@@ -51,24 +78,7 @@ def check_reproducible(
         raise HostError(f"`invoke build.reproducible` needs a builder that takes its times from git: {BUILDAH_HINT}")
     arch = track.platform.partition("/")[2]
     on_standin = (base or "") == standin_name(arch)
-    builds: list[BuildResult] = []
-    seconds: list[dict] = []
-    for attempt in (1, 2):
-        say(f"== build {attempt} of 2 of track {track.name}, from nothing ==")
-        started = time.monotonic()
-        base_seconds = None
-        if on_standin:  # made again before each: the first build too runs on the stand-in this commit makes
-            base_started = time.monotonic()
-            build_standin(arch, force=True)
-            base_seconds = round(time.monotonic() - base_started, 1)
-        tag = f"grpolab-check:{track.name}-{attempt}"
-        # A store of the build's own (buildah), or the engine's build cache emptied (buildx): as a fresh machine has it.
-        with builder.from_nothing(Path(os.environ.get("TMPDIR", "/var/tmp")) / f"grpolab-check-{track.name}-{attempt}"):
-            result = build(track.name, base=base, ca_bundle=ca_bundle, repo=repo, tag=tag, write_env=False,
-                           builder=builder, compare_record=False, rollout=rollout)
-        builds.append(result)
-        seconds.append({"build_s": round(result.seconds, 1), "total_s": round(time.monotonic() - started, 1),
-                        **({"standin_base_s": base_seconds} if base_seconds is not None else {})})
+    builds, seconds = _two_builds_from_nothing(track, builder, base, ca_bundle, repo, rollout, on_standin)
     first, second = (f"grpolab-check:{track.name}-{n}" for n in (1, 2))
     layers = [engine_layers(first), engine_layers(second)]
     same = builds[0].image_id == builds[1].image_id and layers[0] == layers[1]

@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> dict:
     meter = make_meter(observers, args.device)
     recorder = None
     if "recorder" in observers:
-        from ..run.pipeline import LAB, step_check
+        from ..run.pipeline_shapes import LAB
+        from ..run.pipeline_train import step_check
 
         rewards = [guarded_reward(name, func) for name, func in zip(settings.reward_weights, rewards)]
         on_record = (
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> dict:
         "last_reward": next((log["reward"] for log in reversed(trainer.state.log_history) if "reward" in log), None),
     }
     if recorder and recorder.records:
-        from ..run.pipeline import step_averages
+        from ..run.pipeline_record import step_averages
 
         result["recorder"] = step_averages(recorder.records)
     if meter:

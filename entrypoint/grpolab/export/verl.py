@@ -261,13 +261,23 @@ def _mapping_rows(settings: LabSettings) -> list[str]:
     return rows
 
 
-# Over 60 lines because it is one template: the bundle's README.md, read top to bottom as the user will.
 def bundle_readme(
     settings: LabSettings, ctx: Context, overrides: list[tuple[str, Any, str]], n_train: int, n_heldout: int
 ) -> str:
-    mapping_lines = _mapping_rows(settings)
-    fixed_lines = [f"| `{format_override(k, v)}` | {why} |" for k, v, why in FIXED]
-    command = " \\\n    ".join(["python3 -m verl.trainer.main_ppo"] + [format_override(k, v) for k, v, _ in overrides])
+    """The bundle's README.md, its sections in the order the user reads them."""
+    return "\n".join(
+        [
+            _readme_intro(settings, ctx, n_train, n_heldout),
+            _readme_running(settings),
+            _readme_mapping(settings),
+            _readme_differences(settings),
+            _readme_command(overrides),
+        ]
+    )
+
+
+def _readme_intro(settings: LabSettings, ctx: Context, n_train: int, n_heldout: int) -> str:
+    """The README's title, the run it makes and how far the bundle was checked."""
     return f"""# The GRPO lab, handed to verl {VERL_VERSION}
 
 This bundle runs the lab's GRPO run (model `{settings.model}`, LoRA rank {settings.lora_rank},
@@ -281,8 +291,12 @@ the parquet was read through verl's `RLHFDataset` (grpolab's tests/test_verl_exp
 grpolab's tiny model, is also trained for 2 steps by verl {VERL_VERSION}'s own `main_ppo` on a CPU, with vLLM's CPU
 build and a weight sync after each step, on every commit of grpolab (its CI, `invoke verl-cpu`). Run
 `python3 check.py` in the cluster's environment to repeat the offline check there before spending GPU time.
+"""
 
-## Run it
+
+def _readme_running(settings: LabSettings) -> str:
+    """The README's "Run it" (one machine, a Ray cluster, containers) and "After the run" (the run-log line)."""
+    return f"""## Run it
 
 One machine with verl (the cluster image, `invoke build --track cluster`):
 
@@ -315,8 +329,14 @@ takes the LoRA adapter out of the checkpoint with verl's own model merger (into 
 scores held-out pass@1 with grpolab's evaluator on the base model and with that adapter, and appends one run-log line
 (kind `lab`, engine `verl`) to `runs/runlog.jsonl`. Give that log to `invoke report` beside your other machines' logs
 (`invoke report --logs "runs/runlog.jsonl cluster/runlog.jsonl"`): the run is a row like the TRL lab's.
+"""
 
-## What maps to what
+
+def _readme_mapping(settings: LabSettings) -> str:
+    """The README's "What maps to what": the lab settings' table and the fixed overrides' table."""
+    mapping_lines = _mapping_rows(settings)
+    fixed_lines = [f"| `{format_override(k, v)}` | {why} |" for k, v, why in FIXED]
+    return f"""## What maps to what
 
 | lab setting = value | verl key(s) | notes |
 | --- | --- | --- |
@@ -327,8 +347,12 @@ Overrides no lab setting decides, set so verl runs the lab's algorithm:
 | override | why |
 | --- | --- |
 {chr(10).join(fixed_lines)}
+"""
 
-## What differs from the lab on one machine
+
+def _readme_differences(settings: LabSettings) -> str:
+    """The README's "What differs from the lab on one machine"."""
+    return f"""## What differs from the lab on one machine
 
 - The rollouts always come from vLLM colocated with training (verl's hybrid engine, synchronous trainer);
   after every step verl hands vLLM the updated LoRA adapter. The async trainer modes are avoided on purpose:
@@ -345,8 +369,13 @@ Overrides no lab setting decides, set so verl runs the lab's algorithm:
   numerically, and verl logs the gap as training/rollout_probs_diff_mean.
 - Held-out pass@1 is verl's validation: greedy decoding (temperature 0) through vLLM, scored by the same
   `numeric_reward` as the lab's evaluation.
+"""
 
-## The full command
+
+def _readme_command(overrides: list[tuple[str, Any, str]]) -> str:
+    """The README's "The full command": verl's command line with every override, as run.sh builds it."""
+    command = " \\\n    ".join(["python3 -m verl.trainer.main_ppo"] + [format_override(k, v) for k, v, _ in overrides])
+    return f"""## The full command
 
 run.sh builds it from overrides.txt ({BUNDLE_PLACEHOLDER} is this folder):
 

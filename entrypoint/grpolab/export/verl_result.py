@@ -197,12 +197,41 @@ def verl_run_record(
     settings = exported["settings"]
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     model = bundle_model_path(bundle, settings)
-    record = {
+    record = _running_record(
+        bundle, exported, model, metrics_file, verl_exit_status, wall_clock_s, started_at or now, output_log
+    )
+    try:
+        steps = _verl_steps(record, metrics_file, verl_exit_status, output_log)
+        if not steps:
+            raise VerlResultError(f"verl exited 0 but {metrics_file} holds no training step")
+        summarise_steps(record)
+        _evaluate_adapter(record, bundle, checkpoints, model, settings, say)
+        record["status"] = "passed"
+    except VerlResultError as error:
+        record.update(status="failed", failed_layer="first_step" if verl_exit_status else "runlog", error=str(error))
+    record["fingerprint"] = environment_fingerprint()
+    record["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return record
+
+
+def _running_record(
+    bundle: Path,
+    exported: dict,
+    model: str,
+    metrics_file: Path,
+    verl_exit_status: int,
+    wall_clock_s: float | None,
+    started_at: str,
+    output_log: Path | None,
+) -> dict:
+    """The line's head, status "running": the run's identity, settings, model, rollout and how verl was run."""
+    settings = exported["settings"]
+    return {
         "run_id": new_run_id(),
         "kind": "lab",
         "engine": ENGINE,
         "track": settings.get("track"),
-        "started_at": started_at or now,
+        "started_at": started_at,
         "status": "running",
         "failed_layer": None,
         "error": None,
@@ -226,38 +255,39 @@ def verl_run_record(
             "output_log": str(output_log) if output_log else None,
         },
     }
-    try:
-        # a failed verl may have stopped before its logger wrote anything: then its exit status is the news
-        steps, validations = read_metrics(metrics_file) if verl_exit_status == 0 or metrics_file.is_file() else ([], [])
-        record["steps"] = step_records(steps)
-        record["verl"]["heldout_accuracy"] = (
-            validations  # verl's validation: before the first step, then after each test_freq
-        )
-        if verl_exit_status != 0:
-            cause = first_error(output_log)
-            raise VerlResultError(f"verl exited {verl_exit_status} after {len(steps)} step(s); "
-                                  + (f"the first error in its output: {cause}" if cause else "its own output says why")
-                                  + (f" (all of it: {output_log})" if output_log else ""))
-        if not steps:
-            raise VerlResultError(f"verl exited 0 but {metrics_file} holds no training step")
-        summarise_steps(record)
-        adapter = merged_adapter(last_actor_checkpoint(checkpoints), checkpoints / "merged")
-        record["adapter"] = str(adapter)
-        rows = heldout_rows(bundle)
-        say(
-            f"held-out pass@1 by grpolab's evaluator ({len(rows)} problems, greedy): the base model, then with verl's "
-            f"adapter {adapter}"
-        )
-        started = time.perf_counter()
-        record["pass_at_1_before"] = heldout_pass_at_1(model, None, rows, settings)
-        record["pass_at_1_after"] = heldout_pass_at_1(model, adapter, rows, settings)
-        record["evaluation_s"] = round(time.perf_counter() - started, 1)
-        record["status"] = "passed"
-    except VerlResultError as error:
-        record.update(status="failed", failed_layer="first_step" if verl_exit_status else "runlog", error=str(error))
-    record["fingerprint"] = environment_fingerprint()
-    record["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return record
+
+
+def _verl_steps(record: dict, metrics_file: Path, verl_exit_status: int, output_log: Path | None) -> list[dict]:
+    """verl's steps and validations into the line; raises VerlResultError, naming the first error in verl's output,
+    when verl did not exit 0. Returns verl's steps."""
+    # a failed verl may have stopped before its logger wrote anything: then its exit status is the news
+    steps, validations = read_metrics(metrics_file) if verl_exit_status == 0 or metrics_file.is_file() else ([], [])
+    record["steps"] = step_records(steps)
+    record["verl"]["heldout_accuracy"] = (
+        validations  # verl's validation: before the first step, then after each test_freq
+    )
+    if verl_exit_status != 0:
+        cause = first_error(output_log)
+        raise VerlResultError(f"verl exited {verl_exit_status} after {len(steps)} step(s); "
+                              + (f"the first error in its output: {cause}" if cause else "its own output says why")
+                              + (f" (all of it: {output_log})" if output_log else ""))
+    return steps
+
+
+def _evaluate_adapter(record: dict, bundle: Path, checkpoints: Path, model: str, settings: dict, say) -> None:
+    """verl's adapter, merged out of its last checkpoint, and held-out pass@1 by our evaluator before and after it,
+    into the line."""
+    adapter = merged_adapter(last_actor_checkpoint(checkpoints), checkpoints / "merged")
+    record["adapter"] = str(adapter)
+    rows = heldout_rows(bundle)
+    say(
+        f"held-out pass@1 by grpolab's evaluator ({len(rows)} problems, greedy): the base model, then with verl's "
+        f"adapter {adapter}"
+    )
+    started = time.perf_counter()
+    record["pass_at_1_before"] = heldout_pass_at_1(model, None, rows, settings)
+    record["pass_at_1_after"] = heldout_pass_at_1(model, adapter, rows, settings)
+    record["evaluation_s"] = round(time.perf_counter() - started, 1)
 
 
 def summarise_steps(record: dict) -> None:

@@ -399,8 +399,8 @@ def installed_transformers() -> str | None:
         return None
 
 
-# About 70 lines with its signature and the documentation of each argument; the body is the five terms in the
-# lesson's order, each a line or a helper, kept together so the table reads top to bottom as the lesson's does.
+# The body is the five terms in the lesson's order, each a line or a helper, kept together so the table reads top to
+# bottom as the lesson's does.
 def estimate_memory(
     model: str | dict | None,
     settings: LabSettings,
@@ -449,18 +449,60 @@ def estimate_memory(
                         lambda: estimate_terms(settings.model if model is None else model, settings, prompt_tokens))
     terms += rollout_path(settings.rollout).memory_terms(basis)
 
+    update_terms, differs = _update_terms(shape, settings, dbytes, seq_tokens, device, activations)
+    terms += update_terms
+
+    used = sum(gb for _, gb, _ in terms) + (runtime_baseline_gb or 0.0)
+    inputs = _estimate_inputs(
+        shape, settings, dtype, device, completions, prompt, device_total_gb, os_reserved_gb, activations
+    )
+    return MemoryEstimate(
+        model=shape.name,
+        model_source=shape.source,
+        dtype=dtype,
+        device_total_gb=device_total_gb,
+        device_total_source=total_source,
+        os_reserved_gb=os_reserved_gb,
+        terms=terms,
+        total_gb=device_total_gb,
+        free_gb=device_total_gb - used - os_reserved_gb,
+        inputs=inputs,
+        runtime_baseline_gb=runtime_baseline_gb,
+        lesson_difference=differs,
+    )
+
+
+def _update_terms(
+    shape: ModelShape, settings: LabSettings, dbytes: int, seq_tokens: int, device: str, activations: str
+) -> tuple[list[tuple[str, float, str]], str | None]:
+    """The update's rows: its activations, and on a CPU (activations "shape") the allocator's retained heap and the
+    installed stack's extra where it was measured; with the line saying how the update's row differs from the
+    lesson's (None when it does not)."""
     update_term, differs = _update_term(shape, settings, dbytes, seq_tokens, device, activations)
-    terms.append(update_term)
+    terms = [update_term]
     if device == "cpu" and activations == "shape":
         terms.append(allocator_term(update_term[1]))
         extra = stack_term(update_term[1], installed_transformers())
         if extra:
             terms.append(extra)
+    return terms, differs
 
-    used = sum(gb for _, gb, _ in terms) + (runtime_baseline_gb or 0.0)
-    inputs = {
+
+def _estimate_inputs(
+    shape: ModelShape,
+    settings: LabSettings,
+    dtype: str,
+    device: str,
+    completions: int,
+    prompt: int,
+    device_total_gb: float,
+    os_reserved_gb: float,
+    activations: str,
+) -> dict:
+    """The estimate's inputs, as the run log keeps them beside the terms."""
+    return {
         "model": shape.name,
-        "num_parameters": params,
+        "num_parameters": shape.num_parameters,
         "dtype": dtype,
         "device": device,
         "gradient_checkpointing": device != "cpu",
@@ -478,20 +520,6 @@ def estimate_memory(
         "os_reserved_gb": os_reserved_gb,
         "activations": activations,
     }
-    return MemoryEstimate(
-        model=shape.name,
-        model_source=shape.source,
-        dtype=dtype,
-        device_total_gb=device_total_gb,
-        device_total_source=total_source,
-        os_reserved_gb=os_reserved_gb,
-        terms=terms,
-        total_gb=device_total_gb,
-        free_gb=device_total_gb - used - os_reserved_gb,
-        inputs=inputs,
-        runtime_baseline_gb=runtime_baseline_gb,
-        lesson_difference=differs,
-    )
 
 
 def longest_prompt_tokens(tokenizer, rows, sample: int = 256) -> int | None:

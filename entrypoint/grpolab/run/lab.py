@@ -6,7 +6,8 @@ from __future__ import annotations
 import sys
 
 from ..common.errors import LayerFailure
-from .pipeline import LAB, SMOKE, run_pipeline
+from .pipeline import run_pipeline
+from .pipeline_shapes import LAB, SMOKE
 from ..settings.lab_settings import LabSettings, smoke_settings
 from ..common.tracks import Track
 

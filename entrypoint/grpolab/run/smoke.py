@@ -3,7 +3,8 @@ line each, stopping at the first failure (grpolab.run.checks holds the checks, g
 
 from __future__ import annotations
 
-from .pipeline import SMOKE, run_pipeline
+from .pipeline import run_pipeline
+from .pipeline_shapes import SMOKE
 from ..settings.lab_settings import LabSettings, lab_for_smoke
 from ..common.tracks import Track
 

@@ -8,7 +8,8 @@ exists the range a careful user stays inside (outside it: a warning that reaches
 refusal). `check_settings` is the one loop over them all, then over the relations between settings, for
 values from every source alike; it runs before any model, tokenizer or dataset loads and refuses with every
 problem in one message (`SettingsRefused`), each naming the flag, the value given, where it came from and
-what is allowed. `grpolab lab --help` prints the same declarations.
+what is allowed. `grpolab lab --help` prints the same declarations. Beside this module: the rules beyond a range
+(rules), the relations between settings (relations), and how a value is shown and a refusal reads (refusals).
 
 Why dataclass field metadata and not pydantic: LabSettings stays the plain dataclass the rest of the lab
 uses (asdict, replace, fields); the messages are ours (flag, value, source, range) rather than a library's
@@ -20,17 +21,13 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
-import re
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from .allowed_values import Allowed, WrongType, number, setting
 from .config_file import ConfigFileError, read_config_file
-from ..task.problems import BUILTIN_DATASETS, HELDOUT_SIZE
 from ..common.errors import LayerFailure
-from ..model.shape import HUB_ID, context_from_config, local_model_config
+from ..model.shape import context_from_config, local_model_config
 from .nearest_working import (
     nearest_batch,
     nearest_group,
@@ -38,103 +35,24 @@ from .nearest_working import (
     nearest_length,
     nearest_logging_steps,
     nearest_train_size,
-    training_problems,
 )
-from ..task.rewards import CONTROL_REWARDS, REWARD_FUNCS
-from ..common.rollout_paths import DEFAULT_ROLLOUT_PATH, paths_by_setting, registered_path, rollout_path
+from .refusals import COMMAND_LINE, LESSON_DEFAULT, SMOKE_SOURCE, Checked, Problem, SettingsRefused, flag, shown
+from .relations import check_relations
+from .rules import (
+    REPORT_TO_PACKAGES,
+    dataset_rule,
+    model_rule,
+    nonempty,
+    report_to_rule,
+    target_modules_rule,
+    url_rule,
+    weights_rule,
+)
+from ..common.rollout_paths import DEFAULT_ROLLOUT_PATH, registered_path
 from ..common.tracks import ROLLOUT_PATHS, Track
 
-# Live logging backends TRL's report_to accepts that we offer, each with the package it needs.
-REPORT_TO_PACKAGES = {"none": None, "tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SEED_LIMIT = 2**32  # numpy's seeds (transformers' set_seed seeds numpy too) are below 2**32
-MODULE_NAME = re.compile(r"^[\w.*\[\]|()?+^$-]+$")  # a module name, or a regex PEFT matches module names against
-
-
-# --- rules that are more than a range -----------------------------------------------------------------------
-
-
-def _model_rule(name: str) -> str | None:
-    if not name.strip() or name != name.strip():
-        return "empty, or with spaces around it"
-    looks_like_path = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
-    if looks_like_path and not Path(name).expanduser().exists():
-        return f"no such folder ({Path(name).expanduser()})"
-    if not looks_like_path and not HUB_ID.match(name) and not Path(name).exists():
-        return "neither a Hugging Face id (owner/name) nor a folder here"
-    return None
-
-
-def _dataset_rule(name: str) -> str | None:
-    return (
-        None
-        if name in BUILTIN_DATASETS or HUB_ID.match(name)
-        else "neither a built-in dataset nor a Hugging Face id (owner/name)"
-    )
-
-
-def _target_modules_rule(text: str) -> str | None:
-    if text == "all-linear":
-        return None
-    names = [name.strip() for name in text.split(",")]
-    if not any(names):
-        return "no module name in it"
-    bad = [name for name in names if not name or not MODULE_NAME.match(name)]
-    if bad:
-        return f"{', '.join(repr(n) for n in bad)} is not a module name"
-    if (
-        "lm_head" in names
-    ):  # TRL's own refusal: the log-probabilities use lm_head.weight directly, so its adapter never trains
-        return ("lm_head cannot carry the adapter in GRPO (TRL computes log-probabilities from lm_head.weight "
-                "directly, so it would never train)")
-    return None
-
-
-def _weights_rule(weights: dict) -> str | None:
-    if not weights:
-        return "empty: a run needs at least one reward function"
-    unknown = [
-        name
-        for name in weights
-        if name not in REWARD_FUNCS and name not in CONTROL_REWARDS and not re.match(r"^[\w.]+:\w+$", name)
-    ]
-    if unknown:
-        return (f"{', '.join(unknown)}: neither a built-in reward ({', '.join(REWARD_FUNCS)}), a control "
-                f"({', '.join(CONTROL_REWARDS)}), nor module:function")
-    infinite = [name for name, weight in weights.items() if not math.isfinite(weight)]
-    if infinite:
-        return f"the weight of {', '.join(infinite)} is not a finite number"
-    if not any(weights.values()):
-        return "every weight is 0: every completion would score the same and nothing would be learned"
-    return None
-
-
-def _url_rule(url: str) -> str | None:
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as error:
-        return f"not a URL ({error})"
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "not http://HOST[:PORT] or https://HOST[:PORT]"
-    return None if port is None or 0 < port < 65536 else "its port is outside 1 to 65535"
-
-
-def _report_to_rule(name: str) -> str | None:
-    """A live-logging backend must be installed, found before any model loads."""
-    import importlib.util
-
-    package = REPORT_TO_PACKAGES.get(name)
-    if package and importlib.util.find_spec(package) is None:
-        return (
-            f"needs the {package} package, which this environment does not have: install it (pip install {package}), "
-            "use a track whose lock has it, or leave --report-to at none"
-        )
-    return None
-
-
-def _nonempty(text: str) -> str | None:
-    return None if text.strip() else "empty"
 
 
 # --- the settings -------------------------------------------------------------------------------------------
@@ -144,13 +62,13 @@ def _nonempty(text: str) -> str | None:
 class LabSettings:
     # Which machine, model and data.
     track: str = setting(
-        "c", Allowed(str, rule=_nonempty, rule_text="a track in images/tracks.toml, chosen with --track")
+        "c", Allowed(str, rule=nonempty, rule_text="a track in images/tracks.toml, chosen with --track")
     )
     model: str = setting(
         "Qwen/Qwen3-1.7B",
         Allowed(
             str,
-            rule=_model_rule,
+            rule=model_rule,
             rule_text="a Hugging Face id (owner/name), a local model folder, or tiny (the built-in model)",
         ),
     )
@@ -158,7 +76,7 @@ class LabSettings:
         "arithmetic",
         Allowed(
             str,
-            rule=_dataset_rule,
+            rule=dataset_rule,
             rule_text="arithmetic, arithmetic-words, or a Hugging Face dataset id (openai/gsm8k)",
         ),
     )
@@ -212,7 +130,7 @@ class LabSettings:
     lora_target_modules: str = setting(
         "all-linear",
         Allowed(
-            str, rule=_target_modules_rule, rule_text="all-linear or module names separated by commas, not lm_head"
+            str, rule=target_modules_rule, rule_text="all-linear or module names separated by commas, not lm_head"
         ),
     )
 
@@ -298,7 +216,7 @@ class LabSettings:
     )
     reward_weights: dict[str, float] = setting(
         {"numeric_reward": 1.0, "format_reward": 0.25},
-        Allowed(dict, rule=_weights_rule, rule_text="built-in rewards or module:function, finite weights, not all 0"),
+        Allowed(dict, rule=weights_rule, rule_text="built-in rewards or module:function, finite weights, not all 0"),
     )
 
     # Where completions come from.
@@ -311,7 +229,7 @@ class LabSettings:
         "auto is off where vLLM's CPU build samples in float32 (a ratio of 1 there), else on (TRL's default)",
     )
     vllm_server_url: str = setting(
-        "http://localhost:8000", Allowed(str, rule=_url_rule, rule_text="http://HOST[:PORT]"), "server mode only"
+        "http://localhost:8000", Allowed(str, rule=url_rule, rule_text="http://HOST[:PORT]"), "server mode only"
     )
     llamacpp_refresh_every: int = setting(
         0, Allowed(int, low=0), "llamacpp only; 0: never refresh the sampler (stale); K: re-export every K steps"
@@ -319,7 +237,7 @@ class LabSettings:
 
     # Live logging: TRL's report_to, into the run's folder (none, tensorboard, trackio, wandb where installed).
     report_to: str = setting(
-        "none", Allowed(str, choices=tuple(REPORT_TO_PACKAGES), rule=_report_to_rule, rule_text="its package installed")
+        "none", Allowed(str, choices=tuple(REPORT_TO_PACKAGES), rule=report_to_rule, rule_text="its package installed")
     )
 
     # Evaluation.
@@ -364,10 +282,6 @@ ALLOWED = {f.name: f.metadata["allowed"] for f in fields(LabSettings)}
 DEFAULTS = {f.name: (f.default if f.default is not MISSING else f.default_factory()) for f in fields(LabSettings)}
 
 
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def setting_help(name: str) -> str:
     """--help's text for a setting: what it means, what it allows, the lesson's default (all from the declaration)."""
     meta = next(f.metadata for f in fields(LabSettings) if f.name == name)
@@ -381,63 +295,7 @@ def setting_help(name: str) -> str:
     return "; ".join(words + [f"lesson default: {DEFAULTS[name]!r}"])
 
 
-# --- checking: one loop over every setting, then the relations ---------------------------------------------
-
-COMMAND_LINE = "the command line"
-LESSON_DEFAULT = "the lesson's default"
-
-
-def shown(value) -> str:
-    """A value as the user typed or wrote it."""
-    if isinstance(value, str):
-        return value if value.strip() and value == value.strip() and " " not in value else repr(value)
-    if isinstance(value, dict):
-        return ",".join(
-            f"{k}={v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else f"{k}={v!r}"
-            for k, v in value.items()
-        )
-    return repr(value)
-
-
-@dataclass
-class Problem:
-    """One refused value or relation, as one line: the flag(s), the value(s) given and where from, what is allowed."""
-
-    names: tuple[str, ...]
-    line: str
-
-
-@dataclass
-class Checked:
-    values: dict  # the settings, converted to their types (values that could not be are left as given)
-    problems: list[Problem]
-    warnings: list[str]
-    notes: list[str] = field(
-        default_factory=list
-    )  # defaults that gave way to a value the user chose, one sentence each
-
-
-class SettingsRefused(ValueError):
-    """Settings that cannot run. str() is the whole message: every problem, one line each."""
-
-    def __init__(self, problems: list[Problem], given: dict | None = None, warnings: list[str] | None = None):
-        self.problems, self.given, self.warnings = problems, dict(given or {}), list(warnings or [])
-        if len(problems) == 1:
-            text = f"{problems[0].line} (nothing was loaded)"
-        else:
-            text = f"{len(problems)} settings cannot be used (nothing was loaded):\n" + "\n".join(
-                "  " + p.line for p in problems
-            )
-        super().__init__(text)
-
-    @property
-    def names(self) -> list[str]:
-        return [name for problem in self.problems for name in problem.names]
-
-    action = (
-        "correct the value(s) named above, where each came from (a flag, the --config file, or the track's row in "
-        "images/tracks.toml); `grpolab lab --help` lists what every setting allows"
-    )
+# --- checking: one loop over every setting, then the relations (relations.py) ------------------------------
 
 
 def check_settings(values: dict, sources: dict | None = None, kind: str = "lab", context: int | None = None,
@@ -475,158 +333,9 @@ def check_settings(values: dict, sources: dict | None = None, kind: str = "lab",
             warnings.append(f"{where} is {unwise}; allowed, so it never stops a run")
     bad = {name for problem in problems for name in problem.names}
     relations, relation_warnings, notes = check_relations(
-        typed, sources if known else None, kind, bad, context, context_from
+        typed, sources if known else None, kind, bad, context, context_from, ALLOWED, DEFAULTS
     )
     return Checked(typed, problems + relations, warnings + relation_warnings, notes)
-
-
-def chosen_by_user(source: str | None) -> bool:
-    """A value the user chose: a flag, or their --config file. Not: the lesson's default, the track's row, the
-    smoke test's first-run sizes (all defaults the user never typed)."""
-    return (
-        source is not None
-        and source not in (LESSON_DEFAULT, SMOKE_SOURCE)
-        and not source.startswith(("[tracks.", "track "))
-    )
-
-
-def check_relations(
-    s: dict, sources: dict | None, kind: str, bad: set, context: int | None, context_from: str
-) -> tuple[list[Problem], list[str], list[str]]:
-    """Where one value makes another impossible or meaningless (refused), or pointless (a warning). A relation
-    is judged only when every setting in it passed its own check. When the user chose one side and the other is
-    a default that declares its `nearest` value, the default gives way (changed in `s`, said in a note) instead.
-    Returns (problems, warnings, notes)."""
-    problems: list[Problem] = []
-    warnings: list[str] = []
-    notes: list[str] = []
-
-    def judge(names: tuple[str, ...]) -> bool:
-        return not bad & set(names)
-
-    def given(*names: str) -> str:
-        return " and ".join(
-            f"{flag(n)} {shown(s[n])}" + (f" (from {sources.get(n, LESSON_DEFAULT)})" if sources is not None else "")
-            for n in names
-        )
-
-    def refuse(names: tuple[str, ...], why: str, holds=None, party: tuple[str, ...] = ()) -> None:
-        """Refuse the relation between `names`, unless a default among them gives way to a value the user chose
-        (`holds(s)` says whether the relation holds; `party` are settings in it that never give way, the model)."""
-        if (
-            holds is not None
-            and sources is not None
-            and any(chosen_by_user(sources.get(n, LESSON_DEFAULT)) for n in names + party)
-        ):
-            for name in names:
-                source = sources.get(name, LESSON_DEFAULT)
-                nearest = ALLOWED[name].nearest
-                if chosen_by_user(source) or nearest is None:
-                    continue
-                candidate = nearest(s, context)
-                if candidate != s[name] and not ALLOWED[name].refusal(candidate) and holds({**s, name: candidate}):
-                    others = [n for n in names + party if n != name]
-                    notes.append(
-                        f"{flag(name)} {shown(s[name])} (from {source}) became {shown(candidate)} "
-                        f"({ALLOWED[name].nearest_text}) "
-                        f"to fit {given(*others)}; give {flag(name)} yourself to choose another value"
-                    )
-                    s[name] = candidate
-                    sources[name] = f"{source}, fitted to {', '.join(flag(n) for n in others)}"
-                    return
-        problems.append(Problem(names, f"{given(*names)}: {why}"))
-
-    def whole_groups(v: dict) -> bool:
-        return not v["per_device_train_batch_size"] % v["num_generations"]
-
-    batch, group = s["per_device_train_batch_size"], s["num_generations"]
-    if judge(("per_device_train_batch_size", "num_generations")) and not whole_groups(s):
-        refuse(
-            ("per_device_train_batch_size", "num_generations"),
-            "TRL needs whole groups per batch, so the batch must be a multiple of num_generations; try "
-            + " or ".join(str(group * n) for n in sorted({max(1, batch // group), batch // group + 1})),
-            holds=lambda v: (
-                whole_groups(v) and v["train_size"] >= v["per_device_train_batch_size"] // v["num_generations"]
-            ),
-        )
-    batch, group = s["per_device_train_batch_size"], s["num_generations"]
-    if (
-        judge(("per_device_train_batch_size", "num_generations", "train_size"))
-        and whole_groups(s)
-        and s["train_size"] < batch // group
-    ):
-        refuse(
-            ("train_size", "per_device_train_batch_size", "num_generations"),
-            f"one batch takes {batch // group} prompts ({batch} completions / {group} per prompt) and TRL drops an "
-            "incomplete batch, "
-            f"so a training set of {s['train_size']} never makes one; use --train-size {batch // group} or more",
-            holds=lambda v: (
-                whole_groups(v) and v["train_size"] >= v["per_device_train_batch_size"] // v["num_generations"]
-            ),
-        )
-    if judge(("logging_steps", "max_steps")) and s["logging_steps"] > s["max_steps"]:
-        refuse(
-            ("logging_steps", "max_steps"),
-            "no step would ever be logged, so the run would have no reward curve; use --logging-steps "
-            f"{s['max_steps']} or less",
-            holds=lambda v: v["logging_steps"] <= v["max_steps"],
-        )
-    train_problems = training_problems(s["dataset"])
-    if judge(("dataset", "train_size", "heldout_size")) and train_problems is not None:
-        if s["train_size"] > train_problems:
-            refuse(
-                ("train_size", "dataset"),
-                f"the {s['dataset']} generator has {train_problems} training problems; use --train-size "
-                f"{train_problems} or less",
-                holds=lambda v: (
-                    v["train_size"] <= train_problems
-                    and v["train_size"] >= v["per_device_train_batch_size"] // v["num_generations"]
-                ),
-            )
-        if s["heldout_size"] > HELDOUT_SIZE:
-            refuse(
-                ("heldout_size", "dataset"),
-                f"the {s['dataset']} generator makes {HELDOUT_SIZE} held-out problems with no twin (A+B or B+A) "
-                f"in training; use --heldout-size {HELDOUT_SIZE} or less",
-                holds=lambda v: v["heldout_size"] <= HELDOUT_SIZE,
-            )
-    if kind == "lab" and judge(("heldout_size",)):
-        if s["heldout_size"] == 0:
-            refuse(
-                ("heldout_size",),
-                "the lab measures pass@1 on held-out problems before and after training; use --heldout-size 50 or more",
-            )
-        elif s["heldout_size"] < 50:
-            warnings.append(
-                f"{given('heldout_size')}: pass@1 on fewer than 50 problems moves in steps of "
-                f"{1 / s['heldout_size']:.0%} or more, "
-                "so a before/after difference may be noise; allowed, so it never stops a run"
-            )
-    if context is not None:
-        lengths = [("max_completion_length", "max_prompt_length")]
-        if kind == "lab" and s["eval_max_new_tokens"]:
-            lengths.append(("eval_max_new_tokens", "max_prompt_length"))
-        for names in lengths:
-            if judge(names + ("model",)) and s[names[0]] + s[names[1]] > context:
-                refuse(
-                    names,
-                    f"together {s[names[0]] + s[names[1]]} tokens, more than model {s['model']}'s context of {context} "
-                    "tokens "
-                    f"({context_from}); lower them to {context} tokens together",
-                    holds=lambda v, names=names: v[names[0]] + v[names[1]] <= context,
-                    party=("model",),
-                )
-    # Settings of another rollout path than the chosen one change nothing: said, not refused (each path names its own).
-    for name, paths in paths_by_setting().items():
-        if judge((name, "rollout")) and s["rollout"] not in paths and s[name] != DEFAULTS[name]:
-            warnings.append(
-                f"{given(name)} has no effect: it is for --rollout {' or '.join(paths)}, and this run's rollout path "
-                f"is {s['rollout']}"
-            )
-    for warning in rollout_path(s["rollout"]).SETTINGS_WARNINGS if judge(("rollout",)) else ():
-        if judge(warning.names) and warning.applies(s):
-            warnings.append(f"{given(*warning.names)}: {warning.text}")
-    return problems, warnings, notes
 
 
 def check_model_context(settings: LabSettings, model_path: str, kind: str = "lab") -> None:
@@ -758,7 +467,6 @@ def with_warnings(settings: LabSettings, warnings: list[str], notes: list[str] |
 SMOKE_SIZES = {"train_size": 10, "num_generations": 4, "max_steps": 10, "logging_steps": 1}
 # The smoke test trains but does not evaluate: flags for the held-out evaluation are refused, not ignored.
 LAB_ONLY_SETTINGS = ("heldout_size", "eval_max_new_tokens")
-SMOKE_SOURCE = "the smoke test's first-run size"
 
 
 def lab_only_problem(refused: list[str]) -> Problem:
