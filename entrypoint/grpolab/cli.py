@@ -8,11 +8,10 @@ import argparse
 import json
 import os
 import sys
-import traceback
 from dataclasses import fields
 from pathlib import Path
 
-from .common.errors import EXIT_STATUS, LayerFailure
+from .common.errors import EXIT_STATUS, LayerFailure, run_reporting_failures
 from .common.runlog import runlog_failure
 from .settings.lab_settings import ROLLOUT_PATHS, LabSettings, setting_help
 
@@ -360,19 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except LayerFailure as failure:
-        if failure.layer == "crashed" and failure.__cause__ is not None:
-            traceback.print_exception(failure.__cause__, file=sys.stderr)  # a crash is a bug to report: keep its trace
-        print(f"\nFAILED {failure}", file=sys.stderr)
-        return failure.exit_status
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return EXIT_STATUS["interrupted"]
-    except ValueError as error:
-        print(f"\nFAILED [input] {error}", file=sys.stderr)
-        return EXIT_STATUS["input"]
+    return run_reporting_failures(lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -8,11 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-import traceback
 from pathlib import Path
 
-from ..common.errors import EXIT_STATUS, LayerFailure
+from ..common.errors import run_reporting_failures
 from ..common.tracks import current_track_name
 
 PROG = "python -m grpolab.bench"
@@ -111,16 +109,4 @@ def main(argv: list[str] | None = None) -> int:
     """As `grpolab`'s own main: a failed layer is one FAILED line and its exit status, not a traceback."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except LayerFailure as failure:
-        if failure.layer == "crashed" and failure.__cause__ is not None:
-            traceback.print_exception(failure.__cause__, file=sys.stderr)  # a crash is a bug to report: keep its trace
-        print(f"\nFAILED {failure}", file=sys.stderr)
-        return failure.exit_status
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return EXIT_STATUS["interrupted"]
-    except ValueError as error:
-        print(f"\nFAILED [input] {error}", file=sys.stderr)
-        return EXIT_STATUS["input"]
+    return run_reporting_failures(lambda: args.func(args))

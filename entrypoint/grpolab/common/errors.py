@@ -5,6 +5,10 @@ The exit status of `grpolab smoke` and `grpolab lab` says which layer failed (do
 
 from __future__ import annotations
 
+import sys
+import traceback
+from collections.abc import Callable
+
 # The lesson's layers, in the order a first run meets them, with their exit statuses.
 EXIT_STATUS = {
     "input": 2,  # settings, track, model or dataset that cannot be used as given
@@ -35,3 +39,21 @@ class LayerFailure(Exception):
     @property
     def exit_status(self) -> int:
         return EXIT_STATUS[self.layer]
+
+
+def run_reporting_failures(command: Callable[[], int]) -> int:
+    """Run a command of `grpolab` or `python -m grpolab.bench`: a failed layer is one FAILED line and its exit
+    status, not a traceback (a crash keeps its trace: it is a bug to report); an interrupt and a bad value likewise."""
+    try:
+        return command()
+    except LayerFailure as failure:
+        if failure.layer == "crashed" and failure.__cause__ is not None:
+            traceback.print_exception(failure.__cause__, file=sys.stderr)
+        print(f"\nFAILED {failure}", file=sys.stderr)
+        return failure.exit_status
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_STATUS["interrupted"]
+    except ValueError as error:
+        print(f"\nFAILED [input] {error}", file=sys.stderr)
+        return EXIT_STATUS["input"]
