@@ -456,6 +456,16 @@ def bench_cold_up(c):
         cold_up_bench()
 
 
+@task(name="test-command")
+def bench_test_command(c):
+    """The README's second command, `bash .ci/run`, in a fresh clone, timed step by step: minutes (bench/test-command).
+    Runs the whole test command, as CI does (CI=true), on this machine as it is."""
+    from hostlab.bench.testcommand import test_command_bench
+
+    with user_errors():
+        test_command_bench()
+
+
 @task(name="reproducible", help=BUILD_HELP)
 def bench_reproducible(c, track=None, base=None, ca_bundle=None, rollout=None):
     """`invoke build.reproducible` filed as bench/reproducible-<image>.json: c 5.5 min, with llama.cpp 10 (2 cores).
@@ -494,7 +504,7 @@ ns = Collection(
     Collection("kernels", kernels_readme),
     Collection("build", build_reproducible),
     Collection("bench", bench_lab, bench_build, bench_learning, bench_stale, bench_memory, bench_colocate,
-               bench_versus_trl, bench_projection, bench_cold_up, bench_reproducible, bench_docs),
+               bench_versus_trl, bench_projection, bench_cold_up, bench_test_command, bench_reproducible, bench_docs),
 )
 ns.collections["lock"].add_task(lock_make, name="make", default=True)
 ns.collections["kernels"].add_task(kernels_table, name="table", default=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hostlab import HostError
+from hostlab.bench.testcommand import ci_steps  # noqa: E402
 from hostlab.bench.docs import (DOCS_PAGE, FIGURES_END, FIGURES_START, README, figures_block, readme_figures, render,
                                 write_page)
 from hostlab.bench.record import BENCH_DIR, missing_provenance, provenance, result_path, stamped_from_git, write_result
@@ -165,6 +166,25 @@ def test_the_readme_figures_take_the_newest_measured_run_of_the_test_command(tmp
     assert "First command: not measured yet" in figures  # one stamped from git after the fact is no current figure
     assert "Second command: **1,071 s**, 2027-01-05" in figures and "ci-new.json" in figures
     assert "not timed" not in figures and "1,500" not in figures and "**10 s**" not in figures
+    # A newer run that failed is no figure for the command; the state a run was in is said beside its time.
+    result(bench, "ci-failed.json", kind="ci", when="20270106T000000Z", command="bash .ci/run", total_s=300,
+           exit_status=1)
+    result(bench, "ci-passed.json", kind="ci", when="20270104T000000Z", command="bash .ci/run", total_s=1100,
+           exit_status=0, state="a fresh clone")
+    figures = " ".join(readme_figures(bench).split())
+    assert "**1,071 s**, 2027-01-05" in figures and "**300 s**" not in figures
+    result(bench, "ci-new.json", kind="ci", when="20270103T000000Z", command="bash .ci/run", total_s=1071.2)
+    assert "Second command: **1,100 s** (a fresh clone), 2027-01-04" in " ".join(readme_figures(bench).split())
+
+
+def test_the_test_command_bench_reads_the_steps_ci_run_printed():
+    lines = ["noise", "[ci 0s] host setup (the README's first command)", "more", "[ci 128s] invoke test",
+             "[ci 1071s] done"]
+    assert ci_steps(lines) == [
+        {"step": "host setup (the README's first command)", "started_at_s": 0, "seconds": 128},
+        {"step": "invoke test", "started_at_s": 128, "seconds": 943},
+        {"step": "done", "started_at_s": 1071, "seconds": None},
+    ]
 
 
 def test_write_page_rewrites_the_page_and_only_the_readmes_block(tmp_path):

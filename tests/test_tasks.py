@@ -56,7 +56,7 @@ TASKS = {
     "bench.colocate",
     "bench.versus-trl",
     "bench.projection",
-    "bench.cold-up",
+    "bench.cold-up", "bench.test-command",
     "bench.reproducible",
     "bench.docs",
 }
