@@ -199,13 +199,13 @@ REPORT_FILES = (
 )
 
 
-def check_report(track: str, runlog: Path | None = None) -> None:
-    """`invoke report` over the run log a run appended to (default the images' one, which `invoke up` writes): the
+def check_report(track: str, runlogs: list[Path] | None = None) -> None:
+    """`invoke report` over the run logs runs appended to (default the images' one, which `invoke up` writes): the
     table (with a row for `track`), CSV, plots, HTML."""
-    runlog = runlog or image_runlog()
-    out = runlog.parent / "report"
-    if run_report([runlog], out=out) != 0:
-        raise HostError(f"`invoke report` found no run in {runlog}")
+    runlogs = runlogs or [image_runlog()]
+    out = image_runlog().parent / "report"
+    if run_report(runlogs, out=out) != 0:
+        raise HostError(f"`invoke report` found no run in {', '.join(str(log) for log in runlogs)}")
     missing = [name for name in REPORT_FILES if not (out / name).is_file() or not (out / name).stat().st_size]
     if missing:
         raise HostError(f"`invoke report` did not write {', '.join(missing)} into {out}")
@@ -545,7 +545,8 @@ def run_verl_cpu_step(timings: dict) -> None:
         # it.
         with tempfile.TemporaryDirectory(prefix="grpolab-verl-cpu-runs-") as runs, runs_dir_set_to(Path(runs)):
             export_and_run(VERL_CPU_STEPS)
-            check_report(VERL_CPU_TRACK, venv_runlog())
+            # The report over both logs, as `invoke report` reads them by default: verl's row beside the images' runs.
+            check_report(VERL_CPU_TRACK, [image_runlog(), venv_runlog()])
         left = sorted(set((REPO / "outputs").glob("*/*")) - hydra_outputs)
         if left:  # Hydra's folder belongs in the run's own folder (BUNDLE/cpu-runs/<time>/outputs/)
             raise HostError(
