@@ -282,10 +282,10 @@ def committed_copy(tmp_path: Path) -> Path:
 
     for name in ("entrypoint", "images", "lockfiles"):
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "hostlab").mkdir()
-    shutil.copy2(
-        REPO / "hostlab" / "sourcebuilds.py", tmp_path / "hostlab"
-    )  # a dependency input: the compile's options
+    for path in deps_inputs(get_track("c")):  # the host's dependency inputs: the compile's options
+        if path.startswith("hostlab/"):
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / path, tmp_path / path)
     shutil.copy2(REPO / "pyproject.toml", tmp_path)
     when = f"@{commit_time(REPO, deps_inputs(get_track('c')))} +0000"
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
