@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from grpolab.common.paths import TINY_MODEL_DIR
 from grpolab.common.runlog import read_runs
 from grpolab.common.tracks import get_track
 
@@ -28,7 +29,7 @@ from ..run.lab import lab_command, lab_env
 from .docs import write_page
 from .record import write_result
 
-TINY = {"tiny": str(REPO / "entrypoint" / "tiny-model")}  # the committed tiny model: what most benchmarks run
+TINY = {"tiny": str(TINY_MODEL_DIR)}  # the committed tiny model: what most benchmarks run
 
 
 def _write(

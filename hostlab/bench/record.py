@@ -22,13 +22,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from grpolab.common.filehash import weights_sha256
+from grpolab.common.paths import TINY_MODEL_RELATIVE
 
 from .. import REPO
 from ..host.tools import resolved
 from ..locks.lockfile import body_sha256, parse_lock
 
 BENCH_DIR = REPO / "bench"
-TINY_WEIGHTS = Path("entrypoint") / "tiny-model" / "model.safetensors"
+TINY_WEIGHTS = Path(TINY_MODEL_RELATIVE) / "model.safetensors"
 # CPU flags that change how fast a CPU run goes (torch's kernels pick their path by them); the rest are not recorded.
 # x86 names them in /proc/cpuinfo's `flags`, arm64 (track s's GB10) in its `Features`.
 SPEED_FLAGS = (

@@ -6,6 +6,12 @@ import os
 from pathlib import Path
 
 
+# The committed tiny model, beside the package: entrypoint/tiny-model/ in the repository, /opt/grpolab/entrypoint/
+# tiny-model/ in the images. Here, below both sides, so the host's benchmarks name the same folder the lab loads.
+TINY_MODEL_DIR = Path(__file__).resolve().parents[2] / "tiny-model"
+TINY_MODEL_RELATIVE = "entrypoint/tiny-model"
+
+
 def runs_dir() -> Path:
     """runs/ in the working directory unless GRPOLAB_RUNS_DIR says otherwise (the images mount it)."""
     return Path(os.environ.get("GRPOLAB_RUNS_DIR", "runs"))

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ..task.problems import arithmetic_splits
 from ..common.filehash import sha256_of_file
+from ..common.paths import TINY_MODEL_DIR, TINY_MODEL_RELATIVE
 
 TINY_MODEL = "tiny"  # the name users pass as --model
 BUILD_FACTS_FILE = "grpolab_tiny.json"
@@ -41,8 +42,8 @@ RECIPE_VERSION = 4  # bump when the recipe changes (4: a 1024-token context; 3: 
 
 # The committed model, beside the package (entrypoint/tiny-model/), and the sha256 of each of its files: the one
 # place they are written. `grpolab tiny-model --rebuild` prints a new dict for a regenerated model.
-FIXTURE_DIR = Path(__file__).resolve().parents[2] / "tiny-model"
-FIXTURE_RELATIVE = "entrypoint/tiny-model"
+FIXTURE_DIR = TINY_MODEL_DIR
+FIXTURE_RELATIVE = TINY_MODEL_RELATIVE
 FIXTURE_FILES = (
     "chat_template.jinja",
     "config.json",
