@@ -54,7 +54,7 @@ def test_an_extra_pyproject_lacks_is_named(tmp_path):
 
 def test_committed_locks_pass_check():
     assert {t.name for t in LOCKED} >= {"c", "n", "s", "m"}
-    assert check(), "invoke lock --check fails on the committed locks"
+    assert check(), "invoke lock.check fails on the committed locks"
 
 
 @pytest.mark.parametrize("track", LOCKED, ids=lambda t: t.name)

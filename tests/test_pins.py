@@ -1,10 +1,9 @@
 """What compiles and what Debian installs, pinned like the wheels.
 
 The build lock (lockfiles/<track>.build.txt) covers what the locked sdist's own backend asks for, asked for real;
-`invoke
-lock --check` notices a build lock or Debian lock that no longer fits the track's lock; apt inside the stand-in base
-refuses a pin the archive lacks in one line naming it, and installs the committed pins exactly; the stand-in base made
-twice from its pins is the same image, and a stand-in pin the archive lacks is refused in the same words."""
+`invoke lock.check` notices a build lock or Debian lock that no longer fits the track's lock; apt inside the stand-in
+base refuses a pin the archive lacks in one line naming it, and installs the committed pins exactly; the stand-in
+base made twice from its pins is the same image, and a stand-in pin the archive lacks is refused in the same words."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""`invoke lock --provenance`: the CPU build's Python files against upstream's, within a named allowance.
+"""`invoke lock.provenance`: the CPU build's Python files against upstream's, within a named allowance.
 
 Small stand-in wheels prove what passes and what fails; the real comparison (two wheels, ~450 MB) is the command
 itself, run by CI (hostlab/ci/testcommand.py) with the wheels kept in ~/.cache/grpolab/provenance."""

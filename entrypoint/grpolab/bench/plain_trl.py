@@ -1,4 +1,4 @@
-"""Plain TRL on the lab's settings, for the side-by-side benchmark (`invoke bench --versus-trl`).
+"""Plain TRL on the lab's settings, for the side-by-side benchmark (`invoke bench.versus-trl`).
 
     python -m grpolab.bench plain-trl --track c --max-steps 40 --seed 0 [--device cuda] [--observers meter,sampler,...]
     [--out FILE]

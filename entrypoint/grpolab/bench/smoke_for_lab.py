@@ -1,5 +1,5 @@
 """The smoke test on the track's tiny model, told the lab it stands before: a lab on another model (a folder), as
-the track rows with a smoke_model run it. The projection benchmark (`invoke bench --projection`) runs it through
+the track rows with a smoke_model run it. The projection benchmark (`invoke bench.projection`) runs it through
 `python -m grpolab.bench smoke-for-lab` to check how well the calibration and the size probe project a lab on a bigger
 model; what it measured is in its run-log line."""
 

@@ -40,7 +40,7 @@ def lab_projection(calibration: dict, smoke_model: str, lab_settings) -> dict:
     the lab's steps, plus the first-use cost its first step pays (the calibration's first step over its steady state),
     kept apart. The per-step figure is that wall clock over the steps: the basis of the lab's own seconds per step,
     the mean of all its steps, its first included. A projection, checked against the lab's measurement by
-    `invoke bench --projection` and the report."""
+    `invoke bench.projection` and the report."""
     measured = calibration.get("seconds_per_step")
     first_use = calibration.get("first_step_extra_s") or 0.0
     added, model_note = model_size_step(calibration, smoke_model, lab_settings.model)

@@ -248,7 +248,7 @@ def grpo_config(settings: LabSettings, reward_names: list[str], device_type: str
         # every forward: none is unused. transformers' default is "unused ones may exist" whenever checkpointing is
         # off (the CPU), which costs a walk of the autograd graph on every backward under DDP (colocate on a CPU
         # with LOCAL_RANK set before the run; any run on several processes). GRPOLAB_DDP_FIND_UNUSED_PARAMETERS=auto
-        # leaves it to transformers again, for `invoke bench --colocate --case ...` to measure what this saves.
+        # leaves it to transformers again, for `invoke bench.colocate --case ...` to measure what this saves.
         ddp_find_unused_parameters=None if os.environ.get(FIND_UNUSED_VARIABLE) == "auto" else False,
         save_strategy="no",
         report_to=settings.report_to,

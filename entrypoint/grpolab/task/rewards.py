@@ -128,7 +128,7 @@ _control_draws = random.Random(0)  # fixed, so a control run is repeatable in on
 def random_reward(completions, **kwargs) -> list[float]:
     """A control, not one of the lab's rewards: 1.0 or 0.0 by a coin toss, whatever the completion says.
     Trained on it (`--reward-weights random_reward=1`), a run shows how much of pass@1's
-    change the real reward is responsible for (`invoke bench --learning` runs it)."""
+    change the real reward is responsible for (`invoke bench.learning` runs it)."""
     return [float(_control_draws.random() < 0.5) for _ in completions or []]
 
 
