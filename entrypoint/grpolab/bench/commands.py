@@ -1,7 +1,7 @@
 """The measurement and proof commands, `python -m grpolab.bench COMMAND`: what the host's benchmarks (`invoke bench
 ...`) and CI (`invoke verl-cpu`) ask of the lab, each writing JSON or a run-log line the host reads. A learner's
-`grpolab` never lists them and never loads this package: building this parser imports no torch either, each
-command loading what it needs when it runs."""
+`grpolab` never lists them and never loads this package. Its modules import no torch at the top, so building this
+parser loads none; only verl's harness is imported when its command runs (it imports verl)."""
 
 from __future__ import annotations
 
@@ -12,33 +12,30 @@ from pathlib import Path
 
 from ..common.errors import run_reporting_failures
 from ..common.tracks import current_track_name
+from .memory_cases import ALL_CASES, write_shape_folder
+from .memory_cases import main as memory_bench
+from .plain_trl import add_arguments as add_plain_trl_arguments
+from .plain_trl import main as plain_trl
+from .smoke_for_lab import smoke_before_lab
 
 PROG = "python -m grpolab.bench"
 TRACK_HELP = "the track (default: $GRPOLAB_TRACK, else c)"
 
 
 def cmd_memory(args) -> int:
-    from .memory_cases import main as memory_bench
-
     return memory_bench(args.case, args.device, args.out, unified_memory=args.unified_memory)
 
 
 def cmd_plain_trl(args) -> int:
-    from .plain_trl import main as plain_trl
-
     return plain_trl(args)
 
 
 def cmd_shape_folder(args) -> int:
-    from .memory_cases import write_shape_folder
-
     print(json.dumps({"case": args.case, "folder": write_shape_folder(args.case, args.out)}))
     return 0
 
 
 def cmd_smoke_for_lab(args) -> int:
-    from .smoke_for_lab import smoke_before_lab
-
     return smoke_before_lab(args.track, args.lab_model, dict(setting.split("=", 1) for setting in args.lab_setting))
 
 
@@ -54,7 +51,7 @@ def cmd_verl_cpu(args) -> int:
 
 
 def add_memory(sub, cases: list[str]) -> None:
-    memory = sub.add_parser("memory", help="one case of the memory benchmark (`invoke bench --memory` runs them all): "
+    memory = sub.add_parser("memory", help="one case of the memory benchmark (`invoke bench.memory` runs them all): "
                             "a few GRPO steps under the peak-memory meter, then predicted against measured, as JSON")
     memory.add_argument("--case", required=True, choices=cases)
     memory.add_argument("--device", choices=["cpu", "cuda", "mps"], default="cpu", help="where to train (default cpu)")
@@ -79,9 +76,6 @@ def add_verl_cpu(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .memory_cases import ALL_CASES
-    from .plain_trl import add_arguments as add_plain_trl_arguments
-
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("\n", " "))
     sub = parser.add_subparsers(dest="command", required=True)
     add_memory(sub, sorted(ALL_CASES))
