@@ -21,7 +21,7 @@ from grpolab.report.table import run_report
 from .. import REPO, HostError
 from ..host import engine
 from ..host.console import say
-from ..host.runs import image_runlog, venv_runlog
+from ..host.runs import image_runlog, image_runs_dir, venv_runlog
 from ..host.tools import compose_command, resolved
 from ..images.build import build
 from ..images.compose import compose_env, write_env_file
@@ -203,7 +203,7 @@ def check_report(track: str, runlogs: list[Path] | None = None) -> None:
     """`invoke report` over the run logs runs appended to (default the images' one, which `invoke up` writes): the
     table (with a row for `track`), CSV, plots, HTML."""
     runlogs = runlogs or [image_runlog()]
-    out = image_runlog().parent / "report"
+    out = image_runs_dir() / "report"
     if run_report(runlogs, out=out) != 0:
         raise HostError(f"`invoke report` found no run in {', '.join(str(log) for log in runlogs)}")
     missing = [name for name in REPORT_FILES if not (out / name).is_file() or not (out / name).stat().st_size]
@@ -372,8 +372,8 @@ def run_cv_colocate_steps(timings: dict) -> None:
 
 
 def run_ci(skip_image: bool = False) -> dict:
-    """Room on the disk (CI_DISK_NEED_GIB); lock --check; the kernels tables of tracks s and n, read again from their
-    locked wheels where the lock or the reader moved; then the images built (track c on the stand-in base where no
+    """Room on the disk (CI_DISK_NEED_GIB); ruff; lock.check; the kernels tables of tracks s and n, read again from
+    their locked wheels where the lock or the reader moved; then the images built (track c on the stand-in base where no
     registry answers, its llama.cpp image, track cv) beside the tests not marked `docker`; then, those tests done,
     the README's main command for real, `invoke up --track c` (its build now the cached one), with the run-log line
     it wrote, and the other steps that run the images; then verl's step. The tests marked `docker`, which use those
@@ -412,7 +412,7 @@ def _run_ci_steps(timings: dict, skip_image: bool, cpu: CpuUse) -> None:
             timings,
         ):
             verify_committed(track)
-    cpu.part("disk room, lock --check, kernels tables")
+    cpu.part("disk room, ruff, lock.check, kernels tables")
     engine_free = BackgroundPytest(REPO / ".cache" / "tests" / "pytest-engine-free.log")
     engine_tests = None
     try:

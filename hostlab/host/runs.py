@@ -27,7 +27,7 @@ def image_runs_dir() -> Path:
 
 
 def image_runlog() -> Path:
-    return image_runs_dir() / runlog_path().name
+    return runlog_in(image_runs_dir())
 
 
 def runlog_in(runs: Path) -> Path:

@@ -9,6 +9,7 @@ is made the same way. A builder says what it can do (`sets_times`: stamps git's 
 - buildah.py: buildah (its store, buildah_store.py; the hand-over to the engine, handover.py);
 - buildx.py: the engine's own BuildKit where it can set every time (preferred: nothing to install, one copy);
 - engine.py: the engine's own builder otherwise: the image works the same, its id differs build to build.
+facts.py holds what every builder says of itself (name, version, what it can do) and how it is described.
 Adding a builder is a module with a `detect()` and a line in BUILDERS. docs/locks-and-images.md, "Reproducible
 images", says which builder each release gets.
 """

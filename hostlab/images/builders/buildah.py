@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ...host.console import stream
 from .buildah_store import BUILDAH_HINT, base_into_buildah, buildah_layers, fresh_store, run_buildah
+from .facts import BuilderFacts
 from .handover import buildah_to_engine
 from .inputs import build_arg_flags
 
@@ -22,16 +23,12 @@ NAME = "buildah"
 
 
 @dataclass(frozen=True)
-class Buildah:
+class Buildah(BuilderFacts):
     """The Builder (see __init__) for buildah: sets every time; hands its image to the engine."""
 
-    version: str
     name: str = NAME
     sets_times: bool = True
     loads_into_engine: bool = False
-
-    def describe(self) -> str:
-        return f"buildah {self.version}"
 
     def base_ref(self, engine_base_id: str, base_image: str) -> str:
         return base_into_buildah(engine_base_id)  # its own store needs a copy; FROM takes it by id

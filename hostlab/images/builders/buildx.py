@@ -14,22 +14,19 @@ from pathlib import Path
 from ...host.console import stream
 from ...host.tools import resolved
 from .engine_images import engine_image_id, engine_layers
+from .facts import BuilderFacts
 from .inputs import build_arg_flags
 
 NAME = "buildx"
 
 
 @dataclass(frozen=True)
-class Buildx:
+class Buildx(BuilderFacts):
     """The Builder (see __init__) for buildx: sets every time; its image lands in the engine."""
 
-    version: str
     name: str = NAME
     sets_times: bool = True
     loads_into_engine: bool = True
-
-    def describe(self) -> str:
-        return f"buildx {self.version}"
 
     def base_ref(self, engine_base_id: str, base_image: str) -> str:
         return base_image  # the engine holds it under its name

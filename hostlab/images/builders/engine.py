@@ -12,21 +12,18 @@ from pathlib import Path
 from ... import HostError
 from ...host.tools import resolved
 from .engine_images import engine_layers
+from .facts import BuilderFacts
 
 NAME = "docker"
 
 
 @dataclass(frozen=True)
-class EngineBuilder:
+class EngineBuilder(BuilderFacts):
     """The Builder (see __init__) for the engine's classic builder: sets no times; builds into the engine."""
 
-    version: str
     name: str = NAME
     sets_times: bool = False
     loads_into_engine: bool = True
-
-    def describe(self) -> str:
-        return f"docker {self.version} (not byte-reproducible)"
 
     def base_ref(self, engine_base_id: str, base_image: str) -> str:
         return base_image

@@ -1,0 +1,17 @@
+"""What every builder says of itself (BuilderFacts): its name and version, and what it can do. Each builder's class
+extends it with its own defaults; how a builder is described follows from these facts, written once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BuilderFacts:
+    version: str
+    name: str
+    sets_times: bool  # every time in the image comes from git: same commit, same image id
+    loads_into_engine: bool  # its image lands in the Docker engine by itself (else it is handed over)
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version}" + ("" if self.sets_times else " (not byte-reproducible)")
