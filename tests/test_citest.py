@@ -1,10 +1,13 @@
 """`invoke test`'s two halves of pytest (hostlab.ci.testcommand): between them they select every test, and a test that
-would
-skip in the engine-free half for want of the engine fails there instead (tests/conftest.py), so none runs in neither."""
+would skip in the engine-free half for want of the engine fails there instead (tests/conftest.py), so none runs in
+neither."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from hostlab.ci.testcommand import ENGINE_FREE_TESTS, ENGINE_TESTS, NO_ENGINE_SOCKET, engine_free_env
 
@@ -83,3 +86,15 @@ def test_the_engine_free_half_reaches_no_engine_and_its_openmp_threads_sleep_unl
     assert env["DOCKER_HOST"] == NO_ENGINE_SOCKET and env["PATH"] == "/usr/bin"
     assert env["OMP_WAIT_POLICY"] == "PASSIVE"
     assert engine_free_env({"OMP_WAIT_POLICY": "ACTIVE"})["OMP_WAIT_POLICY"] == "ACTIVE"  # the caller's choice stands
+
+
+def test_environ_set_puts_every_variable_back_as_it_was(monkeypatch):
+    """CI's verl step sets GRPOLAB_RUNS_DIR, a build from nothing buildah's store: afterwards each is as before."""
+    from hostlab.host.environ import environ_set
+
+    monkeypatch.setenv("GRPOLAB_TEST_KEPT", "before")
+    monkeypatch.delenv("GRPOLAB_TEST_UNSET", raising=False)
+    with pytest.raises(RuntimeError), environ_set(GRPOLAB_TEST_KEPT="inside", GRPOLAB_TEST_UNSET="inside"):
+        assert os.environ["GRPOLAB_TEST_KEPT"] == os.environ["GRPOLAB_TEST_UNSET"] == "inside"
+        raise RuntimeError("the block failed")
+    assert os.environ["GRPOLAB_TEST_KEPT"] == "before" and "GRPOLAB_TEST_UNSET" not in os.environ

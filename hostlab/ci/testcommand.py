@@ -10,8 +10,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 
 from grpolab.common.runlog import read_runs
@@ -21,6 +20,7 @@ from grpolab.report.table import run_report
 from .. import REPO, HostError
 from ..host import engine
 from ..host.console import say
+from ..host.environ import environ_set
 from ..host.runs import image_runlog, image_runs_dir, venv_runlog
 from ..host.tools import compose_command, resolved
 from ..images.build import build
@@ -517,20 +517,6 @@ def run_image_steps(timings: dict) -> None:
 VERL_CPU_STEPS = 2
 
 
-@contextmanager
-def runs_dir_set_to(folder: Path) -> Iterator[None]:
-    """GRPOLAB_RUNS_DIR set to `folder` for what runs inside, then put back as it was."""
-    before = os.environ.get("GRPOLAB_RUNS_DIR")
-    os.environ["GRPOLAB_RUNS_DIR"] = str(folder)
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["GRPOLAB_RUNS_DIR"]
-        else:
-            os.environ["GRPOLAB_RUNS_DIR"] = before
-
-
 def run_verl_cpu_step(timings: dict) -> None:
     """verl for real: the lab exported, then verl 0.9.1's own main_ppo trains it on the CPU (track clustercpu's lock,
     vLLM's CPU build, a weight sync after each step), its run-log line checked and its row in the report. Alone: it
@@ -543,7 +529,7 @@ def run_verl_cpu_step(timings: dict) -> None:
         hydra_outputs = set((REPO / "outputs").glob("*/*"))
         # With GRPOLAB_RUNS_DIR set, as the README tells cluster users: the host must find the line where the lab wrote
         # it.
-        with tempfile.TemporaryDirectory(prefix="grpolab-verl-cpu-runs-") as runs, runs_dir_set_to(Path(runs)):
+        with tempfile.TemporaryDirectory(prefix="grpolab-verl-cpu-runs-") as runs, environ_set(GRPOLAB_RUNS_DIR=runs):
             export_and_run(VERL_CPU_STEPS)
             # The report over both logs, as `invoke report` reads them by default: verl's row beside the images' runs.
             check_report(VERL_CPU_TRACK, [image_runlog(), venv_runlog()])

@@ -4,7 +4,6 @@ the Docker engine, an image's layers, a store of a build's own for a build from 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from contextlib import contextmanager
@@ -12,6 +11,7 @@ from pathlib import Path
 
 from ... import HostError
 from ...host.console import say
+from ...host.environ import environ_set
 from ...host.tools import resolved
 
 BUILDAH_HINT = "`apt-get install -y buildah` (Debian 12+, Ubuntu 22.04+)"
@@ -52,33 +52,12 @@ def fresh_store(folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "tmp").mkdir(exist_ok=True)  # buildah keeps RUN --mount=type=cache folders under TMPDIR
     conf.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{folder}/storage"\nrunroot = "{folder}/run"\n')
-    saved = {k: os.environ.get(k) for k in ("CONTAINERS_STORAGE_CONF", "TMPDIR")}
-    os.environ.update(CONTAINERS_STORAGE_CONF=str(conf), TMPDIR=str(folder / "tmp"))
+    store = ["buildah", "--storage-driver", "overlay", "--root", f"{folder}/storage", "--runroot", f"{folder}/run"]
     try:
-        yield folder
+        with environ_set(CONTAINERS_STORAGE_CONF=str(conf), TMPDIR=str(folder / "tmp")):
+            yield folder
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        subprocess.run(
-            resolved(
-                [
-                    "buildah",
-                    "--storage-driver",
-                    "overlay",
-                    "--root",
-                    f"{folder}/storage",
-                    "--runroot",
-                    f"{folder}/run",
-                    "rmi",
-                    "--all",
-                    "--force",
-                ]
-            ),
-            capture_output=True,
-        )
+        subprocess.run(resolved([*store, "rmi", "--all", "--force"]), capture_output=True)
         subprocess.run(resolved(["umount", "--recursive", "--lazy", f"{folder}/storage/overlay"]), capture_output=True)
         shutil.rmtree(folder, ignore_errors=True)
 
