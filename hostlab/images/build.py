@@ -22,7 +22,7 @@ from ..host.detect import HostFacts, detect_track, host_problems
 from ..host.tools import resolved
 from ..locks.buildtools import build_lock_path, check_build_lock
 from ..locks.debian import SUITE, check_debian_lock, pins_arg
-from ..locks.lockfile import Lock, lock_path, lock_sha256, read_lock
+from ..locks.lockfile import Lock, lock_path, lock_sha256
 from ..locks.resolve import check_lock
 from ..locks.sourcebuilds import SOURCE_BUILD_FILE_NAMES, rollouts_needing_source_builds, source_builds
 from .builders import BUILDAH_HINT, Builder, choose_builder, commit_time, deps_inputs, lab_inputs
@@ -285,9 +285,8 @@ def check_buildable(track: Track, lock_dir: Path, pyproject: Path, skip_host_che
         raise HostError(f"track {track.name} is a native venv, not an image: `invoke venv --track {track.name}`")
     engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
     report = check_lock(track, lock_dir=lock_dir, pyproject=pyproject)
-    lock = None
+    lock = report.lock  # parsed once, by the check
     if not report.problems:  # the build tools and Debian pins are judged against a lock that is itself current
-        lock = read_lock(track, lock_dir)
         report.problems += check_build_lock(track, lock, lock_dir) + check_debian_lock(track, lock, lock_dir)
     if report.problems:  # a hand-edited lock too: refused here, before anything is downloaded
         raise HostError("\n".join(report.problems))

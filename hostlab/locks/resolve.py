@@ -473,6 +473,7 @@ class LockReport:
     problems: list[str] = field(default_factory=list)  # each a sentence naming what to do
     hand_edited: bool = False  # body differs from what `invoke lock` wrote
     note: str = ""
+    lock: Lock | None = None  # the lock as parsed for the check, for whoever goes on to use it (None: unreadable)
 
     @property
     def ok(self) -> bool:
@@ -525,6 +526,7 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
     except ValueError as err:
         report.problems.append(f"{path.name} is not a lock made by `invoke lock`: {err}; {redo}")
         return report
+    report.lock = lock
     h = lock.header
     for key, want in header_facts(track, inputs, lock_dir).items():
         if h.get(key) != want:
