@@ -4,6 +4,7 @@ reader against NVIDIA's cuobjdump on a real locked library, and what the doctor 
 import dataclasses
 import json
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -23,7 +24,7 @@ from hostlab import HostError  # noqa: E402
 from hostlab.kernels import table as kernels, readme as kernelsreadme  # noqa: E402
 from hostlab.locks.wheels import fetch, locked_files  # noqa: E402
 from hostlab.locks.lockfile import LOCK_DIR, parse_lock  # noqa: E402
-from hostlab.kernels.elf import SharedObject, cuda_code, fatbin_code, read_elf  # noqa: E402
+from hostlab.kernels.elf import SharedObject, cuda_code, cuobjdump, fatbin_code, read_elf  # noqa: E402
 
 
 # --- the rules of CUDA compatibility -----------------------------------------------------------------------
@@ -91,14 +92,51 @@ def test_refused_a_needed_library_without_code_for_the_tracks_gpu():
     ]
 
 
+def fa2_of_isa(isa: str | None) -> SharedObject:
+    """vLLM's FlashAttention 2 as vllm 0.31.0 ships it (sm_80 SASS, compute_80 PTX), its PTX of ISA `isa`."""
+    return SharedObject("vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", cuda_major=13, sass=["sm_80"], ptx=["sm_80"],
+                        device_code=True, ptx_isa={"sm_80": isa} if isa else {})
+
+
 def test_a_library_only_the_jit_runs_is_a_warning_not_a_refusal():
-    fa2 = SharedObject(
-        "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", cuda_major=13, sass=["sm_80"], ptx=["sm_80"], device_code=True
-    )
-    refusals, warnings = kernels.problems(table_of(**{"vllm_0.31.0": [fa2]}))
+    refusals, warnings = kernels.problems(table_of(**{"vllm_0.31.0": [fa2_of_isa("9.0")]}))
     assert (
         refusals == [] and len(warnings) == 1 and "only PTX for sm_121" in warnings[0] and "_vllm_fa2_C" in warnings[0]
     )
+
+
+def test_refused_jit_only_ptx_newer_than_the_tracks_driver_compiles():
+    # CUDA 13.1's PTX (ISA 9.1) needs driver 590.44.01; track s declares CUDA 13's 580: GB10 would fail at first use
+    # with cudaErrorUnsupportedPtxVersion
+    refusals, _ = kernels.problems(table_of(**{"vllm_0.31.0": [fa2_of_isa("9.1")]}))
+    assert len(refusals) == 1 and "of PTX ISA 9.1: the driver compiles it from 590.44.01 on, newer than the 580" in (
+        refusals[0])
+    unplaced, _ = kernels.problems(table_of(**{"vllm_0.31.0": [fa2_of_isa("9.9")]}))
+    assert len(unplaced) == 1 and "of PTX ISA 9.9, which grpolab/common/gpucode.py's PTX_ISA_CUDA does not" in (
+        unplaced[0])
+    unread, _ = kernels.problems(table_of(**{"vllm_0.31.0": [fa2_of_isa(None)]}))
+    assert len(unread) == 1 and "PTX ISA unread" in unread[0]
+
+
+@pytest.mark.parametrize("isa, driver", [("9.0", "580.65.06"), ("9.1", "590.44.01"), ("8.8", "575.51.03"),
+                                         ("8.6", "570.26"), ("9.9", None)])
+def test_the_driver_each_ptx_isa_needs(isa, driver):
+    assert gpucode.driver_for_ptx(isa) == driver
+
+
+def test_refused_a_triton_whose_ptxas_does_not_know_the_tracks_gpu():
+    ptxas = {"ptxas": {"cuda": "12.8", "archs": ["sm_90a", "sm_120a"]},
+             "ptxas-blackwell": {"cuda": "12.9", "archs": ["sm_120a", "sm_121a"]}}
+    rule = {"read_from": "triton 3.7.1: ...", "choice": {"blackwell_from": 100, "arch_specific_from": 90},
+            "ptxas": ptxas}
+    table = kernels.build_table(get_track("s"), {"torch 2.13.0": [TORCH], "nvidia-cuda-runtime 13.0.96": [CUDART]},
+                                "13.0", "0" * 64, {"triton": rule})
+    assert kernels.problems(table)[0] == []
+    rule["ptxas"]["ptxas-blackwell"]["archs"] = ["sm_120a"]  # the ptxas of CUDA 12.8, before GB10
+    assert kernels.problems(table)[0] == [
+        "triton 3.7.1: its ptxas-blackwell (CUDA 12.9) does not know sm_121a, which Triton compiles for on sm_121 "
+        "(GB10, DGX Spark (compute 12.1))"
+    ]
 
 
 def test_a_library_the_path_uses_only_on_other_gpus_is_not_refused():
@@ -242,6 +280,16 @@ def test_fatbin_reader_agrees_with_cuobjdump_on_a_real_library(tmp_path):
     inside, _, _ = fatbin_code(data, (0, len(data)))
     assert inside == listed
     assert (shared.sass, shared.ptx) == listed
+    # the PTX ISA the fatbin headers give is the `.version` of the PTX cuobjdump extracts
+    extracted = tmp_path / "ptx"
+    extracted.mkdir()
+    subprocess.run([cuobjdump(), "-xptx", "all", str(library)], cwd=extracted, check=True, capture_output=True)
+    versions = {}
+    for ptx in extracted.glob("*.ptx"):
+        arch = "sm_" + ptx.name.rsplit(".", 2)[-2].split("_")[-1]
+        version = next(line.split()[1] for line in ptx.read_text().splitlines() if line.startswith(".version"))
+        versions[arch] = max(versions.get(arch, version), version, key=gpucode.driver_key)
+    assert versions and shared.ptx_isa == versions
     recorded = next(
         lib for lib in json.loads((LOCK_DIR / "n.kernels.json").read_text())["libraries"] if lib["path"] == name
     )

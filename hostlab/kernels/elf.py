@@ -50,6 +50,9 @@ class SharedObject:
     gfx: list[str] | None = None  # AMD targets, for a library with a HIP offload bundle
     device_code: bool = False
     embedded_fatbins: int = 0  # fatbins outside .nv_fatbin (in the library's data), read from their headers
+    # The PTX ISA version of each PTX arch (the newest, where several entries carry one arch): "9.0" is CUDA 13.0's.
+    # The driver JIT-compiles PTX only of an ISA it knows (grpolab.common.gpucode.PTX_ISA_CUDA).
+    ptx_isa: dict[str, str] = field(default_factory=dict)
 
 
 def is_elf(head: bytes) -> bool:
@@ -94,6 +97,7 @@ def read_elf(file: Path, path_in_wheel: str) -> SharedObject | None:
     found.cuda_major = max(majors) if len(majors) == 1 else (min(majors) if majors else None)
     with open(file, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         inside, outside, embedded = fatbin_code(data, fatbin_range)
+        isa = ptx_isa_versions(data)
     if fatbin_range:
         listed = cuda_code(file)
         if listed != inside:
@@ -107,6 +111,7 @@ def read_elf(file: Path, path_in_wheel: str) -> SharedObject | None:
     if found.device_code:
         found.sass = sort_archs(set(inside[0]) | set(outside[0]))
         found.ptx = sort_archs(set(inside[1]) | set(outside[1]))
+        found.ptx_isa = {arch: isa[arch] for arch in found.ptx if arch in isa}
     if hip is not None:
         found.device_code = True
         found.gfx = sorted({m.decode() for m in GFX_TARGET.findall(hip)})
@@ -118,35 +123,59 @@ def sort_archs(archs) -> list[str]:
     return sorted(set(archs), key=lambda a: (version_key(a), a))
 
 
-def fatbin_code(data, inside: tuple[int, int] | None = None) -> tuple[tuple[list, list], tuple[list, list], int]:
-    """Every fatbin in `data` (a whole library), from its headers: ((SASS, PTX) within `inside`, (SASS, PTX)
-    elsewhere, how many fatbins were elsewhere). A header's layout: magic, u16 version, u16 header size, u64 size;
-    then entries of u16 kind, u16 version, u32 header size, u32 padded payload size, ... u32 arch (at 28),
-    ... u64 flags (at 40)."""
-    found = {True: (set(), set()), False: (set(), set())}
-    elsewhere, start = 0, data.find(FATBIN_MAGIC)
+def fatbins(data):
+    """(start, end) of every fatbin in `data` (a whole library), from its header: magic, u16 version, u16 header size,
+    u64 size."""
+    start = data.find(FATBIN_MAGIC)
     while start != -1:
         version, header, size = struct.unpack_from("<HHQ", data, start + 4)
         end = start + header + size
         if version != 1 or header != 16 or end > len(data):
             start = data.find(FATBIN_MAGIC, start + 4)
             continue
+        yield start, end
+        start = data.find(FATBIN_MAGIC, max(end, start + 4))
+
+
+def fatbin_entries(data, start: int, end: int):
+    """(kind, arch name, (ISA major, minor)) of each code entry of the fatbin at data[start:end]: entries of u16 kind,
+    u16 version, u32 header size, u32 padded payload size, ... u16 minor and u16 major (at 24 and 26: for a PTX entry
+    the PTX ISA version, which its `.version` line repeats: on vllm 0.31.0's _vllm_fa2_C all 76 PTX entries read 9.0
+    both ways, the other by `cuobjdump -xptx all`), u32 arch (at 28), ... u64 flags (at 40)."""
+    entry = start + 16
+    while entry + 48 <= end:
+        kind, _, entry_header, payload = struct.unpack_from("<HHII", data, entry)
+        minor, major, arch = struct.unpack_from("<HHI", data, entry + 24)
+        flags = struct.unpack_from("<Q", data, entry + 40)[0]
+        if entry_header == 0:
+            break
+        if kind in (FATBIN_SASS, FATBIN_PTX) and 10 <= arch < 1000:
+            yield kind, f"sm_{arch}" + ("a" if flags & FATBIN_ARCH_SPECIFIC else ""), (major, minor)
+        entry += entry_header + payload
+
+
+def fatbin_code(data, inside: tuple[int, int] | None = None) -> tuple[tuple[list, list], tuple[list, list], int]:
+    """Every fatbin in `data` (a whole library), from its headers: ((SASS, PTX) within `inside`, (SASS, PTX)
+    elsewhere, how many fatbins were elsewhere)."""
+    found = {True: (set(), set()), False: (set(), set())}
+    elsewhere = 0
+    for start, end in fatbins(data):
         within = inside is not None and inside[0] <= start < inside[1]
         elsewhere += not within
-        entry = start + header
-        while entry + 48 <= end:
-            kind, _, entry_header, payload = struct.unpack_from("<HHII", data, entry)
-            arch = struct.unpack_from("<I", data, entry + 28)[0]
-            flags = struct.unpack_from("<Q", data, entry + 40)[0]
-            if entry_header == 0:
-                break
-            if kind in (FATBIN_SASS, FATBIN_PTX) and 10 <= arch < 1000:
-                name = f"sm_{arch}" + ("a" if flags & FATBIN_ARCH_SPECIFIC else "")
-                found[within][0 if kind == FATBIN_SASS else 1].add(name)
-            entry += entry_header + payload
-        start = data.find(FATBIN_MAGIC, max(end, start + 4))
+        for kind, name, _ in fatbin_entries(data, start, end):
+            found[within][0 if kind == FATBIN_SASS else 1].add(name)
     (sass_in, ptx_in), (sass_out, ptx_out) = found[True], found[False]
     return (sort_archs(sass_in), sort_archs(ptx_in)), (sort_archs(sass_out), sort_archs(ptx_out)), elsewhere
+
+
+def ptx_isa_versions(data) -> dict[str, str]:
+    """The newest PTX ISA version ("9.0") of each PTX arch in `data`'s fatbins."""
+    newest: dict[str, tuple[int, int]] = {}
+    for start, end in fatbins(data):
+        for kind, name, isa in fatbin_entries(data, start, end):
+            if kind == FATBIN_PTX:
+                newest[name] = max(newest.get(name, isa), isa)
+    return {arch: f"{major}.{minor}" for arch, (major, minor) in sorted(newest.items())}
 
 
 def cuobjdump() -> str:

@@ -23,7 +23,21 @@ from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
-from grpolab.common.gpucode import FORMAT, JIT, NONE, cards, driver_minimum, load_table, needed_by, table_path, verdict
+from grpolab.common.gpucode import (
+    FORMAT,
+    JIT,
+    NONE,
+    cards,
+    driver_for_ptx,
+    driver_key,
+    driver_minimum,
+    jit_isa,
+    load_table,
+    needed_by,
+    parse_arch,
+    table_path,
+    verdict,
+)
 from grpolab.common.tracks import Track, get_track, load_tracks
 
 from .. import REPO, HostError
@@ -31,15 +45,17 @@ from ..host.console import say
 from ..locks.lockfile import LOCK_DIR, lock_path, parse_lock
 from ..locks.provenance import CACHE
 from ..locks.wheels import LockedFile, fetch, locked_files
+from . import library_rules
 from .elf import SharedObject, is_elf, read_elf, version_key
 
-SCAN_VERSION = 2  # raise when read_elf learns something new: cached scans of older versions are read again
+SCAN_VERSION = 3  # raise when read_elf learns something new: cached scans of older versions are read again
 # A table is a function of the locked wheels (their hashes are in the lock, so the lock's body hash names them) and
 # of the code that reads them: these files. The table records both; CI reads the wheels again only when either moved.
 # gpucode.py asks each rollout path's description (common/rollout_paths/) which libraries it launches kernels from.
 READER_FILES = (
     "hostlab/kernels/table.py",
     "hostlab/kernels/elf.py",
+    "hostlab/kernels/library_rules.py",
     "hostlab/locks/wheels.py",
     "hostlab/locks/lockfile.py",
     "entrypoint/grpolab/common/gpucode.py",
@@ -96,11 +112,8 @@ def optional_plugin(path: str) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------ reading wheels
-def scan_wheel(file: LockedFile, wheel: Path, cache: Path = SCAN_CACHE) -> list[SharedObject]:
-    """Every ELF shared object in one wheel (kept in `cache` by the wheel's sha256: a wheel is read once)."""
-    kept = cache / f"{file.sha256}.v{SCAN_VERSION}.json"
-    if kept.exists():
-        return [SharedObject(**o) for o in json.loads(kept.read_text())]
+def scan_wheel(wheel: Path) -> list[SharedObject]:
+    """Every ELF shared object in one wheel."""
     found = []
     with zipfile.ZipFile(wheel) as whl, tempfile.TemporaryDirectory(prefix="grpolab-kernels-") as tmp:
         for info in whl.infolist():
@@ -118,9 +131,27 @@ def scan_wheel(file: LockedFile, wheel: Path, cache: Path = SCAN_CACHE) -> list[
             if shared:
                 found.append(shared)
             target.unlink()
-    cache.mkdir(parents=True, exist_ok=True)
-    kept.write_text(json.dumps([asdict(o) for o in found]))
     return found
+
+
+def facts_path(file: LockedFile, cache: Path = SCAN_CACHE) -> Path:
+    return cache / f"{file.sha256}.v{SCAN_VERSION}.json"
+
+
+def wheel_facts(file: LockedFile, wheel: Path | None, cache: Path = SCAN_CACHE) -> dict:
+    """What one wheel says ({"objects": its shared objects, "rules": its library rules or None, "torch_cuda"}), read
+    once and kept in `cache` by the wheel's sha256, so that a table is made again without the wheel."""
+    kept = facts_path(file, cache)
+    if not kept.exists():
+        reader = RULE_READERS.get(file.project)
+        facts = {
+            "objects": [asdict(o) for o in scan_wheel(wheel)],
+            "rules": reader(wheel, file.version) if reader else None,
+            "torch_cuda": torch_cuda(wheel) if file.project == "torch" else None,
+        }
+        cache.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps(facts))
+    return json.loads(kept.read_text())
 
 
 def torch_cuda(wheel: Path) -> str | None:
@@ -134,9 +165,14 @@ def torch_cuda(wheel: Path) -> str | None:
     return None
 
 
+# The libraries whose own code says what they do per card (hostlab/kernels/library_rules.py), by locked project.
+RULE_READERS = {"vllm": library_rules.read_vllm, "torch": library_rules.read_torch, "triton": library_rules.read_triton}
+
+
 # ------------------------------------------------------------------------------------------ the table
 def build_table(
-    track: Track, scans: dict[str, list[SharedObject]], torch_cuda_version: str | None, lock_body_sha256: str
+    track: Track, scans: dict[str, list[SharedObject]], torch_cuda_version: str | None, lock_body_sha256: str,
+    library_rules: dict | None = None,
 ) -> dict:
     """The kernels table from every wheel's shared objects ({"name version": [...]})."""
     # The base images' Python (python:3.1x-slim) is built with --enable-shared: /usr/local/lib/libpython3.1x.so.1.0,
@@ -169,7 +205,7 @@ def build_table(
             if o.cuda_major is not None:
                 majors[str(o.cuda_major)].append(f"{wheel}: {o.path}")
             if o.device_code:
-                lib = {"wheel": wheel, "path": o.path, "sass": o.sass, "ptx": o.ptx}
+                lib = {"wheel": wheel, "path": o.path, "sass": o.sass, "ptx": o.ptx, "ptx_isa": o.ptx_isa}
                 if o.gfx is not None:
                     lib["gfx"] = o.gfx
                 lib["needed_by_default_rollout"] = needed_by(o.path, track.rollout)
@@ -198,6 +234,7 @@ def build_table(
         "optional_unresolved": optional,
         "glibc_too_new": glibc_too_new,
         "libraries": libraries,
+        "library_rules": library_rules or {},
     }
 
 
@@ -236,12 +273,64 @@ def problems(table: dict) -> tuple[list[str], list[str]]:
             f"{u['wheel']}, {u['library']}: links {u['needed']}, which no locked wheel, the base image or the host's "
             "driver provides"
         )
+    refusals += jit_driver_refusals(table) + triton_refusals(table)
     for g in table.get("glibc_too_new", []):
         refusals.append(
             f"{g['wheel']}, {g['library']}: needs {g['glibc']}, newer than the base image's glibc "
             f"{table.get('base_glibc')}"
         )
     return refusals, warnings
+
+
+def jit_driver_refusals(table: dict) -> list[str]:
+    """A library the default path needs only by JIT on one of the track's GPUs, whose PTX needs a newer driver than
+    the track declares (its CUDA major's minimum), or whose PTX ISA no table here places."""
+    minimum = table.get("driver_minimum")
+    refusals = []
+    for lib in table.get("libraries", []):
+        for gpu in table.get("gpus_required", []):
+            if not (lib.get("needed_by_default_rollout") and needed_by(lib["path"], table["rollout"], gpu)):
+                continue
+            if verdict(gpu, lib["sass"], lib["ptx"], lib.get("gfx")) != JIT:
+                continue
+            isa = jit_isa(gpu, lib.get("ptx_isa") or {})
+            driver = driver_for_ptx(isa) if isa else None
+            where = f"{lib['wheel']}, {lib['path']}: only PTX for {gpu} ({cards(gpu)})"
+            if driver is None:
+                refusals.append(
+                    f"{where}, of PTX ISA {isa or 'unread'}, which grpolab/common/gpucode.py's PTX_ISA_CUDA does not "
+                    "place: add it from NVIDIA's PTX release history, then `invoke kernels`"
+                )
+            elif minimum and driver_key(driver)[0] > driver_key(minimum)[0]:
+                refusals.append(
+                    f"{where}, of PTX ISA {isa}: the driver compiles it from {driver} on, newer than the {minimum} "
+                    f"the track declares for CUDA {table.get('cuda_major')}: raise the track's minimum driver "
+                    "(DRIVER_MINIMUM) with the reason, or lock a build with machine code for it"
+                )
+    return refusals
+
+
+def triton_refusals(table: dict) -> list[str]:
+    """Triton compiles its kernels for sm_XYa (from 9.0 on) with its own bundled ptxas: one that does not know the
+    track's GPU fails at the first Triton kernel ("Value 'sm_121a' is not defined for option 'gpu-name'")."""
+    rule = (table.get("library_rules") or {}).get("triton")
+    if not rule or not table.get("cuda_major"):
+        return []
+    choice, tools = rule.get("choice"), rule.get("ptxas") or {}
+    if not choice:
+        return [f"{rule['read_from']}: the reader could not place Triton's choice of ptxas: read it again by hand"]
+    refusals = []
+    for gpu in table.get("gpus_required", []):
+        cap = parse_arch(gpu)
+        number = cap[0] * 10 + cap[1]
+        name = f"sm_{number}" + ("a" if number >= choice["arch_specific_from"] else "")
+        tool = "ptxas-blackwell" if number >= choice["blackwell_from"] and "ptxas-blackwell" in tools else "ptxas"
+        if name not in (tools.get(tool) or {}).get("archs", []):
+            refusals.append(
+                f"{rule['read_from'].split(':')[0]}: its {tool} (CUDA {(tools.get(tool) or {}).get('cuda')}) does not "
+                f"know {name}, which Triton compiles for on {gpu} ({cards(gpu)})"
+            )
+    return refusals
 
 
 def kernels_tracks() -> list[Track]:
@@ -272,18 +361,21 @@ def make_table(track: Track, lock_dir: Path = LOCK_DIR, lock_text: str | None = 
     started = time.monotonic()
     files = locked_files(track, lock=lock)
     listed = time.monotonic()
-    missing = [f for f in files if not (CACHE / f.sha256 / f.filename).exists()]
+    unread = [f for f in files if not facts_path(f).exists()]
+    missing = [f for f in unread if not (CACHE / f.sha256 / f.filename).exists()]
     say(
         f"track {track.name}: {len(files)} binary wheels in lockfiles/{track.name}.txt for {track.uv_platform}, "
-        f"{sum(f.size for f in files) / 1e9:.2f} GB; {len(missing)} to download "
-        f"({sum(f.size for f in missing) / 1e9:.2f} GB) into {CACHE}"
+        f"{sum(f.size for f in files) / 1e9:.2f} GB; {len(unread)} not read before, {len(missing)} of them to "
+        f"download ({sum(f.size for f in missing) / 1e9:.2f} GB) into {CACHE}"
     )
-    wheels = {f: fetch(f) for f in files}
+    wheels = {f: fetch(f) for f in unread}
     fetched = time.monotonic()
-    scans = {f"{f.project} {f.version}": scan_wheel(f, path) for f, path in wheels.items()}
+    facts = {f: wheel_facts(f, wheels.get(f)) for f in files}
+    scans = {f"{f.project} {f.version}": [SharedObject(**o) for o in fact["objects"]] for f, fact in facts.items()}
     torch_file = next((f for f in files if f.project == "torch"), None)
     table = build_table(
-        track, scans, torch_cuda(wheels[torch_file]) if torch_file else None, lock.header["body-sha256"]
+        track, scans, facts[torch_file]["torch_cuda"] if torch_file else None, lock.header["body-sha256"],
+        {f.project: fact["rules"] for f, fact in facts.items() if fact["rules"] is not None},
     )
     table["reader_sha256"] = reader_sha256()
     costs = {

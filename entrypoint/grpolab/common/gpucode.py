@@ -48,6 +48,43 @@ CARDS = {
 # Toolkit release notes, table 3): every CUDA 13.x build runs on driver 580 or newer, CUDA 12.x on 525.60.13.
 DRIVER_MINIMUM = {13: "580", 12: "525.60.13", 11: "450.80.02"}
 
+# PTX is compiled by the driver only when the driver knows the PTX's ISA version (its `.version` line): a newer ISA
+# fails with cudaErrorUnsupportedPtxVersion, and CUDA's minor-version compatibility does not cover PTX (NVIDIA's CUDA
+# Compatibility guide, "Minor Version Compatibility"). Which CUDA release brought each ISA: the PTX ISA document's
+# "PTX Release History" (the table cuda-python's get_minimal_required_cuda_ver_from_ptx_ver encodes); 8.6 is listed
+# as CUDA 12.7, a toolkit never released, so 12.8's driver is the first. The oldest Linux driver of each CUDA
+# release: the CUDA Toolkit release notes, table 3 ("CUDA Toolkit and Corresponding Driver Versions", GA releases).
+PTX_ISA_CUDA = {
+    "7.8": "11.8", "8.0": "12.0", "8.1": "12.1", "8.2": "12.2", "8.3": "12.3", "8.4": "12.4", "8.5": "12.5",
+    "8.6": "12.8", "8.7": "12.8", "8.8": "12.9", "9.0": "13.0", "9.1": "13.1",
+}
+CUDA_DRIVER = {
+    "11.8": "520.61.05", "12.0": "525.60.13", "12.1": "530.30.02", "12.2": "535.54.03", "12.3": "545.23.06",
+    "12.4": "550.54.14", "12.5": "555.42.02", "12.6": "560.28.03", "12.8": "570.26", "12.9": "575.51.03",
+    "13.0": "580.65.06", "13.1": "590.44.01",
+}
+
+
+def driver_key(version: str) -> tuple[int, ...]:
+    """'580.65.06' -> (580, 65, 6): driver versions compare part by part."""
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
+def driver_for_ptx(isa: str) -> str | None:
+    """The oldest Linux driver whose JIT compiles PTX of ISA `isa` ("9.0" -> "580.65.06"); None for an ISA the table
+    above does not know (newer than it: treat as unplaceable, never as fine)."""
+    cuda = PTX_ISA_CUDA.get(isa)
+    return CUDA_DRIVER.get(cuda) if cuda else None
+
+
+def jit_isa(gpu: str, ptx_isa: dict[str, str]) -> str | None:
+    """The newest ISA among a library's PTX that the driver would compile for `gpu` (its PTX archs up to the GPU's)."""
+    target = parse_arch(gpu)
+    usable = [isa for arch, isa in ptx_isa.items()
+              if target and (code := parse_arch(arch)) and _runs_on(code, target, jit=True)]
+    return max(usable, key=driver_key) if usable else None
+
+
 # The libraries a rollout path launches GPU kernels from are its description's GPU_LIBRARIES (rollout_paths/): the
 # lock refuses one with no code for the track's GPUs, the doctor names one that JITs or has none.
 # Libraries a path launches kernels from on some GPUs only, by compute capability. vLLM's FlashAttention backend
@@ -197,8 +234,7 @@ def driver_too_old(table: dict, driver: str | None) -> str | None:
     need = driver_minimum(table)
     if not (need and driver):
         return None
-    key = lambda v: tuple(int(p) for p in re.findall(r"\d+", v))  # noqa: E731
-    if key(driver) >= key(need):
+    if driver_key(driver) >= driver_key(need):
         return None
     return (f"NVIDIA driver {driver} is older than {need}, the oldest that runs this image's CUDA "
             f"{table['cuda_major']} libraries")

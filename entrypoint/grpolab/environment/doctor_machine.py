@@ -9,7 +9,9 @@ import os
 import sys
 from dataclasses import asdict
 
-from ..common.gpucode import device_kernels, driver_too_old, image_table_path, load_table
+from ..common.card_verdict import card_verdict
+from ..common.gpucode import device_kernels, driver_key, driver_too_old, image_table_path, load_table
+from ..model.shape import dtype_on
 from .doctor_context import FAIL, OK, WARN, Context, item
 from .machine import kernel_at_least
 from .torch_build import coverage_reason, diagnose_device, arch_covered
@@ -245,6 +247,31 @@ def kernels_item(ctx: Context) -> dict | None:
         "(~/.nv/ComputeCache)",
     }.get(status, "")
     return item("kernels", status, summary, action, gpu=ctx.devices.arch, rollout=ctx.rollout, libraries=lines)
+
+
+def card_item(ctx: Context) -> dict | None:
+    """This card's verdict for the lab as the track sets it (grpolab.common.card_verdict: the dtype each path runs in
+    here, vLLM's attention backend, a kernel that runs only by JIT and the driver it needs), against this driver."""
+    if ctx.track is None or ctx.devices.type != "cuda" or not (ctx.devices.arch or "").startswith("sm_"):
+        return None
+    table = load_table(image_table_path(ctx.track.name))
+    if table is None:
+        return None  # the kernels item says so
+    asked = dtype_on(str(ctx.track.lab.get("dtype", "auto")), "cuda")
+    found = card_verdict(table, ctx.devices.arch, ctx.rollout, asked)
+    details = found.as_dict()
+    driver = ctx.host.nvidia_driver
+    if not found.runs:
+        return item("card", FAIL, found.words(), "use a GPU the track serves (docs/kernels.md), or another rollout "
+                    "path", **details)
+    if found.jit_driver and driver and driver_key(driver) < driver_key(found.jit_driver):
+        return item("card", FAIL, f"{found.words()}; this machine's driver is {driver}",
+                    f"install NVIDIA driver {found.jit_driver} or newer (it compiles {', '.join(found.jit_libraries)} "
+                    "from PTX at first use)", **details)
+    if found.dtype.reason or found.jit_unplaced:
+        return item("card", WARN, found.words(), "nothing to do: the lab runs in " + found.dtype.dtype + " on this "
+                    "card" if found.dtype.reason else "rebuild with a lock whose PTX ISA is known", **details)
+    return item("card", OK, found.words(), **details)
 
 
 def unified_memory_item(ctx: Context) -> dict | None:

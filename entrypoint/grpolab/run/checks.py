@@ -20,7 +20,9 @@ from pathlib import Path
 
 from ..common.errors import LayerFailure
 from ..common.runlog import append_run, runlog_failure
-from ..common.gpucode import device_kernels, driver_too_old, image_table_path, load_table
+from ..common.card_verdict import card_verdict
+from ..common.gpucode import device_kernels, driver_key, driver_too_old, image_table_path, load_table
+from ..model.shape import dtype_on
 from ..settings.lab_settings import LabSettings
 from ..common.tracks import Track
 
@@ -35,11 +37,13 @@ def say_layer(say, layer: str, text: str) -> None:
 # --- device (1. the device line) -------------------------------------------------------------------------
 
 
-def check_device(track: Track, expect_device: str | None = None, rollout: str | None = None) -> tuple[str, str]:
+def check_device(track: Track, expect_device: str | None = None, rollout: str | None = None,
+                 settings: LabSettings | None = None) -> tuple[str, str]:
     """Layer 1. Returns (device type to train on, the line to print). The judgement is
     grpolab.environment.torch_build's,
     the same the doctor gives; on a GPU, the image's kernels table (grpolab.common.gpucode) and its driver minimum too,
-    before any model loads."""
+    and this card's verdict for the run's path and dtype (`settings.dtype` set to the dtype it runs in), before any
+    model downloads or loads."""
     from ..environment.machine import host_facts
     from ..environment.torch_build import diagnose_device, torch_build, torch_devices
 
@@ -53,7 +57,29 @@ def check_device(track: Track, expect_device: str | None = None, rollout: str | 
     line = finding.summary
     if devices.type == "cuda":
         line += kernels_note(track, devices.arch, rollout or track.rollout, host.nvidia_driver)
+        if settings is not None:
+            line += card_note(settings, track, devices.arch, host.nvidia_driver)
     return finding.device_type, line
+
+
+def card_note(settings: LabSettings, track: Track, gpu: str | None, driver: str | None,
+              table: dict | None = None) -> str:
+    """This card's verdict for the run (grpolab.common.card_verdict), appended to the device line. settings.dtype
+    becomes the dtype the run uses on this card (float16, not bfloat16, on a path with vLLM below compute 8.0), so
+    that the model loads in it; LayerFailure when a kernel the path runs only by JIT needs a newer driver."""
+    table = table if table is not None else load_table(image_table_path(track.name))
+    if table is None or not gpu or not gpu.startswith("sm_"):
+        return ""
+    found = card_verdict(table, gpu, settings.rollout, dtype_on(settings.dtype, "cuda"))
+    if found.jit_driver and driver and driver_key(driver) < driver_key(found.jit_driver):
+        raise LayerFailure(
+            "device",
+            f"{', '.join(found.jit_libraries)} runs on {found.card} only by JIT from PTX, which NVIDIA driver "
+            f"{found.jit_driver} or newer compiles; this machine has {driver}",
+            f"install NVIDIA driver {found.jit_driver} or newer, or use another rollout path",
+        )
+    settings.dtype = found.dtype.dtype
+    return "; this card: " + found.words().split(": ", 1)[1]
 
 
 def kernels_note(track: Track, gpu: str | None, rollout: str, driver: str | None, table: dict | None = None) -> str:

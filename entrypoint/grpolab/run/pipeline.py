@@ -120,7 +120,7 @@ def prepare(
     A smoke test with calibration steps predicts its peak memory at their shape (the lab's), on their prompts."""
     from ..model.identity import model_identity
     from ..model.tiny import resolve_model_name
-    device_type, line = check_device(track, expect_device, settings.rollout)
+    device_type, line = check_device(track, expect_device, settings.rollout, settings)
     record["device"] = device_type
     # Only a smoke test that checked the device the track expects counts as "passed before" for the lab.
     record["device_checked"] = expect_device in (None, track.expected_device)
