@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpolab.common.card_verdict import card_verdict
 from grpolab.common.gpucode import CARDS, JIT, NATIVE, NONE, load_table, needed_by, table_path
+from grpolab.common.tracks import get_track
+from grpolab.model.shape import dtype_on
 
 from ..locks.lockfile import LOCK_DIR
 
@@ -23,31 +26,29 @@ def short_name(path: str) -> str:
     return path.rsplit("/", 1)[-1].split(".")[0]
 
 
+def lab_dtype(track: str) -> str:
+    """The dtype the track's lab asks for on a GPU (its row's lab dtype; "auto" is bfloat16 there)."""
+    return dtype_on(str(get_track(track).lab.get("dtype", "auto")), "cuda")
+
+
+def verdicts(track: str, table: dict) -> list:
+    return [card_verdict(table, gpu, table["rollout"], lab_dtype(track)) for gpu in table["gpus"]]
+
+
 def gpu_cell(table: dict) -> str:
-    """One cell of README.md's track table: the cards whose GPU the default rollout path runs on."""
-    needed = [lib for lib in table["libraries"] if lib["needed_by_default_rollout"]]
-    runs, jit, none, jit_libraries = [], [], [], set()
-    for gpu in table["gpus"]:
-        used = [lib for lib in needed if needed_by(lib["path"], table["rollout"], gpu)]
-        verdicts = {lib["verdicts"][gpu] for lib in used}
-        jit_libraries |= {
-            short_name(lib["path"]) for lib in used if lib["verdicts"][gpu] == JIT and NONE not in verdicts
-        }
-        name = CARDS.get(gpu, gpu).split(",")[0]
-        (none if NONE in verdicts else jit if JIT in verdicts else runs).append(name)
-    parts = []
-    if runs:
-        parts.append("native: " + ", ".join(runs))
-    if jit:
-        parts.append(
-            "native but "
-            + ", ".join(f"`{n}`" for n in sorted(jit_libraries))
-            + " by JIT at first use: "
-            + ", ".join(jit)
-        )
-    if none:
-        parts.append("no code: " + ", ".join(none))
-    return "; ".join(parts)
+    """One cell of README.md's track table: the cards the lab as the track sets it runs on, and how."""
+    groups: dict[str, list[str]] = {}
+    for found in verdicts(table["track"], table):
+        if not found.runs:
+            key = "no code"
+        else:
+            how = [f"in {found.dtype.dtype} ({found.dtype.reason.split(' (')[0]})"] if found.dtype.reason else []
+            if found.kernels == JIT:
+                how.append(", ".join(f"`{n}`" for n in found.jit_libraries) + " by JIT at first use (driver "
+                           f"{found.jit_driver or 'unknown'}+)")
+            key = "; ".join(how) or f"as set ({found.dtype.dtype})"
+        groups.setdefault(key, []).append(found.card)
+    return "; ".join(f"{key}: {', '.join(names)}" for key, names in groups.items())
 
 
 def track_section(track: str, table: dict) -> list[str]:
@@ -56,7 +57,7 @@ def track_section(track: str, table: dict) -> list[str]:
     header = (
         "| GPU | "
         + " | ".join(f"`{short_name(lib['path'])}`" for lib in needed)
-        + " | other libraries with GPU code: native / JIT / none |"
+        + " | other libraries with GPU code: native / JIT / none | the lab's dtype | vLLM attention | JIT: driver |"
     )
     lines = [
         f"### Track `{track}` ({table['platform']})",
@@ -75,9 +76,9 @@ def track_section(track: str, table: dict) -> list[str]:
         f"the base has {table['base_glibc']}. Default rollout path: {table['rollout']}.",
         "",
         header,
-        "|---" * (len(needed) + 2) + "|",
+        "|---" * (len(needed) + 5) + "|",
     ]
-    for gpu in table["gpus"]:
+    for gpu, found in zip(table["gpus"], verdicts(track, table)):
         counts = {v: sum(lib["verdicts"][gpu] == v for lib in others) for v in (NATIVE, JIT, NONE)}
         lines.append(
             f"| {CARDS.get(gpu, gpu)} | "
@@ -85,7 +86,10 @@ def track_section(track: str, table: dict) -> list[str]:
                 SHORT[lib["verdicts"][gpu]] if needed_by(lib["path"], table["rollout"], gpu) else "not used"
                 for lib in needed
             )
-            + f" | {counts[NATIVE]} / {counts[JIT]} / {counts[NONE]} |"
+            + f" | {counts[NATIVE]} / {counts[JIT]} / {counts[NONE]} | "
+            + (f"{found.dtype.dtype}{' (not ' + found.dtype.asked + ')' if found.dtype.reason else ''}"
+               if found.runs else "-")
+            + f" | {found.attention or '-'} | {found.jit_driver or '-'} |"
         )
     jit_on_own = sorted({f"`{lib['path']}` ({lib['wheel']})" for lib in needed for gpu in table["gpus_required"]
                          if lib["verdicts"][gpu] == JIT and needed_by(lib["path"], table["rollout"], gpu)})

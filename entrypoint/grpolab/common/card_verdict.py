@@ -11,6 +11,7 @@ line, docs/kernels.md and README.md's tracks table all say what this says. Stand
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import asdict, dataclass, field
 
 from .gpucode import JIT, NATIVE, NONE, cards, driver_for_ptx, driver_key, jit_isa, needed_by, parse_arch, verdict
@@ -18,6 +19,11 @@ from .rollout_paths import registered_path
 from .rollout_paths.base import VLLM_GPU_LIBRARIES
 
 WORST_FIRST = (NONE, JIT, NATIVE)
+# Libraries vLLM loads only for one attention backend: where the card's backend is another, they are not on the path
+# (vllm/v1/attention/backends/flash_attn.py imports vllm.vllm_flash_attn; FlashInfer's backend does not).
+ATTENTION_LIBRARIES = {"FLASH_ATTN": "vllm/vllm_flash_attn/*"}
+# Attention backends whose package ships no compiled GPU code in the lock: they compile their kernels at first use.
+JIT_PACKAGES = {"FLASHINFER": "flashinfer"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class CardVerdict:
     jit_driver: str | None = None  # the oldest driver whose JIT compiles those libraries' PTX
     jit_unplaced: list[str] = field(default_factory=list)  # PTX ISA versions no table here places
     attention: str | None = None  # vLLM's attention backend for this card and dtype (None: no vLLM on the path)
+    attention_compiles: bool = False  # its package has no compiled GPU code in the lock: it compiles at first use
     bfloat16_in_torch: str | None = None  # native, emulated, or None (not asked, or no rule)
 
     @property
@@ -51,13 +58,12 @@ class CardVerdict:
         """One line: what this card runs, in what, and what to expect."""
         if not self.runs:
             return f"{self.card}: no code for {self.gpu} in a library the {self.rollout} path needs: it cannot run"
-        parts = [f"{self.dtype.dtype}"]
-        if self.dtype.reason:
-            parts.append(self.dtype.reason)
+        parts = [self.dtype.dtype + (f" (not {self.dtype.asked}: {self.dtype.reason})" if self.dtype.reason else "")]
         if self.bfloat16_in_torch == "emulated" and self.dtype.dtype == "bfloat16":
             parts.append("torch emulates bfloat16 on this card (slower); --dtype float16 is native here")
         if self.attention:
-            parts.append(f"vLLM attention {self.attention}")
+            parts.append(f"vLLM attention {self.attention}" + (
+                " (its kernels compile at first use: no prebuilt ones in the lock)" if self.attention_compiles else ""))
         if self.kernels == JIT:
             driver = f"driver {self.jit_driver} or newer" if self.jit_driver else "PTX ISA not placed here"
             parts.append(f"{', '.join(self.jit_libraries)} by JIT at first use ({driver})")
@@ -87,8 +93,8 @@ def choose_dtype(rules: dict | None, gpu: str | None, rollout: str, asked: str) 
     source = rules["vllm"]["read_from"].split(":")[0]
     return DtypeChoice(
         asked, "float16",
-        f"float16, not bfloat16: {source} refuses bfloat16 below compute {floor[0]}.{floor[1]} "
-        f"(vllm/platforms/cuda.py, check_if_supports_dtype)",
+        f"{source} refuses bfloat16 below compute {floor[0]}.{floor[1]} (vllm/platforms/cuda.py, "
+        "check_if_supports_dtype)",
     )
 
 
@@ -118,9 +124,12 @@ def torch_bfloat16(rules: dict | None, gpu: str) -> str | None:
     return NATIVE if cap[0] >= rule["native_from_major"] else ("emulated" if rule["emulated_below"] else NONE)
 
 
-def path_kernels(table: dict, gpu: str, rollout: str) -> tuple[str, list[dict]]:
-    """(the worst verdict among the libraries the path launches kernels from on this GPU, those libraries)."""
-    used = [lib for lib in table.get("libraries", []) if needed_by(lib["path"], rollout, gpu)]
+def path_kernels(table: dict, gpu: str, rollout: str, attention: str | None = None) -> tuple[str, list[dict]]:
+    """(the worst verdict among the libraries the path launches kernels from on this GPU, those libraries), leaving out
+    an attention backend's libraries where vLLM picks another backend on this card."""
+    unused = [pattern for backend, pattern in ATTENTION_LIBRARIES.items() if attention and backend != attention]
+    used = [lib for lib in table.get("libraries", []) if needed_by(lib["path"], rollout, gpu)
+            and not any(fnmatch.fnmatch(lib["path"], pattern) for pattern in unused)]
     verdicts = {verdict(gpu, lib.get("sass", []), lib.get("ptx", []), lib.get("gfx")) for lib in used}
     return next((v for v in WORST_FIRST if v in verdicts), NATIVE), used
 
@@ -130,7 +139,8 @@ def card_verdict(table: dict, gpu: str, rollout: str, asked: str) -> CardVerdict
     gpu = gpu.split(":")[0]
     rules = table.get("library_rules")
     dtype = choose_dtype(rules, gpu, rollout, asked)
-    worst, used = path_kernels(table, gpu, rollout)
+    attention = attention_backend(rules, gpu, dtype.dtype) if uses_vllm(rollout) else None
+    worst, used = path_kernels(table, gpu, rollout, attention)
     jit_libs = [lib for lib in used if verdict(gpu, lib.get("sass", []), lib.get("ptx", []), lib.get("gfx")) == JIT]
     isas = {jit_isa(gpu, lib.get("ptx_isa") or {}) for lib in jit_libs}
     drivers = [d for isa in isas if isa and (d := driver_for_ptx(isa))]
@@ -143,6 +153,8 @@ def card_verdict(table: dict, gpu: str, rollout: str, asked: str) -> CardVerdict
         jit_libraries=sorted({lib["path"].rsplit("/", 1)[-1].split(".")[0] for lib in jit_libs}),
         jit_driver=max(drivers, key=driver_key) if drivers else None,
         jit_unplaced=sorted(isa or "unread" for isa in isas if not (isa and driver_for_ptx(isa))),
-        attention=attention_backend(rules, gpu, dtype.dtype) if uses_vllm(rollout) else None,
+        attention=attention,
+        attention_compiles=bool(attention in JIT_PACKAGES and not any(
+            lib["wheel"].startswith(JIT_PACKAGES[attention]) for lib in table.get("libraries", []))),
         bfloat16_in_torch=torch_bfloat16(rules, gpu) if dtype.dtype == "bfloat16" else None,
     )
