@@ -532,12 +532,15 @@ def test_gpu_scripts_judge_accepts_an_h200_with_a_cu130_torch_and_catches_a_wron
     sys.path.insert(0, str(REPO / "images" / "gpu"))
     from check_doctor import judge
 
-    facts = {"arch": "sm_90", "arch_list": CU130.arch_list, "cuda": "13.0", "name": "NVIDIA H200"}
+    facts = {"arch": "sm_90", "arch_list": CU130.arch_list, "cuda": "13.0", "name": "NVIDIA H200", "bf16_native": True}
     good = doctor_report(ctx=context("n", CU130, H200, HostFacts(nvidia_driver="580.95.05", driver_cuda="13.0")))
     good["fingerprint"].update(
         device_type="cuda", device_arch="sm_90", torch_cuda="13.0"
     )  # what the fingerprint reads there
     assert judge(good, facts) == []
+    card = next(i for i in good["items"] if i["name"] == "card")
+    card["details"]["dtype"]["dtype"] = "float16"  # a card item that moved an Ampere-or-newer card off bfloat16
+    assert [p for p in judge(good, facts) if p.startswith("card: expected sm_90 in bfloat16")]
     old_driver = doctor_report(ctx=context("n", CU130, H200, HostFacts(nvidia_driver="550.54", driver_cuda="12.4")))
     old_driver["fingerprint"].update(device_type="cuda", device_arch="sm_90", torch_cuda="13.0")
     assert [p for p in judge(old_driver, facts) if p.startswith("gpu driver: expected ok")]

@@ -109,10 +109,18 @@ def readme_section(lock_dir: Path = LOCK_DIR) -> str:
         "Read from the locked wheels, without a GPU (`invoke kernels --track T`; the table is "
         "`lockfiles/<track>.kernels.json`, next to the lock, and `invoke lock.check` fails when it is stale). For each "
         "GPU and each library the default rollout path launches kernels from: **native** (machine code for that GPU, "
-        "or "
-        "for an older one of the same major), **JIT** (only PTX: the driver compiles it at first use, so the first run "
-        "is slow), or **none** (the run fails at that library). `grpolab doctor` and the smoke test's device line say "
-        "the same for the GPU they find, before the model loads. Printed by `invoke kernels.readme`.",
+        "or for an older one of the same major), **JIT** (only PTX: the driver compiles it at first use, so the first "
+        "run is slow), or **none** (the run fails at that library). Then what the lab as the track sets it needs from "
+        "that card, by the rules the locked libraries' own code applies (read from their wheels by "
+        "`hostlab/kernels/library_rules.py`, each rule with its file and version in the table's `library_rules`): "
+        "**the lab's dtype** (vLLM refuses bfloat16 below the capability its `check_if_supports_dtype` names, so a "
+        "path with vLLM runs in float16 there), **vLLM attention** (the first backend of vLLM's priority list for "
+        "that card whose capability bounds and dtypes admit it), and **JIT: driver** (the oldest NVIDIA driver whose "
+        "JIT compiles the PTX ISA of a kernel that runs only by JIT: NVIDIA's PTX release history and the CUDA "
+        "release notes' driver table, `grpolab/common/gpucode.py`; the lock is refused when that is newer than the "
+        "track's minimum driver, and when Triton's bundled ptxas does not know a GPU the track serves). "
+        "`grpolab doctor` (its `card` item) and the smoke test's device line say the same for the GPU they find, "
+        "before the model downloads. Printed by `invoke kernels.readme`.",
         "",
     ]
     for track, table in tables(lock_dir).items():

@@ -35,6 +35,16 @@ def judge(report: dict, torch_facts: dict) -> list[str]:
             failures.append(f"no {name!r} item")
         elif got["status"] != status or not all(w in got["summary"] for w in words):
             failures.append(f"{name}: expected {status} with {words}, got {got['status']}: {got['summary']}")
+    card = items.get("card")
+    if card is None:
+        failures.append("no 'card' item (the card's verdict for the track's default path and dtype)")
+    else:
+        want = "bfloat16" if torch_facts.get("bf16_native") else "float16"
+        got = card["details"]["dtype"]["dtype"]
+        if card["details"]["gpu"] != torch_facts["arch"] or (card["details"]["dtype"]["asked"] == "bfloat16" and got
+                                                              != want and card["details"]["attention"]):
+            failures.append(f"card: expected {torch_facts['arch']} in {want} (torch: bfloat16 native "
+                            f"{torch_facts.get('bf16_native')}), got {card['summary']}")
     fp = report["fingerprint"]
     if (fp["device_type"], fp["device_arch"], fp["torch_cuda"]) != ("cuda", torch_facts["arch"], torch_facts["cuda"]):
         failures.append(f"fingerprint says {fp['device_type']} {fp['device_arch']} CUDA {fp['torch_cuda']}")
@@ -50,6 +60,8 @@ def torch_facts_here() -> dict:
         "arch_list": torch.cuda.get_arch_list(),
         "cuda": torch.version.cuda,
         "name": torch.cuda.get_device_name(0),
+        # what vLLM's dtype check stands on: bfloat16 computed by the card itself, not emulated
+        "bf16_native": torch.cuda.is_bf16_supported(including_emulation=False),
     }
 
 
