@@ -1,6 +1,7 @@
 """The memory estimate reproduces the lesson's two tables ("The memory arithmetic") term by term."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -335,3 +336,112 @@ def test_a_cpu_run_counts_the_heap_glibc_keeps_and_a_gpu_run_does_not():
     assert gpu.term("Allocator's retained heap") is None
     assert "fitted" in dict((name, note) for name, _, note in cpu.terms)["Allocator's retained heap (glibc, CPU)"]
     assert cpu.modelled_gb == pytest.approx(sum(gb for _, gb, _ in cpu.terms))
+
+
+# --- The CUDA terms (grpolab.memory.cuda_terms), by hand at the GPU script's cases -----------------------------------
+
+GPU_CASE = dict(completions=8, prompt_tokens=18, completion_tokens=128, rank=16)  # the GPU cases: 146-token sequences
+
+
+def gpu_case_settings(**changes) -> LabSettings:
+    """The settings of images/gpu/memory_check.sh's cases: bf16, beta 0, in-process, 8 completions of 128 tokens."""
+    return lesson_settings(beta=0.0, max_completion_length=GPU_CASE["completion_tokens"], **changes)
+
+
+def gpu_case_by_hand(model_id: str) -> dict:
+    """Each term in bytes, worked out here from the Qwen3 shape's numbers (bf16: 2 bytes), not by the estimate."""
+    s = QWEN3_MODELS[model_id]
+    h, layers, vocab, inter, rank = (s["hidden_size"], s["num_hidden_layers"], s["vocab_size"], s["intermediate_size"],
+                                     GPU_CASE["rank"])
+    q, kv = s["num_attention_heads"] * s["head_dim"], s["num_key_value_heads"] * s["head_dim"]
+    # Tied embeddings once; per layer q, k, v, o, gate, up, down, two norms and Qwen3's q_norm and k_norm; final norm.
+    parameters = vocab * h + layers * (h * q + 2 * h * kv + q * h + 3 * h * inter + 2 * h + 2 * s["head_dim"]) + h
+    lora = layers * rank * ((h + q) + 2 * (h + kv) + (q + h) + 2 * (h + inter) + (inter + h))
+    tokens = GPU_CASE["completions"] * (GPU_CASE["prompt_tokens"] + GPU_CASE["completion_tokens"])
+    # Checkpointing: every layer's input, plus one layer recomputed (what it keeps per token) and its gradients.
+    layer_keeps = (4 * h + 5 * q + kv + 4 * inter + 7 * rank) * 2
+    kept = tokens * (layers * h * 2 + 2 * layer_keeps)
+    # TRL on CUDA: the completion tokens only, one bf16 tile buffer of them x 32768 vocabulary entries folded in
+    # Triton; the hidden states scored (bf16) and their float32 gradient.
+    scored = GPU_CASE["completions"] * GPU_CASE["completion_tokens"]  # 1024, under TRL's 4096-token tile
+    cuda_head = scored * 32768 * 2 + scored * h * (2 + 4)
+    # torch's fold (CPU, MPS): every position of every sequence, three tiles.
+    every = GPU_CASE["completions"] * (GPU_CASE["prompt_tokens"] + GPU_CASE["completion_tokens"] - 1)
+    torch_head = 3 * every * 32768 * 2 + every * h * (2 + 4)
+    return {"weights": parameters * 2, "adapter": lora * 16, "kv_cache": tokens * 2 * layers * kv * 2,
+            "update_cuda": kept + cuda_head, "update_torch_fold": kept + torch_head, "tile": scored * 32768 * 2}
+
+
+def gpu_case_estimate(model_id: str, device: str, **changes):
+    shape = {k: v for k, v in QWEN3_MODELS[model_id].items() if k != "num_parameters"}  # summed, as the GPU script's
+    return estimate_memory(shape, gpu_case_settings(**changes), device_total_gb=80, device_type=device,
+                           prompt_tokens=GPU_CASE["prompt_tokens"])
+
+
+@pytest.mark.parametrize("model_id", ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"])
+def test_cuda_folds_one_log_probability_tile_over_the_completion_tokens(model_id):
+    """TRL 1.16 on CUDA: one tile buffer folded in place by Triton, completion tokens only; torch's fold elsewhere."""
+    hand = gpu_case_by_hand(model_id)
+    assert hand["tile"] == 1024 * 32768 * 2  # 67 MB at both shapes: the tile does not grow with the hidden size
+    cuda = gpu_case_estimate(model_id, "cuda")
+    assert cuda.term("Logits and activations") == pytest.approx(hand["update_cuda"] / 1e9, rel=1e-9)
+    assert cuda.term("Policy weights") == pytest.approx(hand["weights"] / 1e9, rel=1e-9)
+    assert cuda.term("Adapter") == pytest.approx(hand["adapter"] / 1e9, rel=1e-9)
+    assert cuda.term("Rollout key-value cache") == pytest.approx(hand["kv_cache"] / 1e9, rel=1e-9)
+    # MPS has no Triton: torch's fold, as the CPU's terms count it, with checkpointing as on every accelerator.
+    mps = gpu_case_estimate(model_id, "mps")
+    assert mps.term("Logits and activations") == pytest.approx(hand["update_torch_fold"] / 1e9, rel=1e-9)
+    assert mps.cuda_terms is None
+
+
+@pytest.mark.parametrize("model_id, update_gb", [("Qwen/Qwen3-0.6B", 0.270), ("Qwen/Qwen3-1.7B", 0.420)])
+def test_on_cuda_the_in_process_cache_is_freed_before_the_update_so_the_larger_phase_is_the_peak(model_id, update_gb):
+    hand = gpu_case_by_hand(model_id)
+    assert hand["update_cuda"] / 1e9 == pytest.approx(update_gb, abs=0.001)  # the hand arithmetic, in round figures
+    held = (hand["weights"] + hand["adapter"]) / 1e9
+    generation, update = held + hand["kv_cache"] / 1e9, held + hand["update_cuda"] / 1e9
+    cuda = gpu_case_estimate(model_id, "cuda")
+    assert cuda.phases_gb == pytest.approx({"generation": generation, "update": update}, rel=1e-9)
+    assert cuda.modelled_gb == pytest.approx(max(generation, update), rel=1e-9)
+    assert cuda.freed_before_update_gb == pytest.approx(min(hand["kv_cache"], hand["update_cuda"]) / 1e9, rel=1e-9)
+    assert cuda.free_gb == pytest.approx(80 - max(generation, update) - cuda.os_reserved_gb, rel=1e-9)
+    # vLLM colocate keeps its share through the update (TRL sleeps it only with vllm_enable_sleep_mode, unset): adds.
+    colocate = gpu_case_estimate(model_id, "cuda", rollout="vllm-colocate")
+    assert colocate.freed_before_update_gb == 0
+    assert colocate.modelled_gb == pytest.approx(held + 0.3 * 80 + hand["update_cuda"] / 1e9, rel=1e-9)
+    # On a CPU every term still adds (the resident set keeps freed heap); the lesson's arithmetic adds as its tables.
+    cpu = gpu_case_estimate(model_id, "cpu", track="c")
+    assert cpu.freed_before_update_gb == 0 and cpu.modelled_gb == pytest.approx(sum(gb for _, gb, _ in cpu.terms))
+    lesson = estimate_memory(model_id, gpu_case_settings(), device_total_gb=80, device_type="cuda",
+                             activations="lesson")
+    assert lesson.freed_before_update_gb == 0 and lesson.cuda_terms is None
+
+
+def test_the_cuda_figure_says_it_is_not_yet_checked_on_a_gpu():
+    cuda = gpu_case_estimate("Qwen/Qwen3-0.6B", "cuda")
+    text = cuda.render()
+    assert "CUDA terms (predicted, not yet checked on a GPU)" in text
+    row = next(line for line in text.splitlines() if line.startswith("  Freed before the update "))
+    assert row.endswith("-0.1 GB")  # the kv cache's 0.134 GB, in the table's tenths
+    d = json.loads(json.dumps(cuda.as_dict()))
+    assert d["cuda_terms"]["status"] == "predicted, not yet checked on a GPU"
+    assert d["cuda_terms"]["checked_on_gpu"] is None
+    assert len(d["cuda_terms"]["terms"]) == 2 and d["freed_before_update_gb"] == 0.134
+    assert d["modelled_gb"] == round(d["phases_gb"]["update"], 3)
+    cpu = gpu_case_estimate("Qwen/Qwen3-0.6B", "cpu", track="c")
+    assert cpu.cuda_terms is None and "not yet checked on a GPU" not in cpu.render()
+
+
+def test_the_estimate_command_on_track_n_carries_the_cuda_status(tmp_path):
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "grpolab", "estimate", "--track", "n", "--model", "Qwen/Qwen3-0.6B",
+               "--device-memory-gb", "80", "--rollout", "inprocess"]
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path), "PYTHONPATH": "entrypoint"}
+    repo = Path(__file__).resolve().parents[1]
+    text = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "CUDA terms (predicted, not yet checked on a GPU)" in text
+    out = subprocess.run(command + ["--json"], cwd=repo, env=env, capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    assert json.loads(out)["cuda_terms"]["status"] == "predicted, not yet checked on a GPU"

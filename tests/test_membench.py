@@ -70,6 +70,29 @@ def test_a_cases_record_holds_the_predicted_terms_the_measured_parts_and_their_r
     json.dumps(record)  # written as JSON as it is
 
 
+def test_a_gpu_cases_record_holds_predicted_against_measured_per_phase():
+    """The per-phase table images/gpu/memory_check.sh prints, from the 0.6B GPU case's estimate on CUDA (made here, no
+    GPU) and the phase peaks the H200 measured with it (bench/gpu-h200-20261204/memory.out) as a stub measurement."""
+    name = "qwen3-0.6b-shape-bf16"
+    predicted = memory_cases.predict_case(name, "cuda")
+    assert predicted["predicted"]["cuda_terms"]["status"] == "predicted, not yet checked on a GPU"
+    settings = case_settings(ALL_CASES[name])
+    estimate = estimate_memory(memory_cases.case_shape_source(ALL_CASES[name], None), settings, device_total_gb=143.7,
+                               device_type="cuda", prompt_tokens=18)
+    assert estimate.modelled_gb == pytest.approx(predicted["predicted"]["modelled_gb"], abs=1e-3)  # the same 18 tokens
+    fields = {"peak_memory_gb_measured": 1.498,
+              "peak_memory_parts": {"peak_load_gb": 1.233, "peak_rollout_gb": 1.464, "peak_update_gb": 1.498}}
+    table = memory_cases.phase_table(estimate, fields)
+    assert list(table) == ["generation", "update", "total"]
+    assert table["generation"]["measured_gb"] == 1.464 and table["update"]["measured_gb"] == 1.498
+    for phase in ("generation", "update"):
+        assert table[phase]["predicted_gb"] == round(estimate.phases_gb[phase], 3)
+        assert table[phase]["ratio"] == round(estimate.phases_gb[phase] / table[phase]["measured_gb"], 3)
+    assert table["total"]["predicted_gb"] == table["update"]["predicted_gb"]  # the cache freed: the larger phase
+    assert memory_cases.phase_table(estimate, {"peak_memory_gb_measured": 1.5, "peak_memory_parts": {}})[
+        "generation"] == {"predicted_gb": table["generation"]["predicted_gb"], "measured_gb": None, "ratio": None}
+
+
 def test_the_memory_command_writes_its_record_and_prints_it_on_one_line(monkeypatch, tmp_path, capsys):
     """`python -m grpolab.bench memory` end to end, the case's run stubbed: the file and the MEMORY-BENCH line agree."""
     record = {"case": "small-shape", "model": "small-shape", "device": "cpu", "ratio_predicted_over_measured": 0.97}

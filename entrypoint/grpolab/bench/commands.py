@@ -23,7 +23,8 @@ TRACK_HELP = "the track (default: $GRPOLAB_TRACK, else c)"
 
 
 def cmd_memory(args) -> int:
-    return memory_bench(args.case, args.device, args.out, unified_memory=args.unified_memory)
+    return memory_bench(args.case, args.device, args.out, unified_memory=args.unified_memory,
+                        predict_only=args.predict_only)
 
 
 def cmd_plain_trl(args) -> int:
@@ -58,6 +59,8 @@ def add_memory(sub, cases: list[str]) -> None:
     memory.add_argument("--unified-memory", action="store_true",
                         help="also log the host's MemAvailable low-water mark")
     memory.add_argument("--out", help="also write the case's JSON to this file")
+    memory.add_argument("--predict-only", action="store_true",
+                        help="only the estimate the case is judged against, on --device, without running it")
     # Taken so that the host builds this command as it builds a lab's; the case table names each case's track.
     memory.add_argument("--track", help="not used: each case runs on the track its row in the case table names")
     memory.set_defaults(func=cmd_memory)

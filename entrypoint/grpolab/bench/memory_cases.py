@@ -224,6 +224,24 @@ def case_shape_source(case: dict, model_path: str | None):
     return {**{k: v for k, v in case["shape"].items() if k != "num_parameters"}, "_name_or_path": case["model"]}
 
 
+# The estimate's phases and the meter's part for each (mark_phases closes them): generation is the rollout phase, update
+# what runs between two generations and after the last.
+PHASE_PARTS = {"generation": "peak_rollout_gb", "update": "peak_update_gb"}
+
+
+def phase_table(estimate, fields: dict) -> dict:
+    """Predicted against measured, GB above the runtime baseline, for each phase and in total (the estimate's modelled
+    part against the meter's peak). A phase the meter did not close has no measured figure."""
+    parts = fields["peak_memory_parts"]
+    pairs = {phase: (estimate.phases_gb[phase], parts.get(part)) for phase, part in PHASE_PARTS.items()}
+    pairs["total"] = (estimate.modelled_gb, fields["peak_memory_gb_measured"])
+    return {
+        phase: {"predicted_gb": round(predicted, 3), "measured_gb": None if measured is None else round(measured, 3),
+                "ratio": round(predicted / measured, 3) if measured else None}
+        for phase, (predicted, measured) in pairs.items()
+    }
+
+
 RECORDED_SETTINGS = ("num_generations", "per_device_train_batch_size", "max_prompt_length", "max_completion_length",
                      "max_steps", "lora_rank", "lora_target_modules", "beta")
 
@@ -241,15 +259,36 @@ def case_record(name: str, settings: LabSettings, device_type: str, estimate, fi
         "trainable_parameters": trainable,
         "steps_run": len(records),
         "completion_mean_length": [r.metrics.get("completions/mean_length") for r in records],
-        "predicted": {"terms": estimate.as_dict()["terms"], "modelled_gb": round(estimate.modelled_gb, 3)},
+        "predicted": {"terms": estimate.as_dict()["terms"], "modelled_gb": round(estimate.modelled_gb, 3),
+                      "freed_before_update_gb": round(estimate.freed_before_update_gb, 3),
+                      "cuda_terms": estimate.cuda_terms},
+        "phases": phase_table(estimate, fields),
         "measured": fields,
         "ratio_predicted_over_measured": fields["peak_memory_ratio"],
         "within_15_percent": fields["peak_memory_ratio"] is not None and abs(fields["peak_memory_ratio"] - 1) <= 0.15,
     }
 
 
-def main(case: str, device: str, out: str | None, unified_memory: bool = False) -> int:
-    record = run_case(case, device, unified_memory)
+def predict_case(name: str, device_type: str) -> dict:
+    """The estimate a case's run is judged against, made as run_case makes it (the data's longest prompt, the case's
+    shape) without running anything: what a GPU case will be held to, known on a machine without one."""
+    from ..task.problems import load_lab_datasets
+
+    case = ALL_CASES[name]
+    settings = case_settings(case)
+    train, _ = load_lab_datasets(settings.dataset, settings.train_size, 0, settings.seed)
+    tokenizer, model_path = case_tokenizer(case)
+    estimate = estimate_memory(case_shape_source(case, model_path), settings, device_type=device_type,
+                               prompt_tokens=longest_prompt_tokens(tokenizer, train))
+    return {"case": name, "model": case["model"], "device": device_type, "dtype": estimate.dtype,
+            "predicted": {"terms": estimate.as_dict()["terms"], "modelled_gb": round(estimate.modelled_gb, 3),
+                          "phases_gb": estimate.as_dict()["phases_gb"],
+                          "freed_before_update_gb": round(estimate.freed_before_update_gb, 3),
+                          "cuda_terms": estimate.cuda_terms}}
+
+
+def main(case: str, device: str, out: str | None, unified_memory: bool = False, predict_only: bool = False) -> int:
+    record = predict_case(case, device) if predict_only else run_case(case, device, unified_memory)
     if "skipped" in record:
         print(f"{case}: skipped, {record['skipped']}")
     text = json.dumps(record, indent=2)

@@ -23,6 +23,8 @@ The terms, in the lesson's order:
      layer recomputed) times the tokens of one update, plus TRL's tiled log-probabilities over the vocabulary.
      activations="lesson" counts this row the lesson's way instead (whole logits plus an allowance fitted to
      its two tables), which reproduces the lesson's tables; the default says in one line where it differs.
+On CUDA two terms differ, not yet checked on a GPU (grpolab.memory.cuda_terms): one log-probability tile folded in
+Triton, and the peak is the larger phase where the engine is freed before the update (row "Freed before the update").
 Then the share reserved for the operating system (OS_RESERVED_FRACTION, at least OS_RESERVED_MIN_GB), and Free.
 """
 
@@ -35,6 +37,7 @@ from ..model.shape import DTYPE_BYTES, DTYPE_LABEL, ModelShape, UnknownModel, mo
 from ..settings.lab_settings import LabSettings
 from ..common.rollout_paths import MemoryBasis, rollout_path
 from ..common.tracks import get_track
+from .cuda_terms import FREED_ROW, TRITON_TILE_COPIES, cuda_report, folds_in_triton, phases_apart, split_phases
 from .vllm_cpu import estimate_terms
 
 GB = 1e9
@@ -43,6 +46,7 @@ ADAPTER_BYTES_PER_PARAM = 16  # fp32 weight 4 + fp32 gradient 4 + Adam's two fp3
 # TRL 1.16 computes log-probabilities through a fused LM head in tiles of at most 4096 tokens x 32768 vocabulary
 # entries (trl/trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE, trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE), with
 # one tile buffer in the forward pass and one in the backward pass, plus the fold's temporaries of the same size.
+# (That is torch's fold, on the CPU and MPS; on CUDA Triton folds one buffer in place: TRITON_TILE_COPIES.)
 TRL_TOKEN_TILE = 4096
 TRL_VOCAB_TILE = 32768
 LOGIT_TILE_COPIES = 3
@@ -125,6 +129,12 @@ class MemoryEstimate:
     inputs: dict = field(default_factory=dict)
     runtime_baseline_gb: float | None = None  # measured when the run starts; None when not known yet
     lesson_difference: str | None = None  # one line where the update's row differs from the lesson's arithmetic
+    # Each phase's own terms with those both hold (the weights, the adapter): "generation" adds the rollout engine's,
+    # "update" the update's. Where the engine is freed before the update (CUDA), the peak is the larger of the two.
+    phases_gb: dict[str, float] = field(default_factory=dict)
+    freed_before_update_gb: float = 0.0  # the smaller phase's own terms, not held with the larger's (0: all add)
+    freed_before_update_note: str | None = None
+    cuda_terms: dict | None = None  # the CUDA terms used, with their status (cuda_terms.cuda_report)
 
     @property
     def fits(self) -> bool:
@@ -132,8 +142,9 @@ class MemoryEstimate:
 
     @property
     def modelled_gb(self) -> float:
-        """The five terms: what the run adds above its runtime baseline (the meter's peak_memory_gb_measured)."""
-        return sum(gb for _, gb, _ in self.terms)
+        """The five terms: what the run adds above its runtime baseline (the meter's peak_memory_gb_measured), less
+        what is freed before the update where the phases are apart."""
+        return sum(gb for _, gb, _ in self.terms) - self.freed_before_update_gb
 
     @property
     def peak_gb(self) -> float:
@@ -156,6 +167,9 @@ class MemoryEstimate:
             "runtime_baseline_gb": None if self.runtime_baseline_gb is None else round(self.runtime_baseline_gb, 3),
             "peak_gb": round(self.peak_gb, 3),
             "lesson_difference": self.lesson_difference,
+            "phases_gb": {phase: round(gb, 3) for phase, gb in self.phases_gb.items()},
+            "freed_before_update_gb": round(self.freed_before_update_gb, 3),
+            "cuda_terms": self.cuda_terms,
             "total_gb": round(self.total_gb, 3),
             "device_total_source": self.device_total_source,
             "fits": self.fits,
@@ -164,6 +178,8 @@ class MemoryEstimate:
 
     def render(self) -> str:
         rows = [(n, gb) for n, gb, _ in self.terms]
+        if self.freed_before_update_gb:
+            rows.append((FREED_ROW, -self.freed_before_update_gb))
         if self.runtime_baseline_gb is not None:
             rows.append(("Runtime baseline (measured at the start)", self.runtime_baseline_gb))
         rows += [
@@ -183,6 +199,10 @@ class MemoryEstimate:
             lines.append(f"  {n:<{width}}  {gb:{decimals + 5}.{decimals}f} GB")
         lines.append("")
         lines += [f"  {n}: {note}" for n, _, note in self.terms]
+        if self.freed_before_update_note:
+            lines.append(f"  {FREED_ROW}: {self.freed_before_update_note}")
+        if self.cuda_terms:
+            lines.append(f"  CUDA terms ({self.cuda_terms['status']}): {'; '.join(self.cuda_terms['terms'])}.")
         if self.runtime_baseline_gb is None:
             lines.append(
                 "  Not counted: the runtime baseline (Python, torch and the libraries before the model loads); the lab "
@@ -217,7 +237,8 @@ def activation_elements_per_token(shape: ModelShape, lora_rank: int) -> int:
 
 
 def update_activations_gb(
-    shape: ModelShape, settings: LabSettings, dbytes: int, sequence_tokens: int, checkpointing: bool
+    shape: ModelShape, settings: LabSettings, dbytes: int, sequence_tokens: int, checkpointing: bool,
+    triton_fold: bool = False,
 ) -> tuple[float, str]:
     """The update's activations and its log-probabilities, from the model's shape and the settings.
 
@@ -225,7 +246,8 @@ def update_activations_gb(
     each layer keeps its input and one layer at a time is recomputed. The backward pass adds one layer's
     gradients at its peak. TRL (1.16) scores the vocabulary in tiles
     (at most TRL_TOKEN_TILE tokens x TRL_VOCAB_TILE vocabulary entries), never the whole logits tensor; the tiles'
-    buffers, the final hidden states and their float32 gradient are counted."""
+    buffers, the final hidden states and their float32 gradient are counted. triton_fold (CUDA): TRL folds one tile
+    buffer in Triton and scores the completion tokens only (cuda_terms); otherwise torch's fold over every position."""
     completions = settings.per_device_train_batch_size
     tokens = completions * sequence_tokens
     per_layer = activation_elements_per_token(shape, settings.lora_rank) * dbytes
@@ -238,14 +260,19 @@ def update_activations_gb(
     else:
         kept = tokens * (layers + 1) * per_layer
         how = f"{layers} layers + one layer of gradients x {per_layer / 1024:.0f} KiB per token"
-    scored = completions * max(1, sequence_tokens - 1)
-    tile = min(scored, TRL_TOKEN_TILE) * min(shape.vocab_size, TRL_VOCAB_TILE) * dbytes * LOGIT_TILE_COPIES
+    if triton_fold:
+        scored, copies = completions * settings.max_completion_length, TRITON_TILE_COPIES
+    else:
+        scored, copies = completions * max(1, sequence_tokens - 1), LOGIT_TILE_COPIES
+    tile = min(scored, TRL_TOKEN_TILE) * min(shape.vocab_size, TRL_VOCAB_TILE) * dbytes * copies
     head = tile + scored * shape.hidden_size * (dbytes + 4)
     note = (
         f"{tokens} tokens ({completions} x {sequence_tokens}), {how} = {kept / GB:.2f} GB, plus {head / GB:.2f} GB for "
         "the "
         f"log-probabilities over the {shape.vocab_size} vocabulary in tiles"
     )
+    if triton_fold:
+        note += f" (CUDA: one tile folded in Triton over the {scored} completion tokens)"
     return (kept + head) / GB, note
 
 
@@ -327,7 +354,8 @@ def _update_term(shape: ModelShape, settings: LabSettings, dbytes: int, seq_toke
             "(the lesson's arithmetic)"
         )
         return ("Logits and activations for the update", lesson_gb, note), None
-    update_gb, note = update_activations_gb(shape, settings, dbytes, seq_tokens, checkpointing=device != "cpu")
+    update_gb, note = update_activations_gb(shape, settings, dbytes, seq_tokens, checkpointing=device != "cpu",
+                                            triton_fold=folds_in_triton(device))
     differs = None
     if abs(round(update_gb, 1) - round(lesson_gb, 1)) >= 0.1:
         differs = (
@@ -440,6 +468,7 @@ def estimate_memory(
     terms: list[tuple[str, float, str]] = []
 
     terms += _weight_terms(shape, settings, label, dbytes, weights_gb)
+    shared_gb = sum(gb for _, gb, _ in terms)
 
     kv_per_token = shape.kv_bytes_per_token(dbytes)
     kv_gb = completions * seq_tokens * kv_per_token / GB
@@ -447,12 +476,17 @@ def estimate_memory(
     # The rollout engine's rows are its path's (grpolab.common.rollout_paths); vLLM's CPU engine is worked out here.
     basis = MemoryBasis(settings, device, device_total_gb, label, weights_gb, kv_gb, kv_note, completions,
                         lambda: estimate_terms(settings.model if model is None else model, settings, prompt_tokens))
-    terms += rollout_path(settings.rollout).memory_terms(basis)
+    engine_terms = rollout_path(settings.rollout).memory_terms(basis)
+    terms += engine_terms
 
     update_terms, differs = _update_terms(shape, settings, dbytes, seq_tokens, device, activations)
     terms += update_terms
+    apart = activations == "shape" and phases_apart(device, rollout_path(settings.rollout))
+    phases = split_phases(shared_gb, engine_terms, update_terms, device, apart)
+    completion_tokens = completions * settings.max_completion_length
+    tile_gb = min(completion_tokens, TRL_TOKEN_TILE) * min(shape.vocab_size, TRL_VOCAB_TILE) * dbytes / GB
 
-    used = sum(gb for _, gb, _ in terms) + (runtime_baseline_gb or 0.0)
+    used = sum(gb for _, gb, _ in terms) - phases["freed_before_update_gb"] + (runtime_baseline_gb or 0.0)
     inputs = _estimate_inputs(
         shape, settings, dtype, device, completions, prompt, device_total_gb, os_reserved_gb, activations
     )
@@ -469,6 +503,8 @@ def estimate_memory(
         inputs=inputs,
         runtime_baseline_gb=runtime_baseline_gb,
         lesson_difference=differs,
+        cuda_terms=cuda_report(activations == "shape" and folds_in_triton(device), tile_gb, completion_tokens, apart),
+        **phases,
     )
 
 

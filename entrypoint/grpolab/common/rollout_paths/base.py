@@ -62,6 +62,10 @@ class RolloutPath(Protocol):
     LAG_BASIS: str  # on what basis its runs' `stale` and `max_lag_steps` are given (the run log's rollout.lag_basis)
     SMOKE_KEEPS_LAB_MODEL: bool  # the smoke test trains the lab's model, not the track's smaller smoke model
     VERL_REFUSAL: str | None  # why the verl export cannot carry it (None: verl's vLLM colocate runs it)
+    # On a GPU whose peak counts live tensors (CUDA), whether its memory terms are freed before the update: then
+    # they are never held with the update's activations, and the estimate takes the larger phase, not the sum
+    # (grpolab.memory.cuda_terms).
+    GPU_MEMORY_FREED_BEFORE_UPDATE: bool
 
     def memory_terms(self, basis: MemoryBasis) -> list[MemoryTerm]:
         """The memory estimate's rows for the rollout engine (the lesson's fourth term)."""

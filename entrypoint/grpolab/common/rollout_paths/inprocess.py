@@ -14,6 +14,9 @@ GPU_LIBRARIES = TORCH_GPU_LIBRARIES
 LAG_BASIS = "by construction: the policy's own generate() samples with the weights being trained"
 SMOKE_KEEPS_LAB_MODEL = False
 VERL_REFUSAL = None  # the export maps every path verl can run to its vLLM colocate
+# transformers 5.17.0's generate() makes its DynamicCache for each call (no cache_implementation: TRL 1.16.0's
+# default) and TRL keeps only the token ids: the cache is freed when generate() returns.
+GPU_MEMORY_FREED_BEFORE_UPDATE = True
 
 
 def memory_terms(basis: MemoryBasis) -> list[MemoryTerm]:

@@ -18,6 +18,7 @@ GPU_LIBRARIES = TORCH_GPU_LIBRARIES
 LAG_BASIS = "measured: each batch's sampler version against the trainer's step (the rollout ledger)"
 SMOKE_KEEPS_LAB_MODEL = False
 VERL_REFUSAL = "llama.cpp has no weight sync, so its rollouts go stale; verl has no such rollout"
+GPU_MEMORY_FREED_BEFORE_UPDATE = False  # llama-server keeps its copy and its cache for the whole run
 
 
 def memory_terms(basis: MemoryBasis) -> list[MemoryTerm]:

@@ -15,6 +15,10 @@ GPU_LIBRARIES = TORCH_GPU_LIBRARIES + VLLM_GPU_LIBRARIES
 LAG_BASIS = "by TRL's design, not measured: TRL syncs the policy's weights into vLLM before every generation"
 SMOKE_KEEPS_LAB_MODEL = False
 VERL_REFUSAL = None
+# TRL 1.16.0 sleeps the engine (level 2: weights and key-value cache discarded) only with GRPOConfig's
+# vllm_enable_sleep_mode, False by default and not set by the lab (grpolab.rollouts.vllm colocate_choice):
+# vLLM's share is held through the update.
+GPU_MEMORY_FREED_BEFORE_UPDATE = False
 
 
 def memory_terms(basis: MemoryBasis) -> list[MemoryTerm]:

@@ -17,6 +17,7 @@ LAG_BASIS = "by TRL's design, not measured: TRL streams the policy's weights to 
 # smoke-tested against it.
 SMOKE_KEEPS_LAB_MODEL = True
 VERL_REFUSAL = "verl's separate rollout server is its async trainer, which never delivers a LoRA adapter (verl#7495)"
+GPU_MEMORY_FREED_BEFORE_UPDATE = False  # nothing of it on this device to free: the server has a card of its own
 
 
 def memory_terms(basis: MemoryBasis) -> list[MemoryTerm]:
