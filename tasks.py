@@ -31,7 +31,8 @@ def needs(given, needed: str, what: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ locks
-@task(help={"track": "one track (default: every track whose lock can be made here)",
+@task(help={"track": "one track (default: every track whose lock can be made here); GRPOLAB_INDEX_URLS_<TRACK> "
+                     "replaces its own indexes (a mirror), UV_DEFAULT_INDEX replaces PyPI",
             "vllm": "with --track: pin this vLLM (refused outside the range TRL declares)"})
 def lock_make(c, track=None, vllm=None):
     """Make lockfiles/<track>.txt with uv (hashed) and the locks beside it (build tools, Debian pins): minutes, online.
@@ -138,6 +139,11 @@ def base(c, arch=None, force=False):
         build_standin(arch, force)
 
 
+MAKE_LOCK_HELP = (
+    "where the track's lock is made on this machine (x) and none is here: make it without asking (without a terminal, "
+    "or with CI set, nothing is made otherwise). GRPOLAB_INDEX_URLS_<TRACK> (e.g. GRPOLAB_INDEX_URLS_X) replaces the "
+    "track's own indexes, UV_DEFAULT_INDEX replaces PyPI: a mirror"
+)
 BUILD_HELP = {
     "track": "the track to build (default: detected from this host)",
     "base": "build FROM this image instead of the pinned base (e.g. grpolab-base:trixie-amd64)",
@@ -153,17 +159,21 @@ BUILD_HELP = {
     "no_record": "don't record the image in .env (keep `docker compose` on the image it runs now)",
     "builder": "buildx (Docker >= 26 with the containerd image store) or buildah: same commit, same image id, the "
     "first that works here by default; docker: the engine's own builder, fast rebuilds, a new id each build",
+    "make_lock": MAKE_LOCK_HELP,
 })
 def build_image(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False, builder=None,
-                rollout=None):
+                rollout=None, make_lock=False):
     """Build the track's image, record it in .env for `docker compose run lab`: c cold 165 s, GBs (bench/cold-up.json).
-    Compares it with the commit's record (lockfiles/<track>.image.json); a rebuild after a code change takes seconds."""
+    Compared with lockfiles/<track>.image.json. Where x's lock is not here yet, it asks to make it first (minutes)."""
     from hostlab.images.build import build
     from hostlab.images.builders import choose_builder
+    from hostlab.run.learner_lock import lock_where_missing
 
     with user_errors():
-        build(track, base=base, ca_bundle=ca_bundle, skip_host_check=skip_host_check, write_env=not no_record,
-              builder=choose_builder(builder), rollout=rollout)
+        builder = choose_builder(builder)
+        name = lock_where_missing(track, make_lock=make_lock, skip_host_check=skip_host_check)
+        build(name, base=base, ca_bundle=ca_bundle, skip_host_check=skip_host_check, write_env=not no_record,
+              builder=builder, rollout=rollout)
 
 
 @task(name="reproducible", help={
@@ -209,14 +219,15 @@ def venv(c, track="c"):
 @task(help={"track": "the track (default: detected from this host)",
             "rollout": "the lab's rollout path when not the track's default (inprocess, vllm-colocate, vllm-server, "
                        "llamacpp); llamacpp builds the image with llama.cpp compiled in, which the track's image "
-                       "leaves out"})
-def up(c, track=None, rollout=None):
+                       "leaves out",
+            "make_lock": MAKE_LOCK_HELP})
+def up(c, track=None, rollout=None, make_lock=False):
     """The main job: build the track's image, then the smoke test and the lab: c from nothing 230 s (bench/cold-up).
-    The stand-in base where no registry answers; `--rollout llamacpp` after it 173 s more."""
+    The stand-in base where no registry answers; `--rollout llamacpp` after it 173 s more; x's lock asked for first."""
     from hostlab.run.up import up as run_up
 
     with user_errors():
-        status = run_up(track, rollout)
+        status = run_up(track, rollout, make_lock=make_lock)
     if status:
         raise Exit(code=status)
 

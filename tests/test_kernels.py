@@ -334,12 +334,12 @@ def test_a_refused_lock_leaves_the_old_one_in_place(tmp_path, monkeypatch):
 
     lock = tmp_path / "s.txt"
     lock.write_text("the lock that was there\n")
-    monkeypatch.setattr(lockcli, "lock_path", lambda track: lock)
+    monkeypatch.setattr(lockcli, "lock_path", lambda track, lock_dir: lock)
     monkeypatch.setattr(
-        lockcli, "make_lock", lambda track, vllm=None: lock.write_text("a new lock whose vLLM lost sm_121\n")
+        lockcli, "make_lock", lambda track, vllm, lock_dir: lock.write_text("a new lock whose vLLM lost sm_121\n")
     )
 
-    def refuse(track, text):
+    def refuse(track, text, lock_dir):
         assert text == "a new lock whose vLLM lost sm_121\n"  # the table is read from the new lock
         raise HostError("refusing the lock for track s: ...")
 

@@ -20,3 +20,9 @@ def environ_set(**values: str) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def in_ci() -> bool:
+    """Does this run under CI (GitHub Actions, GitLab, Buildkite and others set CI=true)? There a build is strict and
+    nothing is asked or made on the user's behalf."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")

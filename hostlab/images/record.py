@@ -12,7 +12,6 @@ building twice.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from grpolab.common.filehash import sha256_of_file
@@ -20,6 +19,7 @@ from grpolab.common.tracks import Track
 
 from .. import REPO, HostError
 from ..host.console import say, warn
+from ..host.environ import in_ci
 from .builders import deps_inputs
 
 
@@ -58,7 +58,7 @@ def write_record(track: Track, result, checked: dict, repo: Path = REPO) -> Path
 
 def strict() -> bool:
     """In CI a build that differs from the record fails; on a learner's machine it is said loudly."""
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    return in_ci()
 
 
 def compare_with_record(track: Track, result, repo: Path = REPO) -> tuple[str, list[str]]:

@@ -1,23 +1,30 @@
-"""Read package facts from a package index without installing anything.
+"""Read package facts from a package index without installing anything, and which indexes a track reads.
 
-Two questions only: which versions of a project an index offers, and what one wheel's METADATA says
-(read through HTTP range requests, as pip's fast-deps does: a few KB instead of a 300 MB vLLM wheel).
+Which files a project has on an index (PEP 691 JSON, or a static PEP 503 page as AMD's index is), which versions, and
+what one wheel's METADATA says (read through HTTP range requests, as pip's fast-deps does: a few KB instead of a 300 MB
+vLLM wheel). A track's indexes are its row's, or a mirror's (GRPOLAB_INDEX_URLS_<TRACK>), then PyPI, or the index
+UV_DEFAULT_INDEX names: the ones uv resolves from are the ones read here.
 """
 
 from __future__ import annotations
 
+import html
 import io
 import json
+import os
 import re
 import ssl
 import urllib.request
 import zipfile
 from email.parser import Parser
-from urllib.parse import urljoin
+from urllib.parse import unquote, urljoin, urlsplit
 
+from grpolab.common.tracks import Track
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
+
+from .. import HostError
 
 PYPI = "https://pypi.org/simple/"
 TIMEOUT_S = 60
@@ -29,17 +36,48 @@ def _open(url: str, headers: dict | None = None):
     return urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=TIMEOUT_S, context=ctx)
 
 
-def project_files(project: str, index_url: str = PYPI) -> list[tuple[str, str]]:
-    """(filename, url) of every file an index offers for `project` (PEP 691 JSON, else the PEP 503 page)."""
+def default_index() -> str:
+    """PyPI, or the index uv is told to use in its place (UV_DEFAULT_INDEX, or its older name UV_INDEX_URL): what is
+    read here is what uv resolved from."""
+    return os.environ.get("UV_DEFAULT_INDEX") or os.environ.get("UV_INDEX_URL") or PYPI
+
+
+def index_files(project: str, index_url: str = PYPI) -> list[dict]:
+    """Every file an index offers for `project`: {filename, url, sha256, size, yanked}, from its PEP 691 JSON or,
+    where it serves only the PEP 503 page (a static folder, as AMD's and PyTorch's indexes are), from that page's
+    links: their `#sha256=` fragment, no size (0), the name unquoted (`%2B` is the `+` of a local version)."""
     page = urljoin(index_url.rstrip("/") + "/", canonicalize_name(project) + "/")
     with _open(page, {"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}) as resp:
         body = resp.read().decode()
         kind = resp.headers.get("Content-Type", "")
     if "json" in kind:
-        return [(f["filename"], urljoin(page, f["url"])) for f in json.loads(body)["files"] if not f.get("yanked")]
-    return [
-        (href.rsplit("/", 1)[-1].split("#")[0], urljoin(page, href)) for href in re.findall(r'href="([^"]+)"', body)
-    ]
+        return [
+            {"filename": f["filename"], "url": urljoin(page, f["url"]), "sha256": f.get("hashes", {}).get("sha256", ""),
+             "size": int(f.get("size") or 0), "yanked": bool(f.get("yanked"))}
+            for f in json.loads(body)["files"]
+        ]
+    files = []
+    for anchor in re.findall(r"<a\s[^>]*>", body):
+        href = re.search(r'href="([^"]+)"', anchor)
+        if not href:
+            continue
+        url, _, fragment = urljoin(page, html.unescape(href.group(1))).partition("#")
+        files.append({"filename": unquote(urlsplit(url).path.rsplit("/", 1)[-1]), "url": url,
+                      "sha256": fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else "",
+                      "size": 0, "yanked": "data-yanked" in anchor})
+    return files
+
+
+def project_files(project: str, index_url: str = PYPI) -> list[tuple[str, str]]:
+    """(filename, url) of every file an index offers for `project`, yanked ones left out."""
+    return [(f["filename"], f["url"]) for f in index_files(project, index_url) if not f["yanked"]]
+
+
+def remote_size(url: str) -> int:
+    """A file's size in bytes as the server states it (HEAD's Content-Length), 0 when it does not say."""
+    request = urllib.request.Request(url, method="HEAD")
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=ssl.create_default_context()) as resp:
+        return int(resp.headers.get("Content-Length") or 0)
 
 
 def wheel_versions(project: str, index_urls: list[str]) -> list[Version]:
@@ -144,3 +182,28 @@ def marker_env(uv_platform: str, python: str, extra: str = "") -> dict[str, str]
         "implementation_version": python + ".0",
         "extra": extra,
     }
+
+
+# ------------------------------------------------------------------------------------- a track's indexes
+def index_variable(track: Track) -> str:
+    """The environment variable that replaces the track's own indexes (GRPOLAB_INDEX_URLS_X)."""
+    return f"GRPOLAB_INDEX_URLS_{track.name.upper()}"
+
+
+def track_index_urls(track: Track) -> list[str]:
+    """The track's own indexes: its row's index_urls, or the URLs its variable (index_variable) names instead, space
+    separated: a mirror of them, or a stand-in on loopback as tests/test_learner_lock.py serves. uv and every reader
+    here take the same ones, and a lock's header records them, so `invoke lock.check` wants the same setting."""
+    given = os.environ.get(index_variable(track), "").split()
+    if given and not track.index_urls:
+        raise HostError(
+            f"{index_variable(track)} is set, but track {track.name}'s row names no index for it to replace "
+            f"(images/tracks.toml's index_urls): unset it"
+        )
+    return given or list(track.index_urls)
+
+
+def index_urls(track: Track) -> list[str]:
+    """The indexes in uv's priority order: the track's own first, PyPI last (uv's default index, or the one
+    UV_DEFAULT_INDEX names)."""
+    return track_index_urls(track) + [default_index()]

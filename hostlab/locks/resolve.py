@@ -37,6 +37,7 @@ from .. import REPO, HostError
 from ..host.console import say
 from ..host.tools import resolved
 from . import index as pkgindex
+from .index import index_urls, index_variable, track_index_urls
 from .lockfile import (
     LOCK_DIR,
     REQ_LINE,
@@ -146,26 +147,23 @@ def platform_env(track: Track) -> dict[str, str]:
     return dict(PLATFORM_ENV.get(track.uv_platform, {}))
 
 
-def index_urls(track: Track) -> list[str]:
-    """The indexes in uv's priority order: the track's own first, PyPI last (uv's default index)."""
-    return list(track.index_urls) + [pkgindex.PYPI]
-
-
 UV_CONFIG = "uv.toml"  # beside requirements.in, for tracks whose indexes need per-index settings
 
 
-def uv_config(track: Track) -> str | None:
-    """A uv.toml declaring the track's indexes with `ignore-error-codes`, or None when plain --index flags do.
+def uv_config_text(urls: list[str], ignore_error_codes: list[int]) -> str | None:
+    """A uv.toml declaring these indexes with `ignore-error-codes`, or None when plain --index flags do.
 
     uv has no command-line flag for it, and an --index on the command line replaces the same URL's entry in
     the file (seen with uv 0.13.9), so such a track names its indexes here only."""
-    if not track.index_ignore_error_codes:
+    if not ignore_error_codes:
         return None
-    codes = ", ".join(str(c) for c in track.index_ignore_error_codes)
-    return (
-        "".join(f'[[index]]\nurl = "{url}"\nignore-error-codes = [{codes}]\n\n' for url in track.index_urls).rstrip()
-        + "\n"
-    )
+    codes = ", ".join(str(c) for c in ignore_error_codes)
+    return "".join(f'[[index]]\nurl = "{url}"\nignore-error-codes = [{codes}]\n\n' for url in urls).rstrip() + "\n"
+
+
+def uv_config(track: Track) -> str | None:
+    """The uv.toml `invoke lock` resolves the track's lock beside (uv_config_text of the indexes it uses)."""
+    return uv_config_text(track_index_urls(track), track.index_ignore_error_codes)
 
 
 def compile_command(track: Track, inputs_file: str, output_file: str) -> list[str]:
@@ -187,7 +185,7 @@ def compile_command(track: Track, inputs_file: str, output_file: str) -> list[st
     if track.excludes:  # likewise
         cmd += ["--excludes", EXCLUDES_FILE]
     if not uv_config(track):
-        for url in track.index_urls:  # earlier --index wins; PyPI stays the default index
+        for url in track_index_urls(track):  # earlier --index wins; PyPI stays the default index
             cmd += ["--index", url]
     if track.index_urls:  # so that `uv pip sync` of the lock looks in the same places
         cmd.append("--emit-index-url")
@@ -402,7 +400,7 @@ def header_facts(track: Track, inputs: list[str], lock_dir: Path = LOCK_DIR) -> 
         "track": track.name,
         "python-version": track.python,
         "python-platform": track.uv_platform,
-        "indexes": list(track.index_urls),
+        "indexes": track_index_urls(track),
         "environment": platform_env(track),
         "inputs": inputs,
     }
@@ -483,11 +481,11 @@ class LockReport:
 def missing_lock_message(track: Track, lock_dir: Path = LOCK_DIR) -> str:
     msg = f"lockfiles/{track.name}.txt does not exist: run `invoke lock --track {track.name}`"
     if instructions_path(track, lock_dir).exists():
-        indexes = ", ".join(track.index_urls) or "its indexes"
+        indexes = ", ".join(track_index_urls(track)) or "its indexes"
         msg = (
-            f"track {track.name} has no lock yet (lockfiles/{track.name}.txt). It can only be made on a machine "
-            f"that reaches {indexes}: follow lockfiles/{track.name}.README (exact inputs and command), then "
-            f"commit lockfiles/{track.name}.txt."
+            f"track {track.name} has no lock yet (lockfiles/{track.name}.txt). It is made on a machine that reaches "
+            f"{indexes}: `invoke build --track {track.name}` there asks to make it, `invoke lock --track "
+            f"{track.name}` makes it (lockfiles/{track.name}.README says how); then commit it."
         )
     return msg
 
@@ -530,8 +528,10 @@ def check_lock(track: Track, lock_dir: Path = LOCK_DIR, pyproject: Path = REPO /
     h = lock.header
     for key, want in header_facts(track, inputs, lock_dir).items():
         if h.get(key) != want:
+            hint = f" ({index_variable(track)} replaces the row's indexes)" if key == "indexes" else ""
             report.problems.append(
-                f"{path.name} is stale: it was made for {key} {h.get(key)!r}, the track now says {want!r}; {redo}"
+                f"{path.name} is stale: it was made for {key} {h.get(key)!r}, the track now says {want!r}{hint}; "
+                f"{redo}"
             )
     if body_sha256(lock.body) != h["body-sha256"]:
         report.hand_edited = True

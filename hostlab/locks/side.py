@@ -17,6 +17,7 @@ from grpolab.common.tracks import Track
 from .. import REPO, HostError
 from ..host.console import say
 from ..host.tools import resolved
+from .index import PYPI
 from .resolve import (
     LOCK_DIR,
     UV_CONFIG,
@@ -24,6 +25,7 @@ from .resolve import (
     compile_command,
     display_command,
     extra_requirements,
+    index_variable,
     instructions_path,
     lock_inputs,
     lock_path,
@@ -31,7 +33,7 @@ from .resolve import (
     parse_lock,
     platform_env,
     uses_vllm,
-    uv_config,
+    uv_config_text,
     uv_version,
     write_command_files,
 )
@@ -166,24 +168,92 @@ def check_test_tools_lock(
 
 
 # ------------------------------------------------------------------------------ locks made elsewhere (x)
-def instructions(track: Track, pyproject: Path = REPO / "pyproject.toml") -> str:
-    """The exact inputs and command for a lock that must be made where the track's indexes are reachable."""
-    inputs = lock_inputs(track, pyproject)
+LEARNER = "learner"  # a row's lock_made_on for a lock made on the learner's machine by the first build that needs it
+REFERENCE_MBIT_S = 100  # the connection a predicted time is stated for; a learner's may be faster or slower
+RESOLVE_AND_CHECK_MIN = 1.0  # predicted: uv's resolution, the side locks (apt in the stand-in base), the checks
+# What `invoke kernels` reads of each family's code, and when it refuses the lock, in words.
+GPU_CODE_READ = {
+    "gfx": "the amdgcn targets each library's clang offload bundle names (its .hip_fatbin section); the lock is "
+           "refused unless the libraries the {rollout} path launches kernels from name {gpus} exactly (AMD's code "
+           "objects are not compiled at run time)",
+    "sm_": "the SASS and PTX of each library's fatbins; the lock is refused unless the libraries the {rollout} path "
+           "launches kernels from have code for {gpus}, natively or as PTX",
+}
+
+
+def made_on_learner_machine(track: Track) -> bool:
+    return track.lock_made_on == LEARNER
+
+
+def predicted_lock_minutes(track: Track, mbit_s: float = REFERENCE_MBIT_S) -> float:
+    """How long a lock made on the learner's machine takes, predicted: its wheels (the row's lock_download, itself
+    predicted) downloaded once at `mbit_s`, plus RESOLVE_AND_CHECK_MIN."""
+    return float(track.lock_download.get("gb", 0)) * 8000 / mbit_s / 60 + RESOLVE_AND_CHECK_MIN
+
+
+def time_and_size(track: Track) -> str:
+    """The predicted time and size of a lock made on the learner's machine, with where each figure comes from."""
+    download = track.lock_download
     return (
-        f"# How to make lockfiles/{track.name}.txt\n\n"
+        f"about {predicted_lock_minutes(track):.0f} min at {REFERENCE_MBIT_S} Mbit/s, predicted, not measured (our "
+        f"machines can't reach the index): {download.get('gb', '?')} GB of wheels to download and read (predicted: "
+        f"{download.get('predicted_from', 'no source given')}), plus about {RESOLVE_AND_CHECK_MIN:.0f} min to resolve, "
+        "make the side locks and check them. The image build then downloads the same wheels once more and installs "
+        "them"
+    )
+
+
+CACHE_IN_WORDS = "~/.cache/grpolab/provenance"  # CACHE as the README says it, the same on every machine
+
+
+def learner_lock_steps(
+    track: Track, indexes: list[str], cache: str = CACHE_IN_WORDS, pyproject: Path = REPO / "pyproject.toml"
+) -> list[str]:
+    """What making the track's lock does, step by step (`invoke lock --track T`, and the first `invoke build`), with
+    the `indexes` it resolves from (the README: the row's and PyPI; a build: the ones in use here)."""
+    inputs = lock_inputs(track, pyproject)
+    family = next((f for f in GPU_CODE_READ if any(g.startswith(f) for g in track.gpus_required)), None)
+    read = GPU_CODE_READ[family].format(rollout=track.rollout, gpus=", ".join(track.gpus_required)) if family else ""
+    return [
+        f"resolve its {len(inputs)} inputs ({', '.join(inputs[:2])}, ...) with uv from "
+        f"{', '.join(indexes)}, for {track.uv_platform} and Python "
+        f"{track.python}, every file hashed"
+        + (
+            f", going on to the next index where one answers {', '.join(map(str, track.index_ignore_error_codes))} "
+            "for a package it does not host"
+            if track.index_ignore_error_codes
+            else ""
+        )
+        + f": lockfiles/{track.name}.txt",
+        f"download its binary wheels by those hashes into {cache} and read their GPU code (`invoke kernels --track "
+        f"{track.name}`): {read}; every library's links must resolve and its glibc fit the base image's: "
+        f"lockfiles/{track.name}.kernels.json",
+        f"make the locks beside it for an image that compiles (lockfiles/{track.name}.build.txt, the hashed tools "
+        f"that compile its source-only packages; lockfiles/{track.name}.debian.txt, Debian pins resolved by apt in "
+        f"the stand-in base, so Docker and, where the stand-in is not there yet, mmdebstrap), then check them all "
+        f"(`invoke lock.check --track {track.name}`)",
+    ]
+
+
+def instructions(track: Track, pyproject: Path = REPO / "pyproject.toml") -> str:
+    """How the lock of a track whose indexes our machines can't reach is made, with its exact inputs and command."""
+    inputs = lock_inputs(track, pyproject)
+    config = uv_config_text(track.index_urls, track.index_ignore_error_codes)
+    steps = learner_lock_steps(track, list(track.index_urls) + [PYPI], pyproject=pyproject)
+    return (
+        f"# How lockfiles/{track.name}.txt is made\n\n"
         f"Track {track.name} ({track.description}) takes packages from indexes our machines can't reach:\n"
         + "".join(f"- {u}\n" for u in track.index_urls)
-        + f"\nOn a machine that reaches them (any OS: uv resolves for {track.uv_platform}, Python "
-        f"{track.python}), from a clone of this repository:\n\n"
-        "    bash images/setup-host.sh && . .venvs/host/bin/activate    # the README's first command\n    invoke lock "
-        f"--track {track.name}\n    invoke lock.check --track "
-        f"{track.name}\n\nthen commit lockfiles/{track.name}.txt and the locks `invoke lock` writes beside it for an "
-        "image that compiles (lockfiles/"
-        f"{track.name}.build.txt, lockfiles/{track.name}.debian.txt: apt is asked inside the stand-in base, so Docker "
-        "and, when "
-        f"the stand-in is not there yet, mmdebstrap). Until it exists, `invoke build --track "
-        f"{track.name}` refuses.\n\n`invoke lock` resolves these inputs (images/tracks.toml's lock_inputs, then "
-        f"pyproject.toml's lab extra and the extras the track's row names):\n\n"
+        + "\n"
+        + (learner_text(track) if made_on_learner_machine(track) else "")
+        + "Making the lock, on any machine that reaches those indexes (any OS: uv resolves for the track's platform), "
+        f"is `invoke lock --track {track.name}`, which does this:\n\n"
+        + "".join(f"{n}. {step}\n" for n, step in enumerate(steps, 1))
+        + f"\nthen `invoke lock.check --track {track.name}`; commit what it wrote. A mirror of the indexes: "
+        f"{index_variable(track)}=URL (space-separated, in the row's order) replaces them for uv and for every "
+        "reader here, and the lock's header records it; UV_DEFAULT_INDEX replaces PyPI the same way.\n\n"
+        "`invoke lock` resolves these inputs (images/tracks.toml's lock_inputs, then "
+        "pyproject.toml's lab extra and the extras the track's row names):\n\n"
         + "".join(f"    {i}\n" for i in inputs)
         + "\nwith this command"
         + (
@@ -194,11 +264,10 @@ def instructions(track: Track, pyproject: Path = REPO / "pyproject.toml") -> str
         + f":\n\n    {display_command(track)}\n"
         + (
             f"\nrun beside this {UV_CONFIG} (`invoke lock` writes it from the track's row), which lets uv go on to the "
-            "next "
-            f"index when one answers {', '.join(map(str, track.index_ignore_error_codes))} for a package it does not "
-            "host:\n\n"
-            + "".join(f"    {line}\n" if line else "\n" for line in uv_config(track).splitlines())
-            if uv_config(track)
+            f"next index when one answers {', '.join(map(str, track.index_ignore_error_codes))} for a package it does "
+            "not host:\n\n"
+            + "".join(f"    {line}\n" if line else "\n" for line in config.splitlines())
+            if config
             else ""
         )
         + (
@@ -208,6 +277,24 @@ def instructions(track: Track, pyproject: Path = REPO / "pyproject.toml") -> str
         )
         + f"\nThis file is generated by `invoke lock.instructions --track {track.name}`; `invoke lock.check` "
         f"notices when it is out of date.\n"
+    )
+
+
+def learner_text(track: Track) -> str:
+    """The part of lockfiles/<track>.README that says how the first build makes the lock on the learner's machine."""
+    name = track.name
+    return (
+        f"So the lock is made on your machine (its row says lock_made_on = \"{LEARNER}\"). From a clone of this "
+        "repository:\n\n"
+        "    bash images/setup-host.sh && . .venvs/host/bin/activate    # the README's first command\n"
+        f"    invoke build --track {name}    # or `invoke up` on the track's machine itself\n\n"
+        f"finds no lockfiles/{name}.txt, says what it will do and how long that takes, asks, makes the lock as "
+        "below, checks it, and builds the image. Nothing is downloaded before you answer; "
+        "without a terminal to ask on (a script, or CI: CI set) it refuses instead, unless you pass --make-lock. A "
+        "lock that fails its checks leaves none of its files behind, so the next build asks again. The files it "
+        f"writes (lockfiles/{name}.txt, {name}.kernels.json, {name}.build.txt, {name}.debian.txt) are yours: keep "
+        f"and commit them. Every later `invoke build` and `invoke lock.check` holds the image to them; `invoke lock "
+        f"--track {name}` makes them again.\n\nHow long: {time_and_size(track)}.\n\n"
     )
 
 

@@ -1,26 +1,26 @@
 """The wheels a track's lock pins, for the track's own platform, chosen and checked by the lock's sha256 hashes.
 
-A lock lists every file's hash of each pinned version (all platforms); the index's PEP 691 JSON gives each file's
-sha256 and size, so the file for the track's platform and Python is the one whose hash the lock has and whose tags
-fit, picked without downloading anything. Downloads are kept in ~/.cache/grpolab/provenance under their sha256
-(the cache `invoke lock.provenance` keeps), so a second run downloads nothing."""
+A lock lists every file's hash of each pinned version (all platforms); the index's PEP 691 JSON (or its PEP 503 page,
+with the size asked of the server) gives each file's sha256 and size, so the file for the track's platform and Python
+is the one whose hash the lock has and whose tags fit, picked without downloading anything. Downloads are kept in
+~/.cache/grpolab/provenance under their sha256 (the cache `invoke lock.provenance` keeps), so a second run downloads
+nothing."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urljoin
 
 from grpolab.common.filehash import sha256_of_file
 from grpolab.common.tracks import Track
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import parse_wheel_filename
 
 from .. import HostError
 from ..host.console import say
 from . import index as pkgindex
+from .index import index_files
 from .lockfile import Lock, lock_path, parse_lock
 from .provenance import CACHE
 from .resolve import index_urls
@@ -80,18 +80,6 @@ def _rank(filename: str, python: str, platforms: list[str]) -> int | None:
     return best
 
 
-def index_files(project: str, index: str) -> list[dict]:
-    """Every file of `project` on a PEP 691 JSON index: {filename, url, sha256, size}."""
-    page = urljoin(index.rstrip("/") + "/", canonicalize_name(project) + "/")
-    with pkgindex._open(page, {"Accept": "application/vnd.pypi.simple.v1+json"}) as resp:
-        files = json.loads(resp.read().decode())["files"]
-    return [
-        {"filename": f["filename"], "url": urljoin(page, f["url"]), "sha256": f.get("hashes", {}).get("sha256", ""),
-         "size": int(f.get("size") or 0)}
-        for f in files
-    ]
-
-
 def locked_files(track: Track, binary_only: bool = True, lock: Lock | None = None) -> list[LockedFile]:
     """One file per package of the track's lock (or `lock`): the best wheel for its platform whose sha256 the lock
     holds."""
@@ -125,10 +113,18 @@ def locked_files(track: Track, binary_only: bool = True, lock: Lock | None = Non
                 f"{track.uv_platform}, Python {track.python}"
             )
         f = min(wheels, key=lambda rf: rf[0])[1]
-        found = LockedFile(name, version, f["filename"], f["url"], f["sha256"], f["size"])
+        found = LockedFile(name, version, f["filename"], f["url"], f["sha256"], f["size"] or _size(f["url"]))
         if found.binary or not binary_only:
             chosen.append(found)
     return chosen
+
+
+def _size(url: str) -> int:
+    """The size a PEP 503 page does not give (AMD's index), asked of the server; 0 when it won't say."""
+    try:
+        return pkgindex.remote_size(url)
+    except OSError:
+        return 0
 
 
 def fetch(file: LockedFile, cache: Path = CACHE) -> Path:

@@ -20,6 +20,7 @@ from ..locks.debian import SUITE, base_lock_path, check_base_lock, check_debian_
 from ..locks.lockfile import parse_lock
 from ..locks.resolve import LOCK_DIR, check_lock, instructions_path, lock_path, make_lock
 from ..locks.side import (
+    made_on_learner_machine,
     TEST_TOOLS_TRACK,
     check_test_tools_lock,
     check_uv_lock,
@@ -36,15 +37,21 @@ def _made_elsewhere(track, lock_dir=LOCK_DIR) -> bool:
     return instructions_path(track, lock_dir).exists() and not lock_path(track, lock_dir).exists()
 
 
-def make_checked_lock(track, vllm: str | None = None) -> None:
+def where_made(track) -> str:
+    if made_on_learner_machine(track):
+        return f"its lock is made on the learner's machine by the first `invoke build --track {track.name}`"
+    return "its lock is made elsewhere"
+
+
+def make_checked_lock(track, vllm: str | None = None, lock_dir: Path = LOCK_DIR) -> None:
     """make_lock, then for a track that serves GPUs its kernels table (hostlab/kernels/table.py): a lock whose wheels
     cannot run on the track's GPUs is refused, and the lock that was there before is put back."""
-    path = lock_path(track)
+    path = lock_path(track, lock_dir)
     before = path.read_text() if path.exists() else None
-    make_lock(track, vllm)
+    make_lock(track, vllm, lock_dir)
     if track.gpus:
         try:
-            table_for_new_lock(track, path.read_text())
+            table_for_new_lock(track, path.read_text(), lock_dir)
         except HostError:
             if before is None:
                 path.unlink()
@@ -52,19 +59,19 @@ def make_checked_lock(track, vllm: str | None = None) -> None:
                 path.write_text(before)
             raise
     if track.is_container:
-        make_side_locks(track)
+        make_side_locks(track, lock_dir)
 
 
-def make_side_locks(track) -> None:
+def make_side_locks(track, lock_dir: Path = LOCK_DIR) -> None:
     """The locks an image builds with beside the track's own: the hashed tools that compile its source-only packages
     (lockfiles/<track>.build.txt) and its Debian pins (lockfiles/<track>.debian.txt, resolved by apt inside the stand-in
     base, which is made first when it is not here)."""
-    lock = parse_lock(lock_path(track).read_text())
-    make_build_lock(track)
+    lock = parse_lock(lock_path(track, lock_dir).read_text())
+    make_build_lock(track, lock_dir)
     asks_debian = any(debian_needs(lock).values())
     if asks_debian:
         engine.client()  # first: an engine that is stopped is said before a stand-in is made for nothing
-    make_debian_lock(track, lock, ensure_standin() if asks_debian else "")
+    make_debian_lock(track, lock, ensure_standin() if asks_debian else "", lock_dir)
 
 
 def make_side(track_name: str | None) -> None:
@@ -125,7 +132,7 @@ def make(track_name: str | None, vllm: str | None = None) -> None:
             make_base_lock(arch)
         for track in load_tracks().values():
             if _made_elsewhere(track):
-                say(f"skipping track {track.name}: its lock is made elsewhere (lockfiles/{track.name}.README)")
+                say(f"skipping track {track.name}: {where_made(track)} (lockfiles/{track.name}.README)")
                 continue
             try:
                 make_checked_lock(track)
@@ -140,6 +147,25 @@ def make(track_name: str | None, vllm: str | None = None) -> None:
     say(f"done in {time.monotonic() - started:.0f} s")
 
 
+def check_track(track, lock_dir=LOCK_DIR) -> bool:
+    """`invoke lock.check --track T`: the lock, its kernels table and the locks beside it, one line and each problem
+    printed; True when all are current and obey the rules."""
+    report = check_lock(track, lock_dir)
+    warnings = []
+    if not report.problems:  # the kernels table and the side locks are judged against a lock that is itself current
+        kernel_problems, warnings = check_table(track, lock_dir)
+        report.problems += kernel_problems
+        if track.is_container:
+            lock = report.lock
+            report.problems += check_build_lock(track, lock, lock_dir) + check_debian_lock(track, lock, lock_dir)
+    say(f"{track.name}: {'ok' if report.ok else 'FAILED'}" + (f" ({report.note})" if report.note else ""))
+    for problem in report.problems:
+        say(f"  - {problem}")
+    for warning in warnings:
+        say(f"  warning: {warning}")
+    return report.ok
+
+
 def check(track_name: str | None = None, lock_dir=LOCK_DIR) -> bool:
     """Print one line per lock; True when every one is current and obeys the rules."""
     tracks = [get_track(track_name)] if track_name else list(load_tracks().values())
@@ -148,25 +174,12 @@ def check(track_name: str | None = None, lock_dir=LOCK_DIR) -> bool:
         if not track_name and _made_elsewhere(track, lock_dir):
             fresh = instructions_path(track, lock_dir).read_text() == instructions_text(track)
             say(
-                f"{track.name}: no lock yet, made elsewhere (lockfiles/{track.name}.README"
+                f"{track.name}: no lock yet, {where_made(track)} (lockfiles/{track.name}.README"
                 + (")" if fresh else " is OUT OF DATE: `invoke lock.instructions --track " + track.name + "`)")
             )
             ok &= fresh
             continue
-        report = check_lock(track, lock_dir)
-        warnings = []
-        if not report.problems:  # the kernels table and the side locks are judged against a lock that is itself current
-            kernel_problems, warnings = check_table(track, lock_dir)
-            report.problems += kernel_problems
-            if track.is_container:
-                lock = parse_lock(lock_path(track, lock_dir).read_text())
-                report.problems += check_build_lock(track, lock, lock_dir) + check_debian_lock(track, lock, lock_dir)
-        say(f"{track.name}: {'ok' if report.ok else 'FAILED'}" + (f" ({report.note})" if report.note else ""))
-        for problem in report.problems:
-            say(f"  - {problem}")
-        for warning in warnings:
-            say(f"  warning: {warning}")
-        ok &= report.ok
+        ok &= check_track(track, lock_dir)
     if not track_name:
         for report in (check_uv_lock(lock_dir), check_test_tools_lock(get_track(TEST_TOOLS_TRACK), lock_dir)):
             say(f"{report.track}: {'ok' if report.ok else 'FAILED'} ({report.note})")

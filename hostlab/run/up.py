@@ -14,17 +14,20 @@ from ..host.tools import compose_command, resolved
 from ..images.build import build, check_rollout, resolve_track
 from ..images.standin import build_standin, host_arch
 from .lab import make_venv, run_lab
+from .learner_lock import ensure_lock
 
 
-def up(track_name: str | None = None, rollout: str | None = None) -> int:
+def up(track_name: str | None = None, rollout: str | None = None, make_lock: bool = False) -> int:
     """`rollout`: the lab's rollout path, when not the track's default; llamacpp gets the image with llama.cpp
-    compiled in (built once, minutes), every other path the track's image, which leaves it out."""
+    compiled in (built once, minutes), every other path the track's image, which leaves it out. `make_lock`: where the
+    track's lock is made on this machine and none is here, make it without asking (learner_lock)."""
     check_rollout(rollout)  # before a venv or an image is made for it
     track = resolve_track(track_name)
     if not track.is_container:
         make_venv(track.name)
         return run_lab("lab", track.name, {"rollout": rollout} if rollout else None)
     engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
+    ensure_lock(track, make_lock)  # x's lock, made here (after asking) where none is yet
     build(track.name, base=base_for(track), rollout=rollout)
     # The lab service's own command (the smoke test first, always), with the rollout path when one was asked for.
     command = ["lab", "--smoke", "always", "--rollout", rollout] if rollout else []

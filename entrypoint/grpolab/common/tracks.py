@@ -76,6 +76,11 @@ class Track:
         default_factory=list
     )  # the GPUs `invoke kernels` judges the lock's code for (sm_121, gfx1151)
     gpus_required: list[str] = field(default_factory=list)  # those the lock refuses to leave without code
+    # "ours": the lock is made on our machines and committed; "learner": on the learner's machine, by the first
+    # `invoke build` or `invoke up` that needs it (hostlab/run/learner_lock.py), for a track whose indexes our
+    # machines can't reach
+    lock_made_on: str = "ours"
+    lock_download: dict[str, object] = field(default_factory=dict)  # {gb, predicted_from}: what that lock downloads
 
     @property
     def is_container(self) -> bool:
