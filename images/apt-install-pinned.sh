@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install exactly the Debian packages a track's lock pins (lockfiles/<track>.debian.txt), or refuse in one line.
 # Usage: sh apt-install-pinned.sh TRACK SUITE PACKAGE=VERSION...
-# images/Dockerfile runs it for the source-builds stage's compilers and for the runtime libraries the image keeps;
+# images/Dockerfile runs it for the source-builds stage's compilers and for the run-time packages the image keeps;
 # `invoke build` passes the pins (hostlab/locks/debian.py). Nothing to do without pins.
 #
 # Debian's archive keeps one version of each package per suite, so a pin stops working the day the archive moves on:

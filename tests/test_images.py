@@ -111,8 +111,8 @@ def test_source_only_packages_compile_in_a_stage_of_their_own_only_for_the_image
     assert "--require-hashes -r /tmp/build.txt" in stage and "--no-build-isolation" in stage
     installs = [line for line in image.splitlines() if line.strip().startswith("sh /tmp/apt-install-pinned.sh")]
     assert installs and all("${RUNTIME_PACKAGES}" in line for line in installs) and "apt-get install" not in image, (
-        "the image never has a compiler: only the source-builds stage installs one; the image stage adds only the "
-        "libraries the lock's wheels link at run time (RUNTIME_PACKAGES), at their pinned versions"
+        "the image stage installs only RUNTIME_PACKAGES (what the lock's packages need at run time: the libraries "
+        "their wheels link, the compilers they run), at their pinned versions; BUILD_PACKAGES stay in source-builds"
     )
     install, joined = image.split("\nFROM ${LAB} AS with-source-builds\n", 1)
     assert (

@@ -1,7 +1,7 @@
 """Stand-in base images: a Debian rootfs made by mmdebstrap, every package pinned, byte for byte the same each time.
 
 Where no container registry is reachable (our CI), `invoke base` makes a local image that plays the part of the
-pinned base (python:3.x-slim-trixie): Debian trixie with python3 and python3-venv. Builds then take
+pinned base (python:3.x-slim-trixie): Debian trixie with python3, python3-venv and python3's headers. Builds then take
 `--base grpolab-base:trixie-amd64`. The arm64 one is made under QEMU user emulation.
 
 Same commit, same image id:
@@ -48,7 +48,11 @@ from ..locks.debian import (
 from ..locks.lockfile import LOCK_DIR, body_sha256
 from .builders import commit_time
 
-PACKAGES = ["python3", "python3-venv", "ca-certificates"]
+# python3's headers too (libpython3-dev: /usr/include/python3.13/Python.h, where sysconfig looks): the python:3.x-slim
+# bases keep theirs (/usr/local/include/python3.x), and what the libraries compile at run time includes Python.h
+# (Triton's driver.c, inductor's C++). It brings libc6-dev, zlib1g-dev and libexpat1-dev with it, which python:slim has
+# not: an image that needs libc's headers names libc6-dev itself (hostlab/locks/sourcebuilds.py, RUNTIME_LIBRARIES).
+PACKAGES = ["python3", "python3-venv", "libpython3-dev", "ca-certificates"]
 # The stand-ins whose pins are committed and that plain `invoke lock` resolves again: CI's. Another arch's pins are made
 # with `invoke lock.base --arch ARCH` (arm64's under QEMU, as its stand-in is) and kept up from then on.
 PINNED_ARCHES = ("amd64",)

