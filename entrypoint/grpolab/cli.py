@@ -320,7 +320,8 @@ def add_export_and_serve(add) -> None:
     serve.add_argument("--dry-run", action="store_true",
                        help="print the command and exit, checking and starting nothing")
     serve.add_argument("--check", metavar="URL", help="start nothing: check the server at URL as the lab would "
-                       "(health, version, /server_info, the lab's model) and ask it for one completion")
+                       "(health, version, /server_info, the lab's model), ask it for one completion, then send it "
+                       "TRL's own request (token ids, several completions, logprobs)")
     serve.add_argument("--wait", type=float, default=240.0,
                        help="with --check: seconds to wait for /health (default 240, TRL's)")
     serve.add_argument("vllm_args", nargs=argparse.REMAINDER,

