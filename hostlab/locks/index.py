@@ -1,6 +1,6 @@
 """Read package facts from a package index without installing anything, and which indexes a track reads.
 
-Which files a project has on an index (PEP 691 JSON, or a static PEP 503 page as AMD's index is), which versions, and
+Which files a project has on an index (PEP 691 JSON, or a static PEP 503 page, as AMD's may be), which versions, and
 what one wheel's METADATA says (read through HTTP range requests, as pip's fast-deps does: a few KB instead of a 300 MB
 vLLM wheel). A track's indexes are its row's, or a mirror's (GRPOLAB_INDEX_URLS_<TRACK>), then PyPI, or the index
 UV_DEFAULT_INDEX names: the ones uv resolves from are the ones read here.
@@ -44,7 +44,7 @@ def default_index() -> str:
 
 def index_files(project: str, index_url: str = PYPI) -> list[dict]:
     """Every file an index offers for `project`: {filename, url, sha256, size, yanked}, from its PEP 691 JSON or,
-    where it serves only the PEP 503 page (a static folder, as AMD's and PyTorch's indexes are), from that page's
+    where it serves only the PEP 503 page (a static folder, as PyTorch's index is and AMD's may be), from that page's
     links: their `#sha256=` fragment, no size (0), the name unquoted (`%2B` is the `+` of a local version)."""
     page = urljoin(index_url.rstrip("/") + "/", canonicalize_name(project) + "/")
     with _open(page, {"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}) as resp:
