@@ -33,6 +33,7 @@ from packaging.utils import canonicalize_name  # noqa: E402
 from packaging.version import Version  # noqa: E402
 
 from hostlab import REPO, HostError  # noqa: E402
+from hostlab.images.build import image_uv_config  # noqa: E402
 from hostlab.kernels.table import problems  # noqa: E402
 from hostlab.locks.lockfile import lock_path, parse_lock  # noqa: E402
 from hostlab.locks.resolve import check_lock, index_variable, lock_inputs  # noqa: E402
@@ -239,6 +240,28 @@ def test_first_build_asks_then_makes_reads_and_checks_the_lock(x_on_loopback, ca
     assert not learner_lock.ensure_lock(track, skip_host_check=True, lock_dir=lock_dir, interactive=True,
                                         ask=lambda question: pytest.fail("asked again"))
 
+
+
+def test_the_images_install_passes_over_the_403_as_the_resolution_did(x_on_loopback, tmp_path):
+    """images/Dockerfile installs the lock with `uv pip sync --config-file uv.toml --require-hashes`, uv.toml being
+    what `invoke build` stages (image_uv_config): the lock names AMD's index, which answers 403 for every package it
+    does not host; without the track's settings uv stops there, with them it installs the whole lock."""
+    track, amd, pypi, lock_dir, serve_amd = x_on_loopback
+    serve_amd(["gfx1151"])
+    assert learner_lock.ensure_lock(track, skip_host_check=True, lock_dir=lock_dir, interactive=True, ask=lambda q: "y")
+    config = tmp_path / "uv.toml"
+    config.write_text(image_uv_config(track))
+    assert "ignore-error-codes = [403]" in config.read_text() and image_uv_config(get_track("c")) == ""
+
+    def sync(*config_args):  # into a folder, for the track's Python and platform (no Python 3.12 needed here)
+        return subprocess.run(["uv", "pip", "sync", *config_args, "--target", str(tmp_path / f"site{len(config_args)}"),
+                               "--python-version", track.python, "--python-platform", track.uv_platform,
+                               "--require-hashes", str(lock_path(track, lock_dir))], capture_output=True, text=True)
+
+    without = sync()
+    assert without.returncode != 0 and "403" in without.stderr, without.stderr[-600:]
+    installed = sync("--config-file", str(config))
+    assert installed.returncode == 0, installed.stderr[-600:]
 
 
 def sha256_of_only_wheel(folder: Path) -> str:

@@ -23,7 +23,7 @@ from ..host.tools import resolved
 from ..locks.buildtools import build_lock_path, check_build_lock
 from ..locks.debian import SUITE, check_debian_lock, pins_arg
 from ..locks.lockfile import Lock, lock_path, lock_sha256
-from ..locks.resolve import check_lock
+from ..locks.resolve import check_lock, uv_config
 from ..locks.sourcebuilds import SOURCE_BUILD_FILE_NAMES, rollouts_needing_source_builds, source_builds
 from .builders import BUILDAH_HINT, Builder, choose_builder, commit_time, deps_inputs, lab_inputs
 from .compose import compose_env, write_env_file
@@ -209,6 +209,7 @@ def stage_context(track: Track, repo: Path, into: Path) -> Path:
     kernels = repo / "lockfiles" / f"{track.name}.kernels.json"
     (into / "kernels.json").write_text(kernels.read_text() if kernels.exists() else "{}\n")
     shutil.copy2(repo / "lockfiles" / "uv.txt", into / "uv.txt")
+    (into / "uv.toml").write_text(image_uv_config(track))
     # The hashed tools that compile the source-only packages (empty for a track without any), and the script that
     # installs the Debian pins or refuses in one line.
     build_lock = build_lock_path(track, repo / "lockfiles")
@@ -227,6 +228,13 @@ def stage_context(track: Track, repo: Path, into: Path) -> Path:
         executable = path.is_dir() or os.access(path, os.X_OK)
         path.chmod(0o755 if executable else 0o644)
     return into
+
+
+def image_uv_config(track: Track) -> str:
+    """The uv.toml the image's `uv pip sync` reads (--config-file): the one the track's lock was resolved beside,
+    so that an index that answers 403 for what it does not host (AMD's, track x) is passed over at install as it was
+    at resolution; empty (uv's defaults) for every other track."""
+    return uv_config(track) or ""
 
 
 def code_files(repo: Path, folder: str) -> list[str]:
