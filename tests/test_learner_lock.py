@@ -34,6 +34,7 @@ from packaging.version import Version  # noqa: E402
 
 from hostlab import REPO, HostError  # noqa: E402
 from hostlab.images.build import image_uv_config  # noqa: E402
+from hostlab.kernels.elf import read_elf  # noqa: E402
 from hostlab.kernels.table import problems  # noqa: E402
 from hostlab.locks.lockfile import lock_path, parse_lock  # noqa: E402
 from hostlab.locks.resolve import check_lock, index_variable, lock_inputs  # noqa: E402
@@ -87,6 +88,33 @@ def offload_bundle(gfx_targets: list[str]) -> bytes:
         table += struct.pack("<QQQ", offset, len(data), len(name)) + name.encode()
         code, offset = code + data, offset + len(data)
     return b"__CLANG_OFFLOAD_BUNDLE__" + struct.pack("<Q", len(entries)) + table + code
+
+
+def compressed(bundle: bytes, version: int, method: int) -> bytes:
+    """`clang-offload-bundler --compress`'s form of a bundle (LLVM's CompressedOffloadBundle): CCOB, version, method
+    (0 zlib, 1 zstd), the sizes its version carries, a hash, the compressed bytes."""
+    import zlib
+
+    import zstandard
+
+    data = zlib.compress(bundle) if method == 0 else zstandard.ZstdCompressor().compress(bundle)
+    sizes = {1: struct.pack("<I", len(bundle)), 2: struct.pack("<II", 24 + len(data), len(bundle)),
+             3: struct.pack("<QQ", 32 + len(data), len(bundle))}[version]
+    return b"CCOB" + struct.pack("<HH", version, method) + sizes + b"\x11" * 8 + data
+
+
+@pytest.mark.parametrize("version, method", [(3, 1), (2, 1), (2, 0), (1, 0)])
+def test_the_reader_finds_the_targets_in_compressed_bundles(tmp_path, version, method):
+    # PyTorch's ROCm build compresses its bundles (--offload-compress): uncompressed, no target name would show
+    plain = offload_bundle(["gfx1100", "gfx1151"])
+    packed = compressed(plain, version, method)
+    assert b"gfx1151" not in packed
+    library = tmp_path / "libtorch_hip.so"
+    library.write_bytes(shared_object(["libamdhip64.so.7"], hip_fatbin=packed + b"\0" * 8 + compressed(
+        offload_bundle(["gfx942"]), version, method) if version > 1 else packed))
+    found = read_elf(library, "torch/lib/libtorch_hip.so")
+    assert found.gfx == (["gfx1100", "gfx1151", "gfx942"] if version > 1 else ["gfx1100", "gfx1151"])
+    assert found.device_code
 
 
 # --- wheels and the PEP 503 folders that serve them ---------------------------------------------------------------

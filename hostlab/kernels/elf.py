@@ -16,6 +16,7 @@ import re
 import shutil
 import struct
 import subprocess
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,8 +115,49 @@ def read_elf(file: Path, path_in_wheel: str) -> SharedObject | None:
         found.ptx_isa = {arch: isa[arch] for arch in found.ptx if arch in isa}
     if hip is not None:
         found.device_code = True
-        found.gfx = sorted({m.decode() for m in GFX_TARGET.findall(hip)})
+        found.gfx = sorted({m.decode() for m in GFX_TARGET.findall(offload_bundles(hip))})
     return found
+
+
+# clang's compressed offload bundles (`clang-offload-bundler --compress`, which PyTorch's ROCm build asks for): magic
+# CCOB, u16 version, u16 method (0 zlib, 1 zstd), then by version (LLVM's OffloadBundler.cpp, CompressedOffloadBundle):
+# v1 u32 uncompressed size; v2 u32 total size, u32 uncompressed size; v3 u64 total size, u64 uncompressed size; each
+# then a u64 hash, then the compressed bundle.
+CCOB_MAGIC = b"CCOB"
+# Per version: (the sizes' format, the total size's index in them, the uncompressed size's).
+CCOB_HEADERS = {1: ("<I", None, 0), 2: ("<II", 0, 1), 3: ("<QQ", 0, 1)}
+
+
+def offload_bundles(section: bytes) -> bytes:
+    """A .hip_fatbin section with every compressed bundle in it decompressed (the uncompressed ones as they are),
+    so that their code objects' target names can be read. HostError for a compression this reader cannot undo."""
+    parts, start = [section], section.find(CCOB_MAGIC)
+    while start != -1:
+        version, method = struct.unpack_from("<HH", section, start + 4)
+        layout = CCOB_HEADERS.get(version)
+        if layout is None and (version > 9 or method > 1):  # the four letters inside other data, not a header
+            start = section.find(CCOB_MAGIC, start + 4)
+            continue
+        if layout is None:
+            raise HostError(f"a compressed offload bundle of version {version}, which hostlab/kernels/elf.py does not "
+                            "read yet (LLVM's OffloadBundler.cpp says its layout)")
+        sizes = struct.unpack_from(layout[0], section, start + 8)
+        data_at = start + 8 + struct.calcsize(layout[0]) + 8
+        end = start + sizes[layout[1]] if layout[1] is not None else len(section)
+        parts.append(_decompress(method, section[data_at:end], sizes[layout[2]]))
+        start = section.find(CCOB_MAGIC, max(end, start + 4))
+    return b"".join(parts)
+
+
+def _decompress(method: int, data: bytes, size: int) -> bytes:
+    if method == 0:
+        return zlib.decompress(data)
+    if method == 1:
+        import zstandard  # the host extra's (pyproject.toml): only ROCm locks have compressed bundles
+
+        return zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
+    raise HostError(f"a compressed offload bundle with compression method {method}, which is neither zlib (0) nor "
+                    "zstd (1): hostlab/kernels/elf.py cannot read its targets")
 
 
 def sort_archs(archs) -> list[str]:
