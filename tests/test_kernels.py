@@ -283,7 +283,8 @@ def test_fatbin_reader_agrees_with_cuobjdump_on_a_real_library(tmp_path):
     # the PTX ISA the fatbin headers give is the `.version` of the PTX cuobjdump extracts
     extracted = tmp_path / "ptx"
     extracted.mkdir()
-    subprocess.run([cuobjdump(), "-xptx", "all", str(library)], cwd=extracted, check=True, capture_output=True)
+    subprocess.run([cuobjdump(), "-xptx", "all", str(library)], cwd=extracted, check=True, capture_output=True,
+                   timeout=120)
     versions = {}
     for ptx in extracted.glob("*.ptx"):
         arch = "sm_" + ptx.name.rsplit(".", 2)[-2].split("_")[-1]

@@ -284,7 +284,8 @@ def test_the_images_install_passes_over_the_403_as_the_resolution_did(x_on_loopb
     def sync(*config_args):  # into a folder, for the track's Python and platform (no Python 3.12 needed here)
         return subprocess.run(["uv", "pip", "sync", *config_args, "--target", str(tmp_path / f"site{len(config_args)}"),
                                "--python-version", track.python, "--python-platform", track.uv_platform,
-                               "--require-hashes", str(lock_path(track, lock_dir))], capture_output=True, text=True)
+                               "--require-hashes", str(lock_path(track, lock_dir))], capture_output=True, text=True,
+                              timeout=300)
 
     without = sync()
     assert without.returncode != 0 and "403" in without.stderr, without.stderr[-600:]

@@ -9,7 +9,7 @@ from pathlib import Path
 from grpolab.common.card_verdict import card_verdict
 from grpolab.common.gpucode import CARDS, JIT, NATIVE, NONE, load_table, needed_by, table_path
 from grpolab.common.tracks import get_track
-from grpolab.model.shape import dtype_on
+from grpolab.common.dtypes import dtype_on
 
 from ..locks.lockfile import LOCK_DIR
 

@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 from ..common.card_verdict import card_verdict
 from ..common.gpucode import device_kernels, driver_key, driver_too_old, image_table_path, load_table
-from ..model.shape import dtype_on
+from ..common.dtypes import dtype_on
 from .doctor_context import FAIL, OK, WARN, Context, item
 from .machine import kernel_at_least
 from .torch_build import coverage_reason, diagnose_device, arch_covered

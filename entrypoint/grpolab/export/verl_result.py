@@ -34,7 +34,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ..common.runlog import append_run, new_run_id
 from ..environment.fingerprint import environment_fingerprint
 from ..model.identity import model_identity
-from ..model.shape import dtype_on
+from ..common.dtypes import dtype_on
 from ..task.evaluate import pass_at_1
 from .verl_mapping import DATA_FILES
 

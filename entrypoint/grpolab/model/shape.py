@@ -15,6 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..common.dtypes import dtype_on
 from ..common.paths import hub_token
 from .tiny import TINY_MODEL, resolve_model_name, tiny_model_dir
 from ..common.tracks import get_track
@@ -198,14 +199,6 @@ def model_shape(model: str | dict) -> ModelShape:
         "local "
         "model directory, or download the model first."
     )
-
-
-def dtype_on(dtype: str, device_type: str) -> str:
-    """The dtype the weights load in on `device_type`: `dtype` itself, or for "auto" bf16 on CUDA and ROCm (torch
-    calls both "cuda") and float32 on MPS and the CPU (see settings/lab_settings.py). The one place that rule lives."""
-    if dtype != "auto":
-        return dtype
-    return "bfloat16" if device_type == "cuda" else "float32"
 
 
 def weights_dtype(dtype: str, track_name: str) -> str:

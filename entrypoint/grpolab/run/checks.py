@@ -22,7 +22,7 @@ from ..common.errors import LayerFailure
 from ..common.runlog import append_run, runlog_failure
 from ..common.card_verdict import card_verdict
 from ..common.gpucode import device_kernels, driver_key, driver_too_old, image_table_path, load_table
-from ..model.shape import dtype_on
+from ..common.dtypes import dtype_on
 from ..settings.lab_settings import LabSettings
 from ..common.tracks import Track
 

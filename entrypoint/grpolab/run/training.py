@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.errors import LayerFailure
-from ..model.shape import dtype_on
+from ..common.dtypes import dtype_on
 from ..settings.lab_settings import LabSettings
 
 # PEFT 0.21 (get_peft_model: `getattr(model, "is_gradient_checkpointing", True)`) and TRL 1.16 (its
