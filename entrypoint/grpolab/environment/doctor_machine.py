@@ -28,12 +28,14 @@ def system_item(ctx: Context) -> dict:
     return item(
         "system",
         OK,
-        f"{h.os_name}, kernel {h.kernel}, {h.glibc}; {h.cpu_model}, {h.cpu_cores} cores",
+        f"{h.os_name}, kernel {h.kernel}, {h.glibc}; {h.cpu_model}, {h.cpu_cores} cores"
+        + (f" ({', '.join(h.cpu_flags)})" if h.cpu_flags else ""),
         os=h.os_name,
         kernel=h.kernel,
         glibc=h.glibc,
         cpu_model=h.cpu_model,
         cpu_cores=h.cpu_cores,
+        cpu_flags=h.cpu_flags,
         python=sys.version.split()[0],
     )
 

