@@ -77,3 +77,19 @@ def test_no_function_in_the_command_lines_is_over_80_lines():
             for node in ast.walk(ast.parse(path.read_text()))
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80]
     assert long == []
+
+
+@pytest.mark.parametrize("track, said", [
+    ("clustercpu", "TRL is not in this image: track clustercpu's image runs verl's GRPO trainer, not TRL's lab"),
+    ("c", "TRL is not installed in this environment, though the track's lock pins it"),
+])
+def test_an_environment_without_trl_fails_in_the_trainer_layer_in_one_line(track, said, tmp_path):
+    """The cluster tracks' images hold verl, not TRL: `lab` there names the trainer layer and what runs in that image,
+    where it crashed with a traceback. Here TRL is installed, so the process is told it is not (sys.modules)."""
+    code = "import sys; sys.modules['trl'] = None\nfrom grpolab.cli import main\nsys.exit(main(sys.argv[1:]))"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "entrypoint"), "GRPOLAB_RUNS_DIR": str(tmp_path / "runs")}
+    proc = subprocess.run([sys.executable, "-c", code, "lab", "--track", track], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 13 and f"[first_step] {said}" in out and "Traceback" not in out, out[-800:]
+    assert ("invoke verl-cpu" in out) == (track == "clustercpu")

@@ -65,6 +65,30 @@ def settings_from(args, smoke=False, kind=None):
     return track, settings
 
 
+def require_trainer(track_name: str | None) -> None:
+    """The trainer layer (the lesson's third) before anything imports it: an environment without TRL says so in one
+    line, and an image built for verl (the cluster tracks': verl runs GRPO there, not TRL) says what runs in it."""
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        from .common.tracks import get_track
+
+        try:
+            track = get_track(track_name)
+        except ValueError:
+            track = None
+        if track is not None and any(i.startswith("verl") for i in track.lock_inputs):
+            raise LayerFailure(
+                "first_step",  # the trainer layer's status
+                f"TRL is not in this image: track {track.name}'s image runs verl's GRPO trainer, not TRL's lab",
+                "run verl here: `invoke verl-cpu` from the host (track clustercpu), or the bundle `invoke export "
+                "--engine verl` writes (its run.sh, on a Ray cluster); for TRL's lab, `invoke up --track c` (or your "
+                "GPU's track)",
+            ) from None
+        raise LayerFailure("first_step", "TRL is not installed in this environment, though the track's lock pins it",
+                           "rebuild the image (`invoke build`) or the venv (`invoke venv`) from the lock") from None
+
+
 def cmd_smoke(args) -> int:
     from .environment.fingerprint import environment_fingerprint, fingerprint_drift
     from .common.runlog import last_passing_smoke
@@ -73,6 +97,7 @@ def cmd_smoke(args) -> int:
     track, settings = settings_from(
         args, smoke=True, kind="smoke"
     )  # the lesson's first-run sizes; flags given are honoured
+    require_trainer(track.name)
     last = last_passing_smoke()
     if last is None:
         print("no smoke test has passed here before")
@@ -88,9 +113,10 @@ def cmd_smoke(args) -> int:
 
 
 def cmd_lab(args) -> int:
+    track, settings = settings_from(args, kind="lab")
+    require_trainer(track.name)
     from .run.lab import run_lab
 
-    track, settings = settings_from(args, kind="lab")
     run_lab(settings, track, smoke=args.smoke)
     return 0
 
