@@ -162,6 +162,10 @@ def test_a_run_killed_with_sigkill_shows_as_unfinished_and_the_next_run_names_it
         [sys.executable, "-c", HOLD_A_RUN_OPEN, str(log)], env=PYTHON_ENV, stdout=subprocess.PIPE, text=True
     )
     assert read_until(proc, lambda line: line == "running\n", timeout_s=60) == "running\n"
+    from grpolab.common.runlog import describe_unfinished
+
+    (running,) = unfinished_runs(log)  # a run in another terminal: alive, and said to be
+    assert describe_unfinished(running).endswith("is still running: its line comes when it ends")
     proc.kill()
     proc.wait(timeout=30)
     lines = whole_lines(log)

@@ -132,13 +132,33 @@ def unfinished_runs(path: Path | None = None) -> list[dict]:
     return [run for run in runs_with_unfinished(path) if run.get("status") == "unfinished"]
 
 
+def still_running(run: dict) -> bool | None:
+    """Is the run's process alive? True or False on the machine (or container) that started it; None elsewhere: each
+    `docker compose run` is a container of its own, whose processes another cannot see."""
+    if run.get("host") != socket.gethostname() or not isinstance(run.get("pid"), int):
+        return None
+    try:
+        os.kill(run["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
 def describe_unfinished(run: dict) -> str:
-    """One line for a person: which run, when, and what probably happened."""
-    return (
-        f"run {run.get('run_id')} ({run.get('kind')}, track {run.get('track')}, started {run.get('started_at')}, "
-        f"pid {run.get('pid')} on {run.get('host')}) never finished: it was killed where nothing could be logged "
-        "(SIGKILL, the OOM killer, a power cut), or it is still running"
-    )
+    """One line for a person: which run, when, and what probably happened (still running, where this process can
+    tell; killed where nothing could be logged, where it can tell it is gone)."""
+    which = (f"run {run.get('run_id')} ({run.get('kind')}, track {run.get('track')}, started {run.get('started_at')}, "
+             f"pid {run.get('pid')} on {run.get('host')})")
+    alive = still_running(run)
+    if alive:
+        return f"{which} is still running: its line comes when it ends"
+    if alive is False:
+        return (f"{which} never finished: it was killed where nothing could be logged (SIGKILL, the OOM killer, a "
+                "power cut)")
+    return (f"{which} has not finished: it runs in another terminal or container, or it was killed where nothing "
+            "could be logged (SIGKILL, the OOM killer, a power cut)")
 
 
 def last_passing_smoke(path: Path | None = None) -> dict | None:
