@@ -594,3 +594,18 @@ def test_the_llamacpp_path_in_an_image_that_leaves_llama_cpp_out_is_refused_befo
     assert proc.returncode == EXIT_STATUS["rollout"], proc.stdout + proc.stderr
     assert "which this image leaves out" in proc.stderr and "`invoke up --rollout llamacpp`" in proc.stderr
     assert "pass@1" not in proc.stdout and "Loading weights" not in proc.stdout + proc.stderr
+
+
+def test_a_hub_model_with_no_hub_is_refused_in_one_line(tmp_path):
+    """No route to the Hub (here: an endpoint on loopback where nothing listens) and the model not in the cache: one
+    [input] line naming both and `hf download`, not huggingface_hub's retries."""
+    env = {**PYTHON_ENV, "GRPOLAB_RUNS_DIR": str(tmp_path / "runs"), "HF_HOME": str(tmp_path / "hf"),
+           "HF_ENDPOINT": "http://127.0.0.1:9", "GRPOLAB_TRACK": "c"}
+    env.pop("HF_HUB_OFFLINE", None)
+    done = subprocess.run([sys.executable, "-m", "grpolab", "lab", "--model", "Qwen/Qwen3-0.6B", "--smoke", "never"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 2 and "Retry" not in out, out[-1000:]
+    (failed,) = [line for line in out.splitlines() if line.startswith("FAILED")]
+    assert "is not in the Hugging Face cache here" in failed and "http://127.0.0.1:9) cannot be reached" in failed
+    assert "`hf download Qwen/Qwen3-0.6B`" in out

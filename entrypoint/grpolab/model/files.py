@@ -11,6 +11,9 @@ identity (grpolab.model.identity), taken once per process, so a Hub model costs 
 from __future__ import annotations
 
 import json
+import os
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from ..common.errors import LayerFailure
@@ -162,6 +165,34 @@ def model_folder(model: str, model_path: str) -> Path | None:
     if Path(model_path).expanduser().is_dir():
         return Path(model_path).expanduser()
     return hub_snapshot(model_path)
+
+
+HUB_PROBE_TIMEOUT_S = 5.0
+
+
+def check_hub_reachable(model: str, model_path: str) -> None:
+    """A Hub model not in the cache, with the Hub unreachable, refused at once in one [input] line: huggingface_hub
+    would retry each file 5 times with backoff (about 36 lines over 72 s, measured in grpolab:c without a route to the
+    Hub) before the same failure. One request, HUB_PROBE_TIMEOUT_S; any HTTP answer counts as reachable (a private or
+    unknown model is the loader's to name)."""
+    if model_folder(model, model_path) is not None or os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+        return
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/api/models/{model_path}", method="HEAD"),
+                               timeout=HUB_PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        cache = os.environ.get("HF_HOME", str(Path.home() / ".cache" / "huggingface"))
+        raise LayerFailure(
+            "input",
+            f"model {model!r} is not in the Hugging Face cache here ({cache}) and the Hub ({endpoint}) cannot be "
+            f"reached ({reason})",
+            f"download it where the Hub is reachable (`hf download {model_path}`, into this cache: in the image, the "
+            "cache volume), set HF_ENDPOINT to a mirror, or use --model tiny, the built-in model",
+        ) from None
 
 
 def check_model_files(model: str, model_path: str) -> None:

@@ -26,7 +26,7 @@ from .calibration import calibration_settings
 from .checks import check_adapter, check_device, check_rewards, say_layer
 from .diskspace import check_free_space, lab_writes
 from ..common.errors import LayerFailure
-from ..model.files import check_model_files
+from ..model.files import check_hub_reachable, check_model_files
 from ..common.paths import runs_dir
 from ..rollouts.choice import check_engine_installed
 from .record import recorded_run
@@ -133,6 +133,7 @@ def prepare(
     model_path = resolve_model_name(settings.model)
     record["model_path"] = model_path
     check_model_files(settings.model, model_path)  # a cut-short or damaged file named, before any loader trips on it
+    check_hub_reachable(settings.model, model_path)  # a Hub model with no Hub: one line now, not 72 s of retries
     check_model_context(settings, model_path, shape.kind)  # the model's config only: before its tokenizer and weights
     try:
         tokenizer = load_tokenizer(model_path)
