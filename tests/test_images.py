@@ -175,6 +175,7 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "apt-install-pinned.sh",
         "build.txt",
+        "debian-sources",
         "entrypoint",
         "kernels.json",
         "lock.txt",

@@ -21,7 +21,15 @@ from ..host.console import say, stream, warn
 from ..host.detect import HostFacts, detect_track, host_problems
 from ..host.tools import resolved
 from ..locks.buildtools import build_lock_path, check_build_lock
-from ..locks.debian import SUITE, check_debian_lock, pins_arg
+from ..locks.debian import (
+    SUITE,
+    check_debian_lock,
+    debian_lock_path,
+    mirror_list,
+    pins_arg,
+    read_debian_lock,
+    snapshot_list,
+)
 from ..locks.lockfile import Lock, lock_path, lock_sha256
 from ..locks.resolve import check_lock, uv_config
 from ..locks.sourcebuilds import SOURCE_BUILD_FILE_NAMES, rollouts_needing_source_builds, source_builds
@@ -215,6 +223,15 @@ def stage_context(track: Track, repo: Path, into: Path) -> Path:
     build_lock = build_lock_path(track, repo / "lockfiles")
     (into / "build.txt").write_text(build_lock.read_text() if build_lock.exists() else "")
     shutil.copy2(repo / "images" / "apt-install-pinned.sh", into / "apt-install-pinned.sh")
+    # Where it takes them from: the main archive (the base's own sources, or GRPOLAB_DEBIAN_MIRROR's), and Debian's
+    # snapshot archive at the time the pins were resolved, asked only for a version the main archive lost. Bound in
+    # the RUN steps, not build args: which archive served the same .deb files leaves no trace in the image's history.
+    (into / "debian-sources").mkdir()
+    (into / "debian-sources" / "mirror.list").write_text(mirror_list())
+    pins = debian_lock_path(track, repo / "lockfiles")
+    (into / "debian-sources" / "snapshot.list").write_text(
+        snapshot_list(read_debian_lock(pins).header) if pins.exists() else ""
+    )
     # Files the compile's options name (sourcebuilds.SOURCE_BUILD_FILES), bound there in the source-builds stage.
     (into / "source-build-files").mkdir()
     for name in SOURCE_BUILD_FILE_NAMES:

@@ -11,14 +11,16 @@ of.
 - lockfiles/base-<suite>-<arch>.debian.txt: every package of the stand-in base (hostlab/images/standin.py makes and
 reads it).
 
-The image installs exactly these versions (images/apt-install-pinned.sh), after refusing in one line, naming the
-package, when the archive no longer has one: Debian's archive keeps one version per package and suite, and
-snapshot.debian.org is not reachable from our machines, so a pin can be checked but not fetched from the past.
-`invoke lock.check` judges the files offline against the track's lock.
+The image installs exactly these versions (images/apt-install-pinned.sh). Debian's main archive keeps one version per
+package and suite, so a pin outlives it only through Debian's snapshot archive (snapshot.debian.org), which keeps
+every version it ever published, addressed by time: when the main archive lost a pinned version, the script asks apt
+again with the snapshot archive at the time the lock was resolved added (snapshot_list), and refuses in one line,
+naming the package, when neither has it. `invoke lock.check` judges the files offline against the track's lock.
 """
 
 from __future__ import annotations
 
+import calendar
 import os
 import re
 import subprocess
@@ -36,6 +38,14 @@ from .sourcebuilds import debian_needs
 
 SUITE = "trixie"  # the pinned bases' (python:3.x-slim-trixie) and the stand-in's
 MIRROR = os.environ.get("GRPOLAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+# Debian's snapshot archive (or a stand-in of it), laid out as {SNAPSHOT}/debian/YYYYMMDDTHHMMSSZ/: a time names the
+# last snapshot taken at or before it. Our machines cannot reach it; a learner's can.
+SNAPSHOT = os.environ.get("GRPOLAB_DEBIAN_SNAPSHOT", "http://snapshot.debian.org/archive").rstrip("/")
+# The snapshot archive copies the main archive a few times a day, some hours after each publication: the snapshot at
+# the resolution time may not yet hold a version published just before it, the next one may have moved another pin
+# on. Both are asked (apt takes each pinned version from whichever holds it); a day covers the lag (chosen, not
+# measured).
+SNAPSHOT_LAG_S = 24 * 3600
 FORMAT = "grpolab-debian-lock v1"
 APT_TIMEOUT_S = 600
 # Header keys that say when and with what a lock was resolved, not what it pins: a re-resolution that pins the same
@@ -75,6 +85,27 @@ def track_arch(track: Track) -> str:
 def refusal(package: str, version: str, redo: str, suite: str = SUITE) -> str:
     """The one line that refuses a pin the archive lost (images/apt-install-pinned.sh prints the same words)."""
     return f"Debian package {package} {version} is no longer in {suite}'s archive: {redo} to move the pins on"
+
+
+def snapshot_times(resolved_utc: str) -> list[str]:
+    """The snapshot archive's times (YYYYMMDDTHHMMSSZ) that hold what a lock resolved at `resolved_utc` pinned."""
+    at = calendar.timegm(time.strptime(resolved_utc, "%Y-%m-%dT%H:%M:%SZ"))
+    return [time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(t)) for t in (at, at + SNAPSHOT_LAG_S)]
+
+
+def snapshot_list(header: dict, snapshot: str = SNAPSHOT, options: str = "check-valid-until=no") -> str:
+    """The apt sources (one-line style) of the snapshot archive at the lock's resolution time, for the suite and
+    component the lock was resolved against (the stand-in base's: `deb MIRROR trixie main`). Their Release files are
+    signed by the same Debian archive key as the main archive's; an old one's Valid-Until, where it has one, is past."""
+    return "".join(
+        f"deb [{options}] {snapshot}/debian/{at}/ {header['suite']} main\n" for at in snapshot_times(header["resolved"])
+    )
+
+
+def mirror_list(mirror: str | None = os.environ.get("GRPOLAB_DEBIAN_MIRROR")) -> str:
+    """The apt sources an image build uses instead of its base's own: "" (the base's) unless GRPOLAB_DEBIAN_MIRROR
+    names a mirror of the main archive."""
+    return f"deb {mirror} {SUITE} main\n" if mirror else ""
 
 
 @dataclass

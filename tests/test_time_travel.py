@@ -1,0 +1,192 @@
+"""Time travel: a Debian pin the main archive has lost is taken from Debian's snapshot archive at the lock's time, and
+the image's bytes do not change; a pin neither has is refused in one line naming it.
+
+Our machines cannot reach snapshot.debian.org, so both archives are stand-ins served on loopback, made with Debian's
+own tools (dpkg-scanpackages, apt-ftparchive) from the pinned .deb that apt fetches from Debian's real archive: a
+main archive that has moved on (the pin repacked with a newer version, the pinned one gone) and a snapshot archive
+laid out as snapshot.debian.org's (debian/YYYYMMDDTHHMMSSZ/) holding the pinned one. The stand-ins are unsigned, so
+their sources say trusted=yes; Debian's are signed by the archive key the base has.
+"""
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoint"))
+
+from grpolab.common.tracks import get_track  # noqa: E402
+
+from hostlab import REPO  # noqa: E402
+from hostlab.host import engine  # noqa: E402
+from hostlab.images.build import stage_context  # noqa: E402
+from hostlab.images.builders.buildah_store import base_into_buildah, run_buildah  # noqa: E402
+from hostlab.images.builders.buildah import without_history  # noqa: E402
+from hostlab.images.standin import host_arch, image_id, standin_name  # noqa: E402
+from hostlab.locks.debian import debian_lock_path, read_debian_lock, snapshot_list, snapshot_times  # noqa: E402
+
+CV = get_track("cv")
+STANDIN = standin_name(host_arch())
+SCRIPT = REPO / "images" / "apt-install-pinned.sh"
+LOCK = read_debian_lock(debian_lock_path(CV))
+PIN = next(pin for pin in LOCK.groups["runtime"] if pin.startswith("libnuma1="))  # one small .deb, needing libc6 only
+NAME, VERSION = PIN.split("=", 1)
+# The deps stage's step, as images/Dockerfile has it: the script, then what apt leaves behind that says when it ran.
+DOCKERFILE = """ARG BASE
+FROM ${BASE}
+ARG PINS
+RUN --mount=type=bind,source=apt-install-pinned.sh,target=/tmp/apt-install-pinned.sh \\
+    --mount=type=bind,source=debian-sources,target=/tmp/debian-sources \\
+    set -eu; sh /tmp/apt-install-pinned.sh cv trixie ${PINS}; \\
+    rm -rf /var/lib/apt/lists/* /var/log/apt /var/log/dpkg.log /var/cache/ldconfig/aux-cache \\
+        /var/lib/dpkg/*-old /var/cache/debconf/*-old
+"""
+needs_tools = pytest.mark.skipif(
+    not (engine.running() and engine.image_or_none(STANDIN) and shutil.which("buildah")
+         and shutil.which("apt-ftparchive") and shutil.which("dpkg-scanpackages")),
+    reason=f"needs a Docker engine with {STANDIN} (`invoke base`), buildah, apt-ftparchive (apt-utils) and "
+           "dpkg-scanpackages (dpkg-dev)",
+)
+
+
+def make_repository(top: Path, debs: list[Path]) -> None:
+    """A Debian repository of `debs` for trixie main amd64 at `top` (dists/ and pool/), as apt reads one."""
+    (top / "pool" / "main").mkdir(parents=True)
+    for deb in debs:
+        shutil.copy2(deb, top / "pool" / "main" / deb.name)
+    index = top / "dists" / "trixie" / "main" / "binary-amd64"
+    index.mkdir(parents=True)
+    packages = subprocess.run(["dpkg-scanpackages", "--multiversion", "pool"], cwd=top, capture_output=True,
+                              text=True, check=True).stdout
+    (index / "Packages").write_text(packages)
+    release = subprocess.run(
+        ["apt-ftparchive", "-o", "APT::FTPArchive::Release::Suite=trixie", "-o",
+         "APT::FTPArchive::Release::Codename=trixie", "-o", "APT::FTPArchive::Release::Components=main", "-o",
+         "APT::FTPArchive::Release::Architectures=amd64", "release", "dists/trixie"],
+        cwd=top, capture_output=True, text=True, check=True,
+    ).stdout
+    (top / "dists" / "trixie" / "Release").write_text(release)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory):
+    """The stand-in main archive (moved on) and snapshot archive, served on loopback: their apt sources."""
+    root = tmp_path_factory.mktemp("archives")
+    debs = root / "debs"
+    debs.mkdir()
+    subprocess.run(["docker", "run", "--rm", "--network", "host", "-v", f"{debs}:/out", "-w", "/out", STANDIN, "sh",
+                    "-c", f"apt-get update -qq && apt-get download -qq {PIN}"],
+                   capture_output=True, text=True, timeout=300, check=True)
+    pinned = next(debs.glob(f"{NAME}_*.deb"))
+    unpacked = root / "unpacked"
+    subprocess.run(["dpkg-deb", "-R", str(pinned), str(unpacked)], check=True)
+    control = unpacked / "DEBIAN" / "control"
+    control.write_text(control.read_text().replace(f"Version: {VERSION}\n", f"Version: {VERSION}+grpolab.newer\n"))
+    newer = root / f"{NAME}_{VERSION}+grpolab.newer_amd64.deb"
+    subprocess.run(["dpkg-deb", "-b", str(unpacked), str(newer)], check=True, capture_output=True)
+    make_repository(root / "serve" / "main" / "debian", [newer])
+    first, *later = snapshot_times(LOCK.header["resolved"])
+    make_repository(root / "serve" / "snapshot" / "debian" / first, [pinned])
+    for at in later:  # the real service names the last snapshot at or before any time; this one has only these
+        (root / "serve" / "snapshot" / "debian" / at).symlink_to(first)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port), "--directory",
+                               str(root / "serve")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)
+    try:
+        yield {
+            "mirror": f"deb [trusted=yes] http://127.0.0.1:{port}/main/debian trixie main\n",
+            "snapshot": snapshot_list(LOCK.header, f"http://127.0.0.1:{port}/snapshot", "trusted=yes"),
+            "snapshot_url": f"http://127.0.0.1:{port}/snapshot",
+        }
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def build(tmp_path: Path, mirror: str, snapshot: str, pins: str) -> tuple[str, str]:
+    """The deps stage's apt step, built from nothing by buildah on the stand-in base: (image id without its history,
+    or "" when the build failed; the log)."""
+    context = tmp_path / f"context-{len(list(tmp_path.iterdir()))}"
+    (context / "debian-sources").mkdir(parents=True)
+    (context / "Dockerfile").write_text(DOCKERFILE)
+    shutil.copy2(SCRIPT, context / "apt-install-pinned.sh")
+    (context / "debian-sources" / "mirror.list").write_text(mirror)
+    (context / "debian-sources" / "snapshot.list").write_text(snapshot)
+    iid = context / "iid"
+    base = base_into_buildah(image_id(STANDIN))
+    proc = subprocess.run(
+        ["buildah", "build", "--no-cache", "--force-rm", "--network", "host", "--timestamp", "0", "--platform",
+         "linux/amd64", "--build-arg", f"BASE={base}", "--build-arg", f"PINS={pins}", "--iidfile", str(iid),
+         "--file", str(context / "Dockerfile"), str(context)],
+        capture_output=True, text=True, timeout=600,
+    )
+    if proc.returncode != 0:
+        return "", proc.stdout + proc.stderr
+    built = iid.read_text().strip()
+    stripped = without_history(built, 0)
+    run_buildah("rmi", "--force", built.removeprefix("sha256:"), check=False)
+    return stripped, proc.stdout + proc.stderr
+
+
+def test_the_build_context_says_where_the_snapshot_archive_holds_the_pins(tmp_path):
+    stage_context(CV, REPO, tmp_path)
+    first, later = snapshot_times(LOCK.header["resolved"])
+    assert (tmp_path / "debian-sources" / "snapshot.list").read_text() == (
+        f"deb [check-valid-until=no] http://snapshot.debian.org/archive/debian/{first}/ trixie main\n"
+        f"deb [check-valid-until=no] http://snapshot.debian.org/archive/debian/{later}/ trixie main\n"
+    )
+    assert (tmp_path / "debian-sources" / "mirror.list").read_text() == ""  # the base's own sources
+
+
+@pytest.mark.docker
+@needs_tools
+def test_a_pin_the_main_archive_lost_comes_from_the_snapshot_archive_with_the_same_bytes(tmp_path, archives):
+    ids = []
+    try:
+        real, real_log = build(tmp_path, "", archives["snapshot"], PIN)  # Debian's archive, which has the pin
+        ids.append(real)
+        assert real, real_log[-2000:]
+        moved_on, log = build(tmp_path, archives["mirror"], archives["snapshot"], PIN)
+        ids.append(moved_on)
+        assert moved_on, log[-2000:]
+        assert f"Debian package {NAME} {VERSION} is no longer in trixie's archive: asking the snapshot archive" in log
+        assert "asking the snapshot archive" not in real_log
+        assert moved_on == real
+    finally:
+        for made in filter(None, ids):
+            run_buildah("rmi", "--force", made.removeprefix("sha256:"), check=False)
+
+
+@pytest.mark.docker
+@needs_tools
+def test_a_pin_in_neither_archive_is_refused_in_one_line_naming_it(tmp_path, archives):
+    sources = tmp_path / "debian-sources"
+    sources.mkdir()
+    (sources / "mirror.list").write_text(archives["mirror"])
+    (sources / "snapshot.list").write_text(archives["snapshot"])
+    made_up = f"{VERSION}+grpolab.made.up"
+    proc = subprocess.run(
+        ["docker", "run", "--rm", "--network", "host", "-v", f"{SCRIPT}:/tmp/apt-install-pinned.sh:ro", "-v",
+         f"{sources}:/tmp/debian-sources:ro", STANDIN, "sh", "/tmp/apt-install-pinned.sh", "cv", "trixie",
+         f"{NAME}={made_up}"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    urls = " ".join(f"{archives['snapshot_url']}/debian/{at}/" for at in snapshot_times(LOCK.header["resolved"]))
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"ERROR: Debian package {NAME} {made_up} is no longer in trixie's archive nor in the snapshot archive "
+        f"({urls}): run `invoke lock --track cv` to move the pins on"
+    )
+    assert proc.stderr.count("ERROR") == 1
