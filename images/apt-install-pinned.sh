@@ -70,9 +70,12 @@ if ! plan=$(LC_ALL=C apt-get install --simulate --no-install-recommends "$@" 2>&
     [ -s "$given/snapshot.list" ] || refuse ${lost}
     echo "Debian package ${lost} is no longer in ${where}: asking the snapshot archive at the lock's time too" >&2
     cp "$given/snapshot.list" "$parts/snapshot.list"
-    where="${suite}'s archive nor in the snapshot archive ($(sed -n 's/^deb \[[^]]*\] \([^ ]*\) .*/\1/p' \
-        "$given/snapshot.list" | tr '\n' ' ' | sed 's/ $//'))"
-    apt-get update -qq || echo "the snapshot archive did not answer apt (its words above)" >&2
+    if apt-get update -qq; then
+        where="${suite}'s archive nor in the snapshot archive ($(sed -n 's/^deb \[[^]]*\] \([^ ]*\) .*/\1/p' \
+            "$given/snapshot.list" | tr '\n' ' ' | sed 's/ $//'))"
+    else
+        echo "the snapshot archive did not answer apt (its words above)" >&2
+    fi
     if ! plan=$(LC_ALL=C apt-get install --simulate --no-install-recommends "$@" 2>&1); then
         lost=$(lost_pin "$plan" "$@")
         [ -z "$lost" ] || refuse ${lost}

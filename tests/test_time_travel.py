@@ -8,6 +8,7 @@ laid out as snapshot.debian.org's (debian/YYYYMMDDTHHMMSSZ/) holding the pinned 
 their sources say trusted=yes; Debian's are signed by the archive key the base has.
 """
 
+import os
 import shutil
 import socket
 import subprocess
@@ -26,8 +27,15 @@ from hostlab.host import engine  # noqa: E402
 from hostlab.images.build import stage_context  # noqa: E402
 from hostlab.images.builders.buildah_store import base_into_buildah, run_buildah  # noqa: E402
 from hostlab.images.builders.buildah import without_history  # noqa: E402
-from hostlab.images.standin import host_arch, image_id, standin_name  # noqa: E402
-from hostlab.locks.debian import debian_lock_path, read_debian_lock, snapshot_list, snapshot_times  # noqa: E402
+from hostlab.images.standin import build_standin, host_arch, image_id, standin_name  # noqa: E402
+from hostlab.locks import debian  # noqa: E402
+from hostlab.locks.debian import (  # noqa: E402
+    base_lock_path,
+    debian_lock_path,
+    read_debian_lock,
+    snapshot_list,
+    snapshot_times,
+)
 
 CV = get_track("cv")
 STANDIN = standin_name(host_arch())
@@ -72,6 +80,44 @@ def make_repository(top: Path, debs: list[Path]) -> None:
     (top / "dists" / "trixie" / "Release").write_text(release)
 
 
+def repacked_newer(deb: Path, version: str, into: Path) -> Path:
+    """The package of `deb` (at `version`) repacked by dpkg-deb as a newer version: the main archive moved on."""
+    unpacked = into / f"{deb.stem}-unpacked"
+    subprocess.run(["dpkg-deb", "-R", str(deb), str(unpacked)], check=True)
+    control = unpacked / "DEBIAN" / "control"
+    control.write_text(control.read_text().replace(f"Version: {version}\n", f"Version: {version}+grpolab.newer\n"))
+    newer = into / f"{deb.stem}+grpolab.newer.deb"
+    subprocess.run(["dpkg-deb", "-b", str(unpacked), str(newer)], check=True, capture_output=True)
+    shutil.rmtree(unpacked)
+    return newer
+
+
+def download(pins: list[str], into: Path) -> list[Path]:
+    """The pinned .deb files, fetched from Debian's archive by apt inside the stand-in base."""
+    into.mkdir()
+    subprocess.run(["docker", "run", "--rm", "--network", "host", "-v", f"{into}:/out", "-w", "/out", STANDIN, "sh",
+                    "-c", f"apt-get update -qq && apt-get download -qq {' '.join(pins)}"],
+                   capture_output=True, text=True, timeout=600, check=True)
+    return sorted(into.glob("*.deb"))
+
+
+def serve(folder: Path) -> tuple[subprocess.Popen, str]:
+    """`folder` served over HTTP on loopback: the server and its URL."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port), "--directory",
+                               str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)
+    return server, f"http://127.0.0.1:{port}"
+
+
+def make_snapshot(top: Path, header: dict, debs: list[Path]) -> None:
+    """A stand-in of the snapshot archive under `top`, laid out as snapshot.debian.org's, at the lock's times."""
+    first, *later = snapshot_times(header["resolved"])
+    make_repository(top / "debian" / first, debs)
+    for at in later:  # the real service names the last snapshot at or before any time; this one has only these
+        (top / "debian" / at).symlink_to(first)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -82,32 +128,15 @@ def free_port() -> int:
 def archives(tmp_path_factory):
     """The stand-in main archive (moved on) and snapshot archive, served on loopback: their apt sources."""
     root = tmp_path_factory.mktemp("archives")
-    debs = root / "debs"
-    debs.mkdir()
-    subprocess.run(["docker", "run", "--rm", "--network", "host", "-v", f"{debs}:/out", "-w", "/out", STANDIN, "sh",
-                    "-c", f"apt-get update -qq && apt-get download -qq {PIN}"],
-                   capture_output=True, text=True, timeout=300, check=True)
-    pinned = next(debs.glob(f"{NAME}_*.deb"))
-    unpacked = root / "unpacked"
-    subprocess.run(["dpkg-deb", "-R", str(pinned), str(unpacked)], check=True)
-    control = unpacked / "DEBIAN" / "control"
-    control.write_text(control.read_text().replace(f"Version: {VERSION}\n", f"Version: {VERSION}+grpolab.newer\n"))
-    newer = root / f"{NAME}_{VERSION}+grpolab.newer_amd64.deb"
-    subprocess.run(["dpkg-deb", "-b", str(unpacked), str(newer)], check=True, capture_output=True)
-    make_repository(root / "serve" / "main" / "debian", [newer])
-    first, *later = snapshot_times(LOCK.header["resolved"])
-    make_repository(root / "serve" / "snapshot" / "debian" / first, [pinned])
-    for at in later:  # the real service names the last snapshot at or before any time; this one has only these
-        (root / "serve" / "snapshot" / "debian" / at).symlink_to(first)
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port), "--directory",
-                               str(root / "serve")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1)
+    pinned = download([PIN], root / "debs")
+    make_repository(root / "serve" / "main" / "debian", [repacked_newer(pinned[0], VERSION, root)])
+    make_snapshot(root / "serve" / "snapshot", LOCK.header, pinned)
+    server, url = serve(root / "serve")
     try:
         yield {
-            "mirror": f"deb [trusted=yes] http://127.0.0.1:{port}/main/debian trixie main\n",
-            "snapshot": snapshot_list(LOCK.header, f"http://127.0.0.1:{port}/snapshot", "trusted=yes"),
-            "snapshot_url": f"http://127.0.0.1:{port}/snapshot",
+            "mirror": f"deb [trusted=yes] {url}/main/debian trixie main\n",
+            "snapshot": snapshot_list(LOCK.header, f"{url}/snapshot", "trusted=yes"),
+            "snapshot_url": f"{url}/snapshot",
         }
     finally:
         server.terminate()
@@ -190,3 +219,41 @@ def test_a_pin_in_neither_archive_is_refused_in_one_line_naming_it(tmp_path, arc
         f"({urls}): run `invoke lock --track cv` to move the pins on"
     )
     assert proc.stderr.count("ERROR") == 1
+
+
+# ------------------------------------------------------------------------------------ the stand-in base
+LEAF = "ca-certificates"  # a package of the base that no other pins at a version
+
+
+@pytest.mark.docker
+@needs_tools
+@pytest.mark.skipif(not (shutil.which("mmdebstrap") and os.geteuid() == 0), reason="needs mmdebstrap and root")
+def test_a_base_pin_the_main_archive_lost_comes_from_the_snapshot_archive_with_the_same_base(
+    tmp_path, monkeypatch, capfd
+):
+    """The stand-in base from a main archive that moved on (its pins, one of them repacked newer and the pinned one
+    gone) and the snapshot archive at the pins' time is the base `invoke base` makes from Debian's archive."""
+    lock = read_debian_lock(base_lock_path(host_arch()))
+    pins = lock.groups["base"]
+    debs = download(pins, tmp_path / "debs")
+    leaf = next(deb for deb in debs if deb.name.startswith(f"{LEAF}_"))
+    moved_on = [deb for deb in debs if deb != leaf] + [repacked_newer(leaf, lock.versions("base")[LEAF], tmp_path)]
+    make_repository(tmp_path / "serve" / "main" / "debian", moved_on)
+    make_snapshot(tmp_path / "serve" / "snapshot", lock.header, [leaf])
+    server, url = serve(tmp_path / "serve")
+    real, standin = "grpolab-test:base-from-debian", "grpolab-test:base-from-stand-ins"
+    try:
+        build_standin(host_arch(), force=True, name=real)
+        monkeypatch.setattr(debian, "MIRROR", f"deb [trusted=yes] {url}/main/debian trixie main")
+        monkeypatch.setattr(debian, "SNAPSHOT", f"{url}/snapshot")
+        monkeypatch.setattr(debian, "SNAPSHOT_OPTIONS", "trusted=yes")
+        capfd.readouterr()
+        build_standin(host_arch(), force=True, name=standin)
+        said = capfd.readouterr().out
+        assert f"Debian package {LEAF} {lock.versions('base')[LEAF]} is no longer in trixie's archive: asking the " \
+            "snapshot archive" in said
+        assert image_id(standin) == image_id(real)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        subprocess.run(["docker", "rmi", "-f", real, standin], capture_output=True, timeout=120)

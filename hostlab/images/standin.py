@@ -35,14 +35,17 @@ from grpolab.common.filehash import sha256_of_file
 from .. import REPO, HostError
 from ..host.console import say, stream
 from ..host.tools import resolved, tool
+from ..locks import debian
 from ..locks.debian import (
-    MIRROR,
+    DEBIAN_ARCHIVE,
     SUITE,
     base_lock_path,
     check_base_lock,
     read_debian_lock,
     refusal,
     release_text,
+    snapshot_list,
+    snapshot_urls,
     write_pins,
 )
 from ..locks.lockfile import LOCK_DIR, body_sha256
@@ -60,6 +63,16 @@ RESOLVING_VARIANT = (
     "minbase"  # what `invoke lock` makes to read the package set from (debootstrap's minbase, plus PACKAGES)
 )
 FIXED_FILE_HOOKS = ('printf "" > "$1/etc/resolv.conf"', 'echo localhost > "$1/etc/hostname"')
+# The base's apt sources name Debian's archive, whichever mirror or snapshot archive mmdebstrap took the pins from.
+SOURCES_HOOK = f'echo "deb {DEBIAN_ARCHIVE} {SUITE} main" > "$1/etc/apt/sources.list"'
+
+
+class PinLost(HostError):
+    """A pinned version the archives mmdebstrap was given lack."""
+
+    def __init__(self, package: str, version: str, redo: str, urls: list[str] = ()):
+        super().__init__(refusal(package, version, redo, snapshot_urls=urls))
+        self.package, self.version = package, version
 LOST_VERSION = re.compile(r"E: Version '([^']+)' for '([^']+)' was not found")  # apt's words, inside mmdebstrap
 GONE_PACKAGE = re.compile(r"E: Unable to locate package (\S+)")
 
@@ -109,11 +122,22 @@ def mmdebstrap_env(epoch: int | None) -> dict[str, str]:
 
 
 def mmdebstrap(
-    arch: str, variant: str, include: list[str], target: Path, epoch: int | None, redo: str, hooks: tuple[str, ...] = ()
+    arch: str,
+    variant: str,
+    include: list[str],
+    target: Path,
+    epoch: int | None,
+    redo: str,
+    hooks: tuple[str, ...] = (),
+    snapshot: dict | None = None,
 ) -> None:
-    """Make a rootfs tar with mmdebstrap; a pinned version the archive lost is one line naming it."""
+    """Make a rootfs tar with mmdebstrap from the main archive (and the snapshot archive at the time of the lock whose
+    header is `snapshot`); a pinned version they lack is one line naming it (PinLost)."""
+    mirrors = [debian.MIRROR]
+    if snapshot:
+        mirrors += snapshot_list(snapshot, debian.SNAPSHOT, debian.SNAPSHOT_OPTIONS).splitlines()
     cmd = ["mmdebstrap", f"--variant={variant}", f"--architectures={arch}", f"--include={','.join(include)}"]
-    cmd += [f"--customize-hook={hook}" for hook in FIXED_FILE_HOOKS + hooks] + [SUITE, str(target), MIRROR]
+    cmd += [f"--customize-hook={hook}" for hook in FIXED_FILE_HOOKS + hooks] + [SUITE, str(target), *mirrors]
     # TMPDIR=/tmp: mmdebstrap makes its working folders there, and apt, dropping to its _apt user to download, must
     # reach them. Under a TMPDIR inside a folder only root may enter (a buildah store of its own, as the benches make
     # one) apt downloaded as root instead, two of its folders came out owned by root, and the base had another id.
@@ -129,12 +153,11 @@ def mmdebstrap(
     if status != 0:
         text = "\n".join(tail)
         lost, gone = LOST_VERSION.search(text), GONE_PACKAGE.search(text)
+        urls = snapshot_urls(snapshot, debian.SNAPSHOT) if snapshot else []
         if lost:
-            raise HostError(refusal(lost[2], lost[1], redo))
+            raise PinLost(lost[2], lost[1], redo, urls)
         if gone and any(pin.startswith(gone[1] + "=") for pin in include):
-            raise HostError(
-                refusal(gone[1], next(pin for pin in include if pin.startswith(gone[1] + "=")).split("=", 1)[1], redo)
-            )
+            raise PinLost(gone[1], next(p for p in include if p.startswith(gone[1] + "=")).split("=", 1)[1], redo, urls)
         raise HostError(f"mmdebstrap could not make the {arch} stand-in base:\n" + "\n".join(tail[-15:]))
 
 
@@ -211,7 +234,20 @@ def build_standin(
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"grpolab-base-{arch}-") as tmp:
         rootfs = Path(tmp) / "rootfs.tar"
-        mmdebstrap(arch, "custom", pins, rootfs, epoch, f"run `invoke lock.base --arch {arch}`")
+        redo = f"run `invoke lock.base --arch {arch}`"
+        try:
+            mmdebstrap(arch, "custom", pins, rootfs, epoch, redo, (SOURCES_HOOK,))
+        except PinLost as lost:
+            # The same .deb files from Debian's snapshot archive at the time the pins were resolved: the same base.
+            say(f"Debian package {lost.package} {lost.version} is no longer in {SUITE}'s archive: asking the snapshot "
+                "archive at the pins' time too")
+            try:
+                mmdebstrap(arch, "custom", pins, rootfs, epoch, redo, (SOURCES_HOOK,), lock.header)
+            except PinLost:
+                raise
+            except HostError as err:  # not reached (our machines): the main archive's refusal stands
+                say("the snapshot archive did not answer mmdebstrap: " + "; ".join(str(err).splitlines()[-3:]))
+                raise lost from None
         made, want = installed_packages(rootfs), lock.versions("base")
         if made != want:
             apart = sorted(
@@ -224,7 +260,7 @@ def build_standin(
                 f"`invoke lock.base --arch {arch}`"
             )
         created_by = (f"mmdebstrap --variant=custom --include=<the {len(pins)} pins of lockfiles/{path.name}, body "
-                      f"sha256 {body_sha256(lock.body)[:16]}> {SUITE} {MIRROR}")
+                      f"sha256 {body_sha256(lock.body)[:16]}> {SUITE} {DEBIAN_ARCHIVE}")
         say(
             f"loading {rootfs.name} into Docker as {name} (linux/{arch}), created "
             f"{datetime.fromtimestamp(epoch, timezone.utc):%Y-%m-%dT%H:%M:%SZ}"

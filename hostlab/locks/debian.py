@@ -37,7 +37,8 @@ from .lockfile import LOCK_DIR, Lock, body_sha256, parse_side_lock, render_side_
 from .sourcebuilds import debian_needs
 
 SUITE = "trixie"  # the pinned bases' (python:3.x-slim-trixie) and the stand-in's
-MIRROR = os.environ.get("GRPOLAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+DEBIAN_ARCHIVE = "http://deb.debian.org/debian"  # what an image's own sources name, whichever mirror built it
+MIRROR = os.environ.get("GRPOLAB_DEBIAN_MIRROR", DEBIAN_ARCHIVE)
 # Debian's snapshot archive (or a stand-in of it), laid out as {SNAPSHOT}/debian/YYYYMMDDTHHMMSSZ/: a time names the
 # last snapshot taken at or before it. Our machines cannot reach it; a learner's can.
 SNAPSHOT = os.environ.get("GRPOLAB_DEBIAN_SNAPSHOT", "http://snapshot.debian.org/archive").rstrip("/")
@@ -46,6 +47,7 @@ SNAPSHOT = os.environ.get("GRPOLAB_DEBIAN_SNAPSHOT", "http://snapshot.debian.org
 # on. Both are asked (apt takes each pinned version from whichever holds it); a day covers the lag (chosen, not
 # measured).
 SNAPSHOT_LAG_S = 24 * 3600
+SNAPSHOT_OPTIONS = "check-valid-until=no"  # apt's options for its sources: an old Release's Valid-Until is past
 FORMAT = "grpolab-debian-lock v1"
 APT_TIMEOUT_S = 600
 # Header keys that say when and with what a lock was resolved, not what it pins: a re-resolution that pins the same
@@ -82,9 +84,13 @@ def track_arch(track: Track) -> str:
     return track.platform.partition("/")[2]
 
 
-def refusal(package: str, version: str, redo: str, suite: str = SUITE) -> str:
-    """The one line that refuses a pin the archive lost (images/apt-install-pinned.sh prints the same words)."""
-    return f"Debian package {package} {version} is no longer in {suite}'s archive: {redo} to move the pins on"
+def refusal(package: str, version: str, redo: str, suite: str = SUITE, snapshot_urls: list[str] = ()) -> str:
+    """The one line that refuses a pin the archive lost, or the archive and the snapshot archive at `snapshot_urls`
+    (images/apt-install-pinned.sh prints the same words)."""
+    where = f"{suite}'s archive"
+    if snapshot_urls:
+        where += f" nor in the snapshot archive ({' '.join(snapshot_urls)})"
+    return f"Debian package {package} {version} is no longer in {where}: {redo} to move the pins on"
 
 
 def snapshot_times(resolved_utc: str) -> list[str]:
@@ -93,13 +99,16 @@ def snapshot_times(resolved_utc: str) -> list[str]:
     return [time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(t)) for t in (at, at + SNAPSHOT_LAG_S)]
 
 
-def snapshot_list(header: dict, snapshot: str = SNAPSHOT, options: str = "check-valid-until=no") -> str:
+def snapshot_urls(header: dict, snapshot: str = SNAPSHOT) -> list[str]:
+    """The snapshot archive's URLs (apt's and mmdebstrap's mirror form) at the lock's resolution time."""
+    return [f"{snapshot}/debian/{at}/" for at in snapshot_times(header["resolved"])]
+
+
+def snapshot_list(header: dict, snapshot: str = SNAPSHOT, options: str = SNAPSHOT_OPTIONS) -> str:
     """The apt sources (one-line style) of the snapshot archive at the lock's resolution time, for the suite and
     component the lock was resolved against (the stand-in base's: `deb MIRROR trixie main`). Their Release files are
-    signed by the same Debian archive key as the main archive's; an old one's Valid-Until, where it has one, is past."""
-    return "".join(
-        f"deb [{options}] {snapshot}/debian/{at}/ {header['suite']} main\n" for at in snapshot_times(header["resolved"])
-    )
+    signed by the same Debian archive key as the main archive's."""
+    return "".join(f"deb [{options}] {url} {header['suite']} main\n" for url in snapshot_urls(header, snapshot))
 
 
 def mirror_list(mirror: str | None = os.environ.get("GRPOLAB_DEBIAN_MIRROR")) -> str:
