@@ -36,8 +36,12 @@ where="${suite}'s archive"
 # apt's settings for this script, in a file (APT_CONFIG) so that what apt runs inherits them too: debconf's
 # dpkg-preconfigure hook runs apt-extracttemplates, which wrote the package caches when only apt-get's -o said not to
 # (/var/cache/apt/*.bin, 47 MB made from whichever archives' indexes were asked, so other bytes after the fallback).
-printf 'Dir::Etc::SourceList "%s/none";\nDir::Etc::SourceParts "%s";\nDir::Cache::pkgcache "";\nDir::Cache::srcpkgcache "";\n' \
-    "$parts" "$parts" > "$parts/apt.conf"
+# The base's own /etc/apt/apt.conf, which APT_CONFIG replaces, comes first.
+{
+    [ ! -e /etc/apt/apt.conf ] || cat /etc/apt/apt.conf
+    printf 'Dir::Etc::SourceList "%s/none";\nDir::Etc::SourceParts "%s";\n' "$parts" "$parts"
+    printf 'Dir::Cache::pkgcache "";\nDir::Cache::srcpkgcache "";\n'
+} > "$parts/apt.conf"
 export APT_CONFIG="$parts/apt.conf"
 
 refuse() {
