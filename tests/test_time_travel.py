@@ -9,6 +9,7 @@ their sources say trusted=yes; Debian's are signed by the archive key the base h
 """
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -177,6 +178,20 @@ def test_the_build_context_says_where_the_snapshot_archive_holds_the_pins(tmp_pa
         f"deb [check-valid-until=no] http://snapshot.debian.org/archive/debian/{later}/ trixie main\n"
     )
     assert (tmp_path / "debian-sources" / "mirror.list").read_text() == ""  # the base's own sources
+
+
+def test_the_step_built_here_is_the_dockerfiles():
+    """The apt step these tests build is images/Dockerfile's deps step: the same mounts and the same clean-up."""
+    dockerfile = (REPO / "images" / "Dockerfile").read_text()
+    deps = dockerfile.split("\nFROM ${BASE_IMAGE} AS deps\n", 1)[1]
+    step = DOCKERFILE.split("RUN ", 1)[1]
+    for mount in re.findall(r"--mount=\S+", step):
+        assert mount in deps
+    assert 'sh /tmp/apt-install-pinned.sh "${TRACK}" "${DEBIAN_SUITE}" ${RUNTIME_PACKAGES};' in deps
+    def clean_up(text: str) -> str:
+        return re.search(r"rm -rf ([^;]+)", " ".join(text.replace("\\\n", " ").split()))[1].strip()
+
+    assert clean_up(step) == clean_up(deps)
 
 
 @pytest.mark.docker
