@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpolab.common.card_verdict import card_verdict
-from grpolab.common.gpucode import CARDS, JIT, NATIVE, NONE, load_table, needed_by, table_path
+from grpolab.common.card_verdict import card_verdict, path_libraries
+from grpolab.common.gpucode import CARDS, JIT, NATIVE, NONE, load_table, table_path
 from grpolab.common.tracks import get_track
 from grpolab.common.dtypes import dtype_on
 
@@ -54,6 +54,8 @@ def gpu_cell(table: dict) -> str:
 def track_section(track: str, table: dict) -> list[str]:
     needed = [lib for lib in table["libraries"] if lib["needed_by_default_rollout"]]
     others = [lib for lib in table["libraries"] if not lib["needed_by_default_rollout"]]
+    used = {gpu: {lib["path"] for lib in path_libraries(table, gpu, table["rollout"], lab_dtype(track))}
+            for gpu in table["gpus"]}
     header = (
         "| GPU | "
         + " | ".join(f"`{short_name(lib['path'])}`" for lib in needed)
@@ -83,7 +85,7 @@ def track_section(track: str, table: dict) -> list[str]:
         lines.append(
             f"| {CARDS.get(gpu, gpu)} | "
             + " | ".join(
-                SHORT[lib["verdicts"][gpu]] if needed_by(lib["path"], table["rollout"], gpu) else "not used"
+                SHORT[lib["verdicts"][gpu]] if lib["path"] in used[gpu] else "not used"
                 for lib in needed
             )
             + f" | {counts[NATIVE]} / {counts[JIT]} / {counts[NONE]} | "
@@ -92,7 +94,7 @@ def track_section(track: str, table: dict) -> list[str]:
             + f" | {found.attention or '-'} | {found.jit_driver or '-'} |"
         )
     jit_on_own = sorted({f"`{lib['path']}` ({lib['wheel']})" for lib in needed for gpu in table["gpus_required"]
-                         if lib["verdicts"][gpu] == JIT and needed_by(lib["path"], table["rollout"], gpu)})
+                         if lib["verdicts"][gpu] == JIT and lib["path"] in used[gpu]})
     if jit_on_own:
         lines += [
             "",

@@ -23,6 +23,8 @@ from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
+from grpolab.common.card_verdict import path_libraries
+from grpolab.common.dtypes import dtype_on
 from grpolab.common.gpucode import (
     FORMAT,
     JIT,
@@ -242,12 +244,13 @@ def problems(table: dict) -> tuple[list[str], list[str]]:
     """(refusals, warnings) by the lock's rules, from a table alone (offline)."""
     refusals, warnings = [], []
     required = table.get("gpus_required", [])
+    used = used_on(table)
     for lib in table.get("libraries", []):
         if not lib.get("needed_by_default_rollout"):
             continue
         where = f"{lib['wheel']}, {lib['path']}"
         code = f"SASS {', '.join(lib['sass']) or 'none'}; PTX {', '.join(lib['ptx']) or 'none'}"
-        for gpu in (g for g in required if needed_by(lib["path"], table["rollout"], g)):
+        for gpu in (g for g in required if lib["path"] in used[g]):
             v = verdict(gpu, lib["sass"], lib["ptx"], lib.get("gfx"))
             if v == NONE:
                 refusals.append(
@@ -282,14 +285,22 @@ def problems(table: dict) -> tuple[list[str], list[str]]:
     return refusals, warnings
 
 
+def used_on(table: dict) -> dict[str, set[str]]:
+    """{GPU: the libraries the default path launches kernels from there}, as the card verdict counts them: where
+    vLLM's attention backend on that card is not FlashAttention (FlashInfer on compute 10.x), its libraries are not."""
+    asked = dtype_on(str(get_track(table["track"]).lab.get("dtype", "auto")), "cuda")
+    return {gpu: {lib["path"] for lib in path_libraries(table, gpu, table["rollout"], asked)}
+            for gpu in table.get("gpus_required", [])}
+
+
 def jit_driver_refusals(table: dict) -> list[str]:
     """A library the default path needs only by JIT on one of the track's GPUs, whose PTX needs a newer driver than
     the track declares (its CUDA major's minimum), or whose PTX ISA no table here places."""
     minimum = table.get("driver_minimum")
-    refusals = []
+    refusals, used = [], used_on(table)
     for lib in table.get("libraries", []):
         for gpu in table.get("gpus_required", []):
-            if not (lib.get("needed_by_default_rollout") and needed_by(lib["path"], table["rollout"], gpu)):
+            if not (lib.get("needed_by_default_rollout") and lib["path"] in used[gpu]):
                 continue
             if verdict(gpu, lib["sass"], lib["ptx"], lib.get("gfx")) != JIT:
                 continue

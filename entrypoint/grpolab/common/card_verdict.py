@@ -134,6 +134,15 @@ def path_kernels(table: dict, gpu: str, rollout: str, attention: str | None = No
     return next((v for v in WORST_FIRST if v in verdicts), NATIVE), used
 
 
+def path_libraries(table: dict, gpu: str, rollout: str, asked: str) -> list[dict]:
+    """The libraries the path launches kernels from on this card, as the verdict counts them (the lock's refusals and
+    warnings use the same)."""
+    rules = table.get("library_rules")
+    dtype = choose_dtype(rules, gpu, rollout, asked)
+    attention = attention_backend(rules, gpu, dtype.dtype) if uses_vllm(rollout) else None
+    return path_kernels(table, gpu, rollout, attention)[1]
+
+
 def card_verdict(table: dict, gpu: str, rollout: str, asked: str) -> CardVerdict:
     """The verdict for one card of a track (its kernels table), the lab's rollout path and dtype setting."""
     gpu = gpu.split(":")[0]
