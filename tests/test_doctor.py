@@ -738,3 +738,25 @@ def test_packages_the_image_leaves_out_are_not_drift_and_the_llamacpp_path_says_
     assert left_out["status"] == "ok" and "`invoke up --rollout llamacpp`" in left_out["action"]
     asked = named(doctor_report(ctx=context("c", rollout="llamacpp", packages={"llama_cpp_python": None})), "llama.cpp")
     assert asked["status"] == "fail" and "`invoke up --rollout llamacpp`" in asked["action"]
+
+
+def test_the_compilers_the_installed_libraries_run_at_first_use(tmp_path, monkeypatch):
+    """Triton compiles its driver in C, vLLM's CPU build its sampler in C++ through inductor: where they are installed,
+    the doctor names the compiler each finds, and fails in words where there is none (the images keep them)."""
+    from types import SimpleNamespace
+
+    from grpolab.environment.doctor_machine import compilers_item
+
+    def judged(**packages):
+        vllm_build = "cpu" if packages.get("vllm") else None
+        return compilers_item(SimpleNamespace(fingerprint={"packages": packages, "vllm_build": vllm_build}))
+
+    assert judged(torch="2.15.0") is None  # track c: no Triton, no vLLM
+    found = judged(triton="3.7.1", vllm="0.31.0")
+    assert found["status"] == "ok" and set(found["details"]["compilers"]) == {"C", "C++"}
+    monkeypatch.setenv("PATH", str(tmp_path))  # a machine without compilers, as the images were
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.delenv("CXX", raising=False)
+    missing = judged(triton="3.7.1", vllm="0.31.0")
+    assert missing["status"] == "fail" and "Triton compiles C at first use and finds no C compiler (gcc, clang)" in (
+        missing["summary"]) and "finds no C++ compiler (g++, clang++)" in missing["summary"]

@@ -24,8 +24,8 @@ from ..common.rollout_paths import DEFAULT_ROLLOUT_PATH, lock_extras_for, needs_
 from ..common.tracks import packages_left_out
 from .doctor_context import FAIL, OK, WARN, Context, item
 from .doctor_machine import (
-    arch_item, card_item, device_item, driver_item, gpus_item, kernels_item, memory_item, rocm_item, system_item,
-    torch_item, unified_memory_item,
+    arch_item, card_item, compilers_item, device_item, driver_item, gpus_item, kernels_item, memory_item, rocm_item,
+    system_item, torch_item, unified_memory_item,
 )
 from .doctor_setup import (
     disk_item, environment_item, image_item, lock_drift_item, packages_item, smoke_item, token_item, unfinished_item,
@@ -164,6 +164,7 @@ ITEMS = (
     arch_item,
     kernels_item,
     card_item,
+    compilers_item,
     unified_memory_item,
     rocm_item,
     packages_item,

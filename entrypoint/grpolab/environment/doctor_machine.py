@@ -6,8 +6,11 @@ doctor.py runs them, in its order (ITEMS)."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import sysconfig
 from dataclasses import asdict
+from pathlib import Path
 
 from ..common.card_verdict import card_verdict
 from ..common.gpucode import device_kernels, driver_key, driver_too_old, image_table_path, load_table
@@ -274,6 +277,44 @@ def card_item(ctx: Context) -> dict | None:
         return item("card", WARN, found.words(), "nothing to do: the lab runs in " + found.dtype.dtype + " on this "
                     "card" if found.dtype.reason else "rebuild with a lock whose PTX ISA is known", **details)
     return item("card", OK, found.words(), **details)
+
+
+def compilers_needed(fingerprint: dict) -> list[tuple[str, str, list[str]]]:
+    """(who, language, the compilers it tries in order) for what the installed libraries compile at their first use
+    (docs/locks-and-images.md, "What the libraries compile at run time"): Triton its driver, in C; vLLM's CPU build
+    its sampler through torch's inductor, in C++."""
+    packages = fingerprint.get("packages") or {}
+    needed = []
+    if packages.get("triton"):
+        needed.append(("Triton", "C", [os.environ.get("CC") or "", "gcc", "clang"]))
+    if packages.get("vllm") and fingerprint.get("vllm_build") == "cpu":
+        needed.append(("vLLM's CPU build (torch's inductor)", "C++", [os.environ.get("CXX") or "", "g++", "clang++"]))
+    return needed
+
+
+def compilers_item(ctx: Context) -> dict | None:
+    """The compilers and Python's headers the installed libraries' first-use compiles need, where they are installed:
+    without them the first Triton kernel or vLLM's first request with logprobs stops the run."""
+    needed = compilers_needed(ctx.fingerprint)
+    if not needed:
+        return None
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    found, missing = {}, []
+    for who, language, tried in needed:
+        tool = next((shutil.which(name) for name in tried if name and shutil.which(name)), None)
+        if tool:
+            found[language] = tool
+        else:
+            missing.append(f"{who} compiles {language} at first use and finds no {language} compiler "
+                           f"({', '.join(name for name in tried if name)})")
+    if not headers.exists():
+        missing.append(f"Python's headers, which those compiles include, are missing ({headers})")
+    details = {"compilers": found, "python_h": str(headers)}
+    if missing:
+        return item("compilers", FAIL, "; ".join(missing), "rebuild the image (its Debian pins keep the compilers); in "
+                    "a venv, install gcc, g++ and Python's headers with the system's package manager", **details)
+    return item("compilers", OK, ", ".join(f"{lang}: {tool}" for lang, tool in found.items())
+                + f"; Python.h at {headers}", **details)
 
 
 def unified_memory_item(ctx: Context) -> dict | None:
