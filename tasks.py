@@ -132,9 +132,7 @@ def kernels_readme(c):
 @task(help={"arch": "amd64 or arm64 (default: this host's)", "force": "remake it even if it exists"})
 def base(c, arch=None, force=False):
     """Make the stand-in base image (mmdebstrap trixie + python3, every package pinned): 19 s here (bench/cold-up.json).
-    For builds without a registry; downloads the pinned Debian packages once, from GRPOLAB_DEBIAN_MIRROR (default
-    Debian's archive), or where it lost one, from Debian's snapshot archive at the pins' time too
-    (GRPOLAB_DEBIAN_SNAPSHOT, default http://snapshot.debian.org/archive): the same image either way."""
+    For builds without a registry; a pin the main archive lost comes from the snapshot archive (see --help)."""
     from hostlab.images.standin import build_standin
 
     with user_errors():
@@ -166,9 +164,7 @@ BUILD_HELP = {
 def build_image(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False, builder=None,
                 rollout=None, make_lock=False):
     """Build the track's image, record it in .env for `docker compose run lab`: c cold 165 s, GBs (bench/cold-up.json).
-    Compared with lockfiles/<track>.image.json. Where x's lock is not here yet, it asks to make it first (minutes).
-    Debian pins come from the base's sources (GRPOLAB_DEBIAN_MIRROR replaces them), or, for a version that archive
-    lost, from Debian's snapshot archive at the lock's time (GRPOLAB_DEBIAN_SNAPSHOT): the same image either way."""
+    Compared with lockfiles/<track>.image.json; makes x's lock first (asks); lost Debian pins: snapshot."""
     from hostlab.images.build import build
     from hostlab.images.builders import choose_builder
     from hostlab.run.learner_lock import lock_where_missing

@@ -73,13 +73,13 @@ def make_repository(top: Path, debs: list[Path]) -> None:
     index = top / "dists" / "trixie" / "main" / "binary-amd64"
     index.mkdir(parents=True)
     packages = subprocess.run(["dpkg-scanpackages", "--multiversion", "pool"], cwd=top, capture_output=True,
-                              text=True, check=True).stdout
+                              text=True, check=True, timeout=120).stdout
     (index / "Packages").write_text(packages)
     release = subprocess.run(
         ["apt-ftparchive", "-o", "APT::FTPArchive::Release::Suite=trixie", "-o",
          "APT::FTPArchive::Release::Codename=trixie", "-o", "APT::FTPArchive::Release::Components=main", "-o",
          "APT::FTPArchive::Release::Architectures=amd64", "release", "dists/trixie"],
-        cwd=top, capture_output=True, text=True, check=True,
+        cwd=top, capture_output=True, text=True, check=True, timeout=120,
     ).stdout
     (top / "dists" / "trixie" / "Release").write_text(release)
 
@@ -87,11 +87,11 @@ def make_repository(top: Path, debs: list[Path]) -> None:
 def repacked_newer(deb: Path, version: str, into: Path) -> Path:
     """The package of `deb` (at `version`) repacked by dpkg-deb as a newer version: the main archive moved on."""
     unpacked = into / f"{deb.stem}-unpacked"
-    subprocess.run(["dpkg-deb", "-R", str(deb), str(unpacked)], check=True)
+    subprocess.run(["dpkg-deb", "-R", str(deb), str(unpacked)], check=True, timeout=120)
     control = unpacked / "DEBIAN" / "control"
     control.write_text(control.read_text().replace(f"Version: {version}\n", f"Version: {version}+grpolab.newer\n"))
     newer = into / f"{deb.stem}+grpolab.newer.deb"
-    subprocess.run(["dpkg-deb", "-b", str(unpacked), str(newer)], check=True, capture_output=True)
+    subprocess.run(["dpkg-deb", "-b", str(unpacked), str(newer)], check=True, capture_output=True, timeout=120)
     shutil.rmtree(unpacked)
     return newer
 
