@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .common.errors import EXIT_STATUS, LayerFailure, run_reporting_failures
 from .common.runlog import runlog_failure
+from .common.tracks import get_track
 from .settings.lab_settings import ROLLOUT_PATHS, LabSettings, setting_help
 
 EXIT_CODES_HELP = "exit status: " + ", ".join(f"{code} {layer}" for layer, code in EXIT_STATUS.items()) + ", 0 passed"
@@ -42,7 +43,6 @@ def settings_from(args, smoke=False, kind=None):
     """The track and its checked settings, their warnings printed. Settings that cannot run fail the input layer
     with every problem at once; for a run (`kind` lab or smoke) the refusal is also its run-log line."""
     from .settings.lab_settings import resolve_settings
-    from .common.tracks import get_track
 
     overrides = {f.name: getattr(args, f.name, None) for f in fields(LabSettings) if f.name != "track"}
     try:
@@ -71,8 +71,6 @@ def require_trainer(track_name: str | None) -> None:
     try:
         import trl  # noqa: F401
     except ImportError:
-        from .common.tracks import get_track
-
         try:
             track = get_track(track_name)
         except ValueError:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpolab.common.card_verdict import card_verdict, path_libraries
+from grpolab.common.card_verdict import card_verdict, gpu_dtype, path_libraries
 from grpolab.common.gpucode import CARDS, JIT, NATIVE, NONE, load_table, table_path
 from grpolab.common.tracks import get_track
-from grpolab.common.dtypes import dtype_on
 
 from ..locks.lockfile import LOCK_DIR
 
@@ -28,7 +27,7 @@ def short_name(path: str) -> str:
 
 def lab_dtype(track: str) -> str:
     """The dtype the track's lab asks for on a GPU (its row's lab dtype; "auto" is bfloat16 there)."""
-    return dtype_on(str(get_track(track).lab.get("dtype", "auto")), "cuda")
+    return gpu_dtype(get_track(track))
 
 
 def verdicts(track: str, table: dict) -> list:

@@ -23,8 +23,7 @@ from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
-from grpolab.common.card_verdict import path_libraries
-from grpolab.common.dtypes import dtype_on
+from grpolab.common.card_verdict import gpu_dtype, path_libraries
 from grpolab.common.gpucode import (
     FORMAT,
     JIT,
@@ -288,7 +287,7 @@ def problems(table: dict) -> tuple[list[str], list[str]]:
 def used_on(table: dict) -> dict[str, set[str]]:
     """{GPU: the libraries the default path launches kernels from there}, as the card verdict counts them: where
     vLLM's attention backend on that card is not FlashAttention (FlashInfer on compute 10.x), its libraries are not."""
-    asked = dtype_on(str(get_track(table["track"]).lab.get("dtype", "auto")), "cuda")
+    asked = gpu_dtype(get_track(table["track"]))
     return {gpu: {lib["path"] for lib in path_libraries(table, gpu, table["rollout"], asked)}
             for gpu in table.get("gpus_required", [])}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import asdict, dataclass, field
 
+from .dtypes import dtype_on
 from .gpucode import JIT, NATIVE, NONE, cards, driver_for_ptx, driver_key, jit_isa, needed_by, parse_arch, verdict
 from .rollout_paths import registered_path
 from .rollout_paths.base import VLLM_GPU_LIBRARIES
@@ -68,6 +69,11 @@ class CardVerdict:
             driver = f"driver {self.jit_driver} or newer" if self.jit_driver else "PTX ISA not placed here"
             parts.append(f"{', '.join(self.jit_libraries)} by JIT at first use ({driver})")
         return f"{self.card}: " + "; ".join(parts)
+
+
+def gpu_dtype(track) -> str:
+    """The dtype the track's lab asks for on a GPU: its row's lab dtype ("auto" is bfloat16 there)."""
+    return dtype_on(str(track.lab.get("dtype", "auto")), "cuda")
 
 
 def uses_vllm(rollout: str) -> bool:

@@ -12,9 +12,8 @@ import sysconfig
 from dataclasses import asdict
 from pathlib import Path
 
-from ..common.card_verdict import card_verdict
+from ..common.card_verdict import card_verdict, gpu_dtype
 from ..common.gpucode import device_kernels, driver_key, driver_too_old, image_table_path, load_table
-from ..common.dtypes import dtype_on
 from .doctor_context import FAIL, OK, WARN, Context, item
 from .machine import kernel_at_least
 from .torch_build import coverage_reason, diagnose_device, arch_covered
@@ -262,8 +261,7 @@ def card_item(ctx: Context) -> dict | None:
     table = load_table(image_table_path(ctx.track.name))
     if table is None:
         return None  # the kernels item says so
-    asked = dtype_on(str(ctx.track.lab.get("dtype", "auto")), "cuda")
-    found = card_verdict(table, ctx.devices.arch, ctx.rollout, asked)
+    found = card_verdict(table, ctx.devices.arch, ctx.rollout, gpu_dtype(ctx.track))
     details = found.as_dict()
     driver = ctx.host.nvidia_driver
     if not found.runs:
@@ -301,7 +299,7 @@ def compilers_item(ctx: Context) -> dict | None:
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
     found, missing = {}, []
     for who, language, tried in needed:
-        tool = next((shutil.which(name) for name in tried if name and shutil.which(name)), None)
+        tool = next((path for name in tried if name and (path := shutil.which(name))), None)
         if tool:
             found[language] = tool
         else:
