@@ -177,6 +177,7 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
         "build.txt",
         "debian-sources",
         "entrypoint",
+        "examples",
         "kernels.json",
         "lock.txt",
         "source-build-files",
@@ -200,6 +201,8 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
     weights = tmp_path / "entrypoint" / "tiny-model" / "model.safetensors"
     assert weights.read_bytes() == (REPO / "entrypoint" / "tiny-model" / "model.safetensors").read_bytes()
     assert weights.stat().st_mode & 0o004
+    # the lesson's examples, which the lab stage copies to /work/examples (the learner's `python examples/...`)
+    assert (tmp_path / "examples" / "quickstart.py").read_bytes() == (REPO / "examples" / "quickstart.py").read_bytes()
 
 
 def test_build_context_is_the_same_whatever_the_checkout_holds_beside_the_code(tmp_path):

@@ -238,7 +238,8 @@ def stage_context(track: Track, repo: Path, into: Path) -> Path:
         shutil.copy2(repo / "images" / name, into / "source-build-files" / name)
     shutil.copy2(repo / "images" / "verify-locked.py", into / "verify-locked.py")
     shutil.copy2(repo / "images" / "tracks.toml", into / "tracks.toml")
-    for name in code_files(repo, "entrypoint"):
+    # The lab's code, and the lesson's examples (examples/: the learner's `python examples/quickstart.py`).
+    for name in code_files(repo, "entrypoint") + code_files(repo, "examples"):
         (into / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(repo / name, into / name)
     for path in [into, *into.rglob("*")]:

@@ -35,8 +35,11 @@ def deps_inputs(track: Track) -> list[str]:
 
 
 def lab_inputs(track: Track) -> list[str]:
-    """What the lab stage is made of: the dependency inputs, the code, the track table and the kernels table."""
-    return deps_inputs(track) + ["entrypoint", "images/tracks.toml", f"lockfiles/{track.name}.kernels.json"]
+    """What the lab stage is made of: the dependency inputs, the code, the lesson's examples, the track table and the
+    kernels table."""
+    return deps_inputs(track) + [
+        "entrypoint", "examples", "images/tracks.toml", f"lockfiles/{track.name}.kernels.json"
+    ]
 
 
 def commit_time(repo: Path, paths: list[str]) -> int:
