@@ -207,6 +207,29 @@ def source_wheels(c, into, track="c", base=None):
         copy_source_wheels(track, Path(into).expanduser(), base=base)
 
 
+@task(help={"track": "only this track's images, build stages and venv (default: every track's, the stand-in bases too)",
+            "caches": "also the caches every track shares: the images' uv cache and the lab's Compose volume (the "
+            "next build downloads its wheels again)",
+            "dry_run": "say what would be removed, remove nothing"})
+def clean(c, track=None, caches=False, dry_run=False):
+    """Free what this project put on the machine (images, build stages, venvs), saying what each step freed: seconds.
+    Only what it made, found by the names it gives; `invoke up` builds it all again (minutes)."""
+    from hostlab.images.clean import clean as free_disk
+
+    with user_errors():
+        free_disk(track, caches=caches, dry_run=dry_run)
+
+
+@task(name="disk", help={"track": BUILD_HELP["track"], "base": BUILD_HELP["base"]})
+def build_disk(c, track=None, base=None):
+    """Measure what a cold build of the track's image writes to each store; writes lockfiles/<track>.disk.json: minutes.
+    As root: buildah's store and temporary folder on loop filesystems of their own (sparse; GBs while it runs)."""
+    from hostlab.images.diskmeasure import measure_need
+
+    with user_errors():
+        measure_need(track, base=base)
+
+
 @task(help={"track": "m (macOS) or c (Linux, CPU)"})
 def venv(c, track="c"):
     """A native venv in .venvs/<track> from the track's lock (no Docker): minutes, downloads the lock's wheels (GBs)."""
@@ -520,3 +543,5 @@ ns = Collection(
 ns.collections["lock"].add_task(lock_make, name="make", default=True)
 ns.collections["kernels"].add_task(kernels_table, name="table", default=True)
 ns.collections["build"].add_task(build_image, name="image", default=True)
+ns.collections["build"].add_task(build_disk, name="disk")
+ns.add_task(clean)

@@ -23,6 +23,7 @@ from hostlab.run import lab as labrun  # noqa: E402
 # test_every_task_is_listed_and_documented. A sub-collection's default task also answers to the collection's name.
 TASKS = {
     "base",
+    "clean",
     "source-wheels",
     "venv",
     "up",
@@ -48,6 +49,7 @@ TASKS = {
     "kernels.readme",
     "build.image",
     "build.reproducible",
+    "build.disk",
     "bench.lab",
     "bench.build",
     "bench.learning",

@@ -8,60 +8,33 @@ failure that names neither the cause nor the cure. Now the room is made, or its 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from .. import REPO, HostError
 from ..host.console import say
+from ..host.disk import (  # noqa: F401  (DiskWatch, GIB, filesystems, free_gib: CI's names for them)
+    GIB,
+    DiskWatch,
+    buildah_cache_mounts,
+    filesystems,
+    free_gib,
+    command_output,
+    least_free,
+    store_paths,
+)
 from ..host.tools import resolved
-
-GIB = 1024**3
-
-
-def _output(cmd: list[str]) -> str:
-    try:
-        out = subprocess.run(resolved(cmd), capture_output=True, text=True, timeout=60)
-    except (HostError, OSError, subprocess.TimeoutExpired):
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 def storage_paths() -> list[Path]:
-    """Where CI writes its bulk: the clone, uv's cache, buildah's store, the Docker engine's, buildah's cache mounts."""
-    candidates = [REPO, Path(_output(["uv", "cache", "dir"]) or Path.home() / ".cache" / "uv")]
-    candidates.append(
-        Path(_output(["buildah", "info", "--format", "{{.store.GraphRoot}}"]) or "/var/lib/containers/storage")
-    )
-    candidates.append(Path(_output(["docker", "info", "--format", "{{.DockerRootDir}}"]) or "/var/lib/docker"))
-    return [*candidates, buildah_cache_mounts()]
-
-
-def filesystems(paths: list[Path]) -> dict[int, Path]:
-    """One path per filesystem (the first named), keyed by its device: free space is per filesystem."""
-    seen: dict[int, Path] = {}
-    for path in paths:
-        existing = next((p for p in (path, *path.parents) if p.exists()), Path("/"))
-        seen.setdefault(os.stat(existing).st_dev, existing)
-    return seen
-
-
-def free_gib(path: Path) -> float:
-    return shutil.disk_usage(path).free / GIB
-
-
-def least_free(paths: list[Path]) -> tuple[float, Path]:
-    """The fullest of the filesystems holding `paths`: its free GiB and the path that names it."""
-    return min((free_gib(path), path) for path in filesystems(paths).values())
+    """Where CI writes its bulk: the clone, and the stores a build writes (hostlab/host/disk.py's STORES)."""
+    return [REPO, *store_paths().values(), buildah_cache_mounts()]
 
 
 def _docker_images_of_the_project() -> list[str]:
-    lines = _output(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]).splitlines()
+    lines = command_output(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"]).splitlines()
     return [name for name in lines if name.split(":")[0].rsplit("/", 1)[-1] == "grpolab"]
 
 
@@ -90,11 +63,6 @@ def _remove_engine_copies() -> None:
 
 def _remove_buildah_store() -> None:
     _run_all(["buildah", "rm", "--all"], ["buildah", "rmi", "--all", "--force"])
-
-
-def buildah_cache_mounts() -> Path:
-    """Where buildah keeps the folders of `RUN --mount=type=cache` (the images' uv cache): under TMPDIR."""
-    return Path(os.environ.get("TMPDIR") or "/var/tmp") / "buildah-cache"
 
 
 def _remove_buildah_cache_mounts() -> None:
@@ -151,46 +119,3 @@ def make_room(need_gib: float, paths: list[Path] | None = None, cleanups=CLEANUP
             "large holders) and run it again"
         )
     return free
-
-
-@dataclass
-class DiskWatch:
-    """The lowest free space on the fullest filesystem while the block runs, looked at every `every_s` seconds from a
-    thread (a statvfs call: nothing the run would notice). `low_gib` and `low_at_s` are read after the block."""
-
-    paths: list[Path]
-    every_s: float = 2.0
-    low_gib: float = float("inf")
-    low_at_s: float = 0.0
-    start_gib: float = 0.0
-    looks: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def _look(self, started: float) -> None:
-        free, _ = least_free(self.paths)
-        self.looks += 1
-        if free < self.low_gib:
-            self.low_gib, self.low_at_s = free, time.monotonic() - started
-
-    def __enter__(self) -> DiskWatch:
-        started = time.monotonic()
-        self.start_gib = least_free(self.paths)[0]
-        self._look(started)
-
-        def watch() -> None:
-            while not self._stop.wait(self.every_s):
-                self._look(started)
-
-        self._thread = threading.Thread(target=watch, daemon=True, name="disk-watch")
-        self._thread.start()
-        self._started = started
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._look(self._started)
-
-    def summary(self) -> str:
-        return (f"disk: {self.start_gib:.1f} GiB free at the start, {self.low_gib:.1f} GiB at the lowest "
-                f"({self.low_at_s:.0f} s in): this run used up to {self.start_gib - self.low_gib:.1f} GiB")

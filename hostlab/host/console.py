@@ -6,11 +6,26 @@ import shlex
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .tools import resolved
 
 STOP_GRACE_S = 30  # how long a streamed command is given to stop after an interrupt before it is killed
+_LOGS: list = []  # the files `stream_log` keeps every streamed line in, while its block runs
+
+
+@contextmanager
+def stream_log(path: Path) -> Iterator[Path]:
+    """Every line `stream` shows inside the block, each command too, also written to `path` (made anew): the whole log
+    of a long command, where an error keeps only its last lines."""
+    with path.open("w", errors="replace") as log:
+        _LOGS.append(log)
+        try:
+            yield path
+        finally:
+            _LOGS.remove(log)
 
 
 def say(message: str = "") -> None:
@@ -35,6 +50,8 @@ def stream(
     """Run a command showing its output live; return its exit status and its last `keep_lines` lines. `shown`: the
     command as echoed, when its own words would be too many to read."""
     say("$ " + (shown or shlex.join(str(c) for c in cmd)))
+    for log in _LOGS:
+        log.write("$ " + (shown or shlex.join(str(c) for c in cmd)) + "\n")
     tail: deque[str] = deque(maxlen=keep_lines)
     proc = subprocess.Popen(
         resolved(cmd),
@@ -51,6 +68,8 @@ def stream(
         for line in proc.stdout:
             sys.stdout.write(line)
             sys.stdout.flush()
+            for log in _LOGS:
+                log.write(line)
             tail.append(line.rstrip("\n"))
     except BaseException:
         # A Ctrl-C at a terminal reaches the command too; one sent to this process alone (kill -INT, a supervisor)

@@ -35,6 +35,7 @@ from ..locks.resolve import check_lock, uv_config
 from ..locks.sourcebuilds import SOURCE_BUILD_FILE_NAMES, rollouts_needing_source_builds, source_builds
 from .builders import BUILDAH_HINT, Builder, choose_builder, commit_time, deps_inputs, lab_inputs
 from .compose import compose_env, write_env_file
+from .diskneed import build_log, check_room, full_disk_named
 from .record import enforce
 from .standin import standin_name
 
@@ -489,28 +490,29 @@ def build(
     default_image, with_source_builds = image_for_rollout(track, rollout, lock)
     image = tag or default_image
     builder = builder or choose_builder()
+    check_room(track, builder.loads_into_engine, repo)  # before anything is written
     epochs = {"deps": commit_time(repo, deps_inputs(track)), "lab": commit_time(repo, lab_inputs(track))}
     base_id = engine.image_or_none(base_image).id
     args = {**image_build_args(track, lock, base_image, base_digest, repo), **(build_args or {})}
-    if builder.sets_times:
-        made = run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds)
-        tail, deps_id, deps_layers, handover_s = made.tail, made.deps_image_id, made.deps_layers, made.handover_s
-    else:
-        warn(
-            f"building with the Docker engine's own builder ({builder.describe()}): the image works the same, but its "
-            "id "
-            "will differ build to build (the engine stamps the clock into it). For same commit, same image: "
-            f"{BUILDAH_HINT}"
-        )
-        cli = engine.build_cli()
-        target = "with-source-builds" if with_source_builds else "lab"
-        tail = run_build(
-            cli,
-            track,
-            repo,
-            build_command(cli, track, repo, image, {**args, "SOURCE_DATE_EPOCH": str(epochs["lab"])}, ca, target),
-        )
-        deps_id, deps_layers, handover_s = "", [], 0.0
+    with full_disk_named(track, build_log(track, repo), repo):  # the whole log kept; a full disk named in one line
+        if builder.sets_times:
+            made = run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds)
+            tail, deps_id, deps_layers, handover_s = made.tail, made.deps_image_id, made.deps_layers, made.handover_s
+        else:
+            warn(
+                f"building with the Docker engine's own builder ({builder.describe()}): the image works the same, "
+                "but its id will differ build to build (the engine stamps the clock into it). For same commit, same "
+                f"image: {BUILDAH_HINT}"
+            )
+            cli = engine.build_cli()
+            target = "with-source-builds" if with_source_builds else "lab"
+            tail = run_build(
+                cli,
+                track,
+                repo,
+                build_command(cli, track, repo, image, {**args, "SOURCE_DATE_EPOCH": str(epochs["lab"])}, ca, target),
+            )
+            deps_id, deps_layers, handover_s = "", [], 0.0
     built = engine.image_or_none(image)
     result = BuildResult(
         image=image,

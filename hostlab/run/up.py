@@ -12,6 +12,8 @@ from ..host import engine
 from ..host.console import say, warn
 from ..host.tools import compose_command, resolved
 from ..images.build import build, check_rollout, resolve_track
+from ..images.builders import choose_builder
+from ..images.diskneed import check_room
 from ..images.standin import build_standin, host_arch
 from .lab import make_venv, run_lab
 from .learner_lock import ensure_lock
@@ -28,6 +30,7 @@ def up(track_name: str | None = None, rollout: str | None = None, make_lock: boo
         return run_lab("lab", track.name, {"rollout": rollout} if rollout else None)
     engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
     ensure_lock(track, make_lock)  # x's lock, made here (after asking) where none is yet
+    check_room(track, choose_builder().loads_into_engine)  # before the stand-in base, the first thing written
     build(track.name, base=base_for(track), rollout=rollout)
     # The lab service's own command (the smoke test first, always), with the rollout path when one was asked for.
     command = ["lab", "--smoke", "always", "--rollout", rollout] if rollout else []
