@@ -68,10 +68,10 @@ class Track:
     env: dict[str, str] = field(default_factory=dict)
     lab: dict[str, object] = field(default_factory=dict)
     versions_from: dict[str, object] = field(default_factory=dict)  # {track, packages}: pins taken from that lock
-    overrides: list[str] = field(default_factory=list)  # packages whose pin overrides what others require of them
-    excludes: list[str] = field(
-        default_factory=list
-    )  # packages the lock leaves out although a locked one requires them
+    # {package: why}: packages whose pin overrides what others require of them; packages the lock leaves out although
+    # a locked one requires them. The reasons are what the doctor says of the requirements they leave unmet.
+    overrides: dict[str, str] = field(default_factory=dict)
+    excludes: dict[str, str] = field(default_factory=dict)
     gpus: list[str] = field(
         default_factory=list
     )  # the GPUs `invoke kernels` judges the lock's code for (sm_121, gfx1151)

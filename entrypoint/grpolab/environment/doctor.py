@@ -28,7 +28,8 @@ from .doctor_machine import (
     system_item, torch_item, unified_memory_item,
 )
 from .doctor_setup import (
-    disk_item, environment_item, image_item, lock_drift_item, packages_item, smoke_item, token_item, unfinished_item,
+    dependencies_item, disk_item, environment_item, image_item, lock_drift_item, packages_item, smoke_item, token_item,
+    unfinished_item,
 )
 from .machine import HostFacts, host_facts
 from .trl_range import describe_range, range_unknown_because, trl_vllm_range, vllm_in_trl_range
@@ -169,6 +170,7 @@ ITEMS = (
     rocm_item,
     packages_item,
     lock_drift_item,
+    dependencies_item,
     image_item,
     vllm_item,
     llamacpp_item,

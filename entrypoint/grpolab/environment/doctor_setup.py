@@ -106,6 +106,40 @@ def lock_drift_item(ctx: Context) -> dict:
     )
 
 
+def dependencies_item(ctx: Context) -> dict:
+    """`pip check` / `uv pip check`'s answer, judged against the track's table: a requirement the track leaves unmet on
+    purpose (images/tracks.toml's `excludes` and `overrides`) is named with its reason; any other is a FAIL."""
+    from .requirements_met import judged, unmet_requirements
+
+    try:
+        unmet = unmet_requirements()
+    except ImportError as error:
+        return item("dependencies", FAIL, f"cannot read the packages' requirements: {error}",
+                    "install the track's lock (packaging comes with transformers)")
+    meant, broken = judged(unmet, ctx.track)
+    details = {
+        "checked_as": "pip check / uv pip check",
+        "meant": [{"unmet": m.describe(), "why": m.why} for m in meant],
+        "broken": [b.describe() for b in broken],
+    }
+    track = ctx.track.name if ctx.track else "?"
+    on_purpose = "; ".join(f"{m.name} (asked by {m.package}): {m.why}" for m in meant)
+    if broken:
+        return item(
+            "dependencies",
+            FAIL,
+            f"{len(broken)} requirement(s) not met: {'; '.join(b.describe() for b in broken[:3])}"
+            + (f" and {len(broken) - 3} more" if len(broken) > 3 else ""),
+            "a package was installed or removed after the image was built: rebuild the image (invoke build), or "
+            "install what is missing at the version asked",
+            **details,
+        )
+    if meant:
+        return item("dependencies", OK, f"every requirement met but what track {track} means: {on_purpose}",
+                    **details)
+    return item("dependencies", OK, "every requirement of every installed package met (as pip check says)", **details)
+
+
 def image_item(ctx: Context) -> dict | None:
     """Which image this container runs: its id (the digest of its config), which two learners compare to know they
     run the same bytes. Absent outside an image (the image sets GRPOLAB_LOCK_SHA256; a venv does not)."""
