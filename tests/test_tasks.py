@@ -60,6 +60,9 @@ TASKS = {
     "bench.projection",
     "bench.cold-up", "bench.test-command",
     "bench.reproducible",
+    "bench.vendor",
+    "vendor.make",
+    "vendor.check",
     "bench.docs",
 }
 DEFAULTS = {"lock": "lock.make", "kernels": "kernels.table", "build": "build.image"}

@@ -29,6 +29,7 @@ from hostlab.images.build import stage_context  # noqa: E402
 from hostlab.images.builders.buildah_store import base_into_buildah, run_buildah  # noqa: E402
 from hostlab.images.builders.buildah import without_history  # noqa: E402
 from hostlab.images.standin import build_standin, host_arch, image_id, standin_name  # noqa: E402
+from hostlab.images.vendor import download_debs, make_repository  # noqa: E402
 from hostlab.locks import debian  # noqa: E402
 from hostlab.locks.debian import (  # noqa: E402
     base_lock_path,
@@ -65,25 +66,6 @@ needs_tools = pytest.mark.skipif(
 )
 
 
-def make_repository(top: Path, debs: list[Path]) -> None:
-    """A Debian repository of `debs` for trixie main amd64 at `top` (dists/ and pool/), as apt reads one."""
-    (top / "pool" / "main").mkdir(parents=True)
-    for deb in debs:
-        shutil.copy2(deb, top / "pool" / "main" / deb.name)
-    index = top / "dists" / "trixie" / "main" / "binary-amd64"
-    index.mkdir(parents=True)
-    packages = subprocess.run(["dpkg-scanpackages", "--multiversion", "pool"], cwd=top, capture_output=True,
-                              text=True, check=True, timeout=120).stdout
-    (index / "Packages").write_text(packages)
-    release = subprocess.run(
-        ["apt-ftparchive", "-o", "APT::FTPArchive::Release::Suite=trixie", "-o",
-         "APT::FTPArchive::Release::Codename=trixie", "-o", "APT::FTPArchive::Release::Components=main", "-o",
-         "APT::FTPArchive::Release::Architectures=amd64", "release", "dists/trixie"],
-        cwd=top, capture_output=True, text=True, check=True, timeout=120,
-    ).stdout
-    (top / "dists" / "trixie" / "Release").write_text(release)
-
-
 def repacked_newer(deb: Path, version: str, into: Path) -> Path:
     """The package of `deb` (at `version`) repacked by dpkg-deb as a newer version: the main archive moved on."""
     unpacked = into / f"{deb.stem}-unpacked"
@@ -94,15 +76,6 @@ def repacked_newer(deb: Path, version: str, into: Path) -> Path:
     subprocess.run(["dpkg-deb", "-b", str(unpacked), str(newer)], check=True, capture_output=True, timeout=120)
     shutil.rmtree(unpacked)
     return newer
-
-
-def download(pins: list[str], into: Path) -> list[Path]:
-    """The pinned .deb files, fetched from Debian's archive by apt inside the stand-in base."""
-    into.mkdir()
-    subprocess.run(["docker", "run", "--rm", "--network", "host", "-v", f"{into}:/out", "-w", "/out", STANDIN, "sh",
-                    "-c", f"apt-get update -qq && apt-get download -qq {' '.join(pins)}"],
-                   capture_output=True, text=True, timeout=600, check=True)
-    return sorted(into.glob("*.deb"))
 
 
 def serve(folder: Path) -> tuple[subprocess.Popen, str]:
@@ -132,7 +105,7 @@ def free_port() -> int:
 def archives(tmp_path_factory):
     """The stand-in main archive (moved on) and snapshot archive, served on loopback: their apt sources."""
     root = tmp_path_factory.mktemp("archives")
-    pinned = download([PIN], root / "debs")
+    pinned = download_debs(STANDIN, "linux/amd64", [PIN], root / "debs")
     make_repository(root / "serve" / "main" / "debian", [repacked_newer(pinned[0], VERSION, root)])
     make_snapshot(root / "serve" / "snapshot", LOCK.header, pinned)
     server, url = serve(root / "serve")
@@ -253,7 +226,7 @@ def test_a_base_pin_the_main_archive_lost_comes_from_the_snapshot_archive_with_t
     gone) and the snapshot archive at the pins' time is the base `invoke base` makes from Debian's archive."""
     lock = read_debian_lock(base_lock_path(host_arch()))
     pins = lock.groups["base"]
-    debs = download(pins, tmp_path / "debs")
+    debs = download_debs(STANDIN, "linux/amd64", pins, tmp_path / "debs")
     leaf = next(deb for deb in debs if deb.name.startswith(f"{LEAF}_"))
     moved_on = [deb for deb in debs if deb != leaf] + [repacked_newer(leaf, lock.versions("base")[LEAF], tmp_path)]
     make_repository(tmp_path / "serve" / "main" / "debian", moved_on)

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from .compose import compose_env, write_env_file
 from .diskneed import build_log, check_room, full_disk_named
 from .record import enforce
 from .standin import standin_name
+from .vendor import PackageSources, load_base, offline_sources, read_manifest, served
 
 CA_ENV_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT")
 
@@ -207,18 +208,20 @@ def track_env_file(track: Track) -> str:
     return "\n".join(f"{k}={shlex.quote(str(v))}" for k, v in track.env.items())
 
 
-def stage_context(track: Track, repo: Path, into: Path) -> Path:
+def stage_context(track: Track, repo: Path, into: Path, sources: PackageSources | None = None) -> Path:
     """The build context: only what images/Dockerfile uses, with this track's lock as lock.txt. Made the same on any
     machine: the code is the files git tracks or would track (nothing it ignores: bytecode, the egg-info an editable
     install writes), and every file is mode 0644, or 0755 where it is executable (all git records of a mode), whatever
-    the checkout's umask made them."""
+    the checkout's umask made them. `sources`: where pip, uv and apt take every package from instead (a vendored
+    folder, hostlab/images/vendor.py); bound in the RUN steps, so the image is the same either way."""
     shutil.copy2(lock_path(track, repo / "lockfiles"), into / "lock.txt")
     # The kernels table beside the lock (`invoke kernels`), which the doctor and the smoke test read; "{}" for a
     # track without one (no GPU), so the Dockerfile copies one file either way.
     kernels = repo / "lockfiles" / f"{track.name}.kernels.json"
     (into / "kernels.json").write_text(kernels.read_text() if kernels.exists() else "{}\n")
     shutil.copy2(repo / "lockfiles" / "uv.txt", into / "uv.txt")
-    (into / "uv.toml").write_text(image_uv_config(track))
+    (into / "uv.toml").write_text(sources.uv_toml if sources else image_uv_config(track))
+    (into / "pip.conf").write_text(sources.pip_conf if sources else "")  # empty: pip's defaults
     # The hashed tools that compile the source-only packages (empty for a track without any), and the script that
     # installs the Debian pins or refuses in one line.
     build_lock = build_lock_path(track, repo / "lockfiles")
@@ -228,10 +231,10 @@ def stage_context(track: Track, repo: Path, into: Path) -> Path:
     # snapshot archive at the time the pins were resolved, asked only for a version the main archive lost. Bound in
     # the RUN steps, not build args: which archive served the same .deb files leaves no trace in the image's history.
     (into / "debian-sources").mkdir()
-    (into / "debian-sources" / "mirror.list").write_text(mirror_list())
+    (into / "debian-sources" / "mirror.list").write_text(sources.mirror_list if sources else mirror_list())
     pins = debian_lock_path(track, repo / "lockfiles")
     (into / "debian-sources" / "snapshot.list").write_text(
-        snapshot_list(read_debian_lock(pins).header) if pins.exists() else ""
+        snapshot_list(read_debian_lock(pins).header) if pins.exists() and not sources else ""
     )
     # Files the compile's options name (sourcebuilds.SOURCE_BUILD_FILES), bound there in the source-builds stage.
     (into / "source-build-files").mkdir()
@@ -273,12 +276,12 @@ def code_files(repo: Path, folder: str) -> list[str]:
 
 
 @contextmanager
-def staged_context(track: Track, repo: Path) -> Iterator[Path]:
+def staged_context(track: Track, repo: Path, sources: PackageSources | None = None) -> Iterator[Path]:
     """The build context `stage_context` makes, in a folder of its own inside a temporary one (the builder writes its
     id files beside it), removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="grpolab-context-") as tmp:
         (Path(tmp) / "context").mkdir()
-        yield stage_context(track, repo, Path(tmp) / "context")
+        yield stage_context(track, repo, Path(tmp) / "context", sources)
 
 
 def git_revision(repo: Path) -> str:
@@ -355,9 +358,11 @@ def build_command(
     return cmd
 
 
-def run_build(cli: engine.BuildCli, track: Track, repo: Path, cmd: list[str]) -> list[str]:
+def run_build(
+    cli: engine.BuildCli, track: Track, repo: Path, cmd: list[str], sources: PackageSources | None = None
+) -> list[str]:
     """Run the build with a freshly staged context; the log's last lines. A failure says why."""
-    with staged_context(track, repo) as context:
+    with staged_context(track, repo, sources) as context:
         cmd = cmd + [str(context)]
         status, tail = stream(cmd, env={**os.environ, **dict(cli.env)})
     if status != 0:
@@ -376,7 +381,7 @@ class TwoStageBuild:
 
 def run_two_stage_build(
     builder: Builder, track: Track, repo: Path, image: str, args: dict[str, str], base_id: str, epochs: dict[str, int],
-    ca: Path | None, with_source_builds: bool = False,
+    ca: Path | None, with_source_builds: bool = False, sources: PackageSources | None = None,
 ) -> TwoStageBuild:
     """Two builds from one staged context, by a builder that sets every time (buildah, or buildx where the engine can):
     the dependency stages with their own time, then the lab stage on that image with the code's time; the result in
@@ -386,7 +391,7 @@ def run_two_stage_build(
     if ca:
         say(f"CA bundle {ca} goes to the build as a secret (in no layer)")
     dockerfile = repo / "images" / "Dockerfile"
-    with staged_context(track, repo) as context:
+    with staged_context(track, repo, sources) as context:
         stage_args = builder_stage_args(builder, args, base_id)
         deps_id, deps_ref, tail = build_target(
             builder, track, dockerfile, context, "deps", epochs["deps"], stage_args, ca
@@ -464,6 +469,33 @@ def image_for_rollout(track: Track, rollout: str | None, lock: Lock) -> tuple[st
     return image_name(track), False
 
 
+def _run_builds(
+    builder: Builder, track: Track, repo: Path, image: str, args: dict[str, str], base_id: str,
+    epochs: dict[str, int], ca: Path | None, with_source_builds: bool, sources: PackageSources | None,
+) -> tuple[list[str], str, list[str], float]:
+    """The image built into the engine by `builder`: the log's last lines, the dependency image's id and layers (none
+    from a builder that does not set its times) and the seconds the hand-over to the engine took."""
+    if builder.sets_times:
+        made = run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds, sources)
+        return made.tail, made.deps_image_id, made.deps_layers, made.handover_s
+    warn(
+        f"building with the Docker engine's own builder ({builder.describe()}): the image works the same, but its "
+        "id "
+        "will differ build to build (the engine stamps the clock into it). For same commit, same image: "
+        f"{BUILDAH_HINT}"
+    )
+    cli = engine.build_cli()
+    target = "with-source-builds" if with_source_builds else "lab"
+    tail = run_build(
+        cli,
+        track,
+        repo,
+        build_command(cli, track, repo, image, {**args, "SOURCE_DATE_EPOCH": str(epochs["lab"])}, ca, target),
+        sources,
+    )
+    return tail, "", [], 0.0
+
+
 def build(
     track_name: str | None = None,
     base: str | None = None,
@@ -476,15 +508,22 @@ def build(
     builder: Builder | None = None,
     compare_record: bool = True,
     rollout: str | None = None,
+    vendored: Path | None = None,
 ) -> BuildResult:
     """Build the track's image into the Docker engine and, unless `write_env` is off, point .env at it. `rollout`: a
     run's rollout path; the one that loads the lock's source-only packages (llamacpp) gets the image with them
-    compiled in, and any other the plain image, which leaves them out."""
+    compiled in, and any other the plain image, which leaves them out. `vendored`: a folder `invoke vendor` wrote,
+    every input taken from it (the network is not asked)."""
     started = time.monotonic()
     track = resolve_track(track_name)
     lock_dir = repo / "lockfiles"
     lock = check_buildable(track, lock_dir, repo / "pyproject.toml", skip_host_check)
+    manifest = read_manifest(vendored, track) if vendored else None
+    if manifest:
+        base = load_base(vendored, manifest)
     base_image, base_digest = choose_base(track, base)
+    if manifest:  # a loaded image has no registry digest of its own: the one it was saved with
+        base_digest = manifest["base"]["digest"]
     check_base_python(base_image, track)
     ca = ca_bundle_path(ca_bundle)
     default_image, with_source_builds = image_for_rollout(track, rollout, lock)
@@ -494,25 +533,12 @@ def build(
     epochs = {"deps": commit_time(repo, deps_inputs(track)), "lab": commit_time(repo, lab_inputs(track))}
     base_id = engine.image_or_none(base_image).id
     args = {**image_build_args(track, lock, base_image, base_digest, repo), **(build_args or {})}
-    with full_disk_named(track, build_log(track, repo), repo):  # the whole log kept; a full disk named in one line
-        if builder.sets_times:
-            made = run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds)
-            tail, deps_id, deps_layers, handover_s = made.tail, made.deps_image_id, made.deps_layers, made.handover_s
-        else:
-            warn(
-                f"building with the Docker engine's own builder ({builder.describe()}): the image works the same, "
-                "but its id will differ build to build (the engine stamps the clock into it). For same commit, same "
-                f"image: {BUILDAH_HINT}"
-            )
-            cli = engine.build_cli()
-            target = "with-source-builds" if with_source_builds else "lab"
-            tail = run_build(
-                cli,
-                track,
-                repo,
-                build_command(cli, track, repo, image, {**args, "SOURCE_DATE_EPOCH": str(epochs["lab"])}, ca, target),
-            )
-            deps_id, deps_layers, handover_s = "", [], 0.0
+    log = build_log(track, repo)  # the whole log kept; a full disk ends in one line naming the store
+    with served(vendored) if vendored else nullcontext() as url, full_disk_named(track, log, repo):
+        sources = offline_sources(url) if url else None
+        tail, deps_id, deps_layers, handover_s = _run_builds(
+            builder, track, repo, image, args, base_id, epochs, ca, with_source_builds, sources
+        )
     built = engine.image_or_none(image)
     result = BuildResult(
         image=image,

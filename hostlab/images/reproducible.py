@@ -35,7 +35,8 @@ from .standin import build_standin, standin_name
 
 
 def _two_builds_from_nothing(track: Track, builder: Builder, base: str | None, ca_bundle: str | None, repo: Path,
-                             rollout: str | None, on_standin: bool) -> tuple[list[BuildResult], list[dict]]:
+                             rollout: str | None, on_standin: bool,
+                             vendored: Path | None = None) -> tuple[list[BuildResult], list[dict]]:
     """The track's image built twice, each from nothing (the stand-in base made again first when the build is on
     it), tagged grpolab-check:<track>-1 and -2: the two results and what each took."""
     arch = track.platform.partition("/")[2]
@@ -53,7 +54,7 @@ def _two_builds_from_nothing(track: Track, builder: Builder, base: str | None, c
         # A store of the build's own (buildah), or the engine's build cache emptied (buildx): as a fresh machine has it.
         with builder.from_nothing(Path(os.environ.get("TMPDIR", "/var/tmp")) / f"grpolab-check-{track.name}-{attempt}"):
             result = build(track.name, base=base, ca_bundle=ca_bundle, repo=repo, tag=tag, write_env=False,
-                           builder=builder, compare_record=False, rollout=rollout)
+                           builder=builder, compare_record=False, rollout=rollout, vendored=vendored)
         builds.append(result)
         seconds.append({"build_s": round(result.seconds, 1), "total_s": round(time.monotonic() - started, 1),
                         **({"standin_base_s": base_seconds} if base_seconds is not None else {})})
@@ -68,6 +69,7 @@ def check_reproducible(
     repo: Path = REPO,
     rollout: str | None = None,
     out: Path | None = None,
+    vendored: Path | None = None,
 ) -> dict:
     """Two cold builds of the track's image (for `rollout`: the one with llama.cpp compiled in for llamacpp), compared;
     the verdict, also written to `out` (default runs/reproducible-<image>.json), never to a tracked file."""
@@ -77,8 +79,9 @@ def check_reproducible(
     if not builder.sets_times:
         raise HostError(f"`invoke build.reproducible` needs a builder that takes its times from git: {BUILDAH_HINT}")
     arch = track.platform.partition("/")[2]
-    on_standin = (base or "") == standin_name(arch)
-    builds, seconds = _two_builds_from_nothing(track, builder, base, ca_bundle, repo, rollout, on_standin)
+    # The stand-in base is made again before each build, from Debian's archive; a vendored folder brings its own.
+    on_standin = (base or "") == standin_name(arch) and not vendored
+    builds, seconds = _two_builds_from_nothing(track, builder, base, ca_bundle, repo, rollout, on_standin, vendored)
     first, second = (f"grpolab-check:{track.name}-{n}" for n in (1, 2))
     layers = [engine_layers(first), engine_layers(second)]
     same = builds[0].image_id == builds[1].image_id and layers[0] == layers[1]
