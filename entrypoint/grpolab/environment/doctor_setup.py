@@ -108,35 +108,37 @@ def lock_drift_item(ctx: Context) -> dict:
 
 def dependencies_item(ctx: Context) -> dict:
     """`pip check` / `uv pip check`'s answer, judged against the track's table: a requirement the track leaves unmet on
-    purpose (images/tracks.toml's `excludes` and `overrides`) is named with its reason; any other is a FAIL."""
-    from .requirements_met import judged, unmet_requirements
+    purpose (images/tracks.toml's `excludes` and `overrides`) is named with its reason, and so is a package whose own
+    WHEEL file names another platform but that is installed at its locked version (the lock's hash-checked file: the
+    tag is its publisher's); anything else is a FAIL."""
+    from .requirements_met import judged, other_platform, unmet_requirements
 
     try:
-        unmet = unmet_requirements()
+        unmet, platforms = unmet_requirements(), other_platform()
     except ImportError as error:
         return item("dependencies", FAIL, f"cannot read the packages' requirements: {error}",
                     "install the track's lock (packaging comes with transformers)")
     meant, broken = judged(unmet, ctx.track)
-    details = {
-        "checked_as": "pip check / uv pip check",
-        "meant": [{"unmet": m.describe(), "why": m.why} for m in meant],
-        "broken": [b.describe() for b in broken],
-    }
-    track = ctx.track.name if ctx.track else "?"
-    on_purpose = "; ".join(f"{m.name} (asked by {m.package}): {m.why}" for m in meant)
-    if broken:
-        return item(
-            "dependencies",
-            FAIL,
-            f"{len(broken)} requirement(s) not met: {'; '.join(b.describe() for b in broken[:3])}"
-            + (f" and {len(broken) - 3} more" if len(broken) > 3 else ""),
-            "a package was installed or removed after the image was built: rebuild the image (invoke build), or "
-            "install what is missing at the version asked",
-            **details,
-        )
-    if meant:
-        return item("dependencies", OK, f"every requirement met but what track {track} means: {on_purpose}",
-                    **details)
+    said = {"meant": [{"unmet": m.describe(), "why": m.why} for m in meant], "broken": [b.describe() for b in broken]}
+    path = lock_file(ctx.track)
+    locked = locked_versions(path.read_text()) if path is not None and path.is_file() else {}
+    for name, version, tags in platforms:
+        unsupported = f"{name} {version} names another platform in its WHEEL file ({', '.join(tags)})"
+        if locked.get(name) == version:
+            said["meant"].append({"unmet": unsupported, "why": f"installed from {path.name}'s hash-checked file, which "
+                                  "fits this platform: the tag is its publisher's metadata"})
+        else:
+            said["broken"].append(unsupported)
+    details = {"checked_as": "pip check / uv pip check", **said}
+    if said["broken"]:
+        more = f" and {len(said['broken']) - 3} more" if len(said["broken"]) > 3 else ""
+        return item("dependencies", FAIL, f"{len(said['broken'])} not met: {'; '.join(said['broken'][:3])}{more}",
+                    "a package was installed or removed after the image was built: rebuild the image (invoke build), "
+                    "or install what is missing at the version asked", **details)
+    if said["meant"]:
+        track = ctx.track.name if ctx.track else "?"
+        named = "; ".join(f"{m['unmet']}: {m['why']}" for m in said["meant"])
+        return item("dependencies", OK, f"all met but what track {track} means, as pip check says: {named}", **details)
     return item("dependencies", OK, "every requirement of every installed package met (as pip check says)", **details)
 
 

@@ -55,6 +55,22 @@ def unmet_requirements(distributions: Iterable | None = None) -> list[Unmet]:
     return unmet
 
 
+def other_platform(distributions: Iterable | None = None) -> list[tuple[str, str, list[str]]]:
+    """(name, version, tags) of each installed package whose WHEEL file names no tag this interpreter supports: what
+    pip check calls "not supported on this platform" and uv pip check "built for a different platform"."""
+    from packaging.tags import parse_tag, sys_tags
+
+    supported = set(sys_tags())
+    found = []
+    for dist in distributions if distributions is not None else importlib.metadata.distributions():
+        wheel = dist.read_text("WHEEL") or ""
+        tags = [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")]
+        # a Tag line may be a compressed set (py3-none-manylinux2014_x86_64.musllinux_1_1_x86_64): parse_tag opens it
+        if tags and not any(supported & parse_tag(tag) for tag in tags) and dist.metadata["Name"]:
+            found.append((canonical(dist.metadata["Name"]), dist.version, tags))
+    return sorted(found)
+
+
 def judged(unmet: list[Unmet], track) -> tuple[list[Unmet], list[Unmet]]:
     """(meant, broken): the unmet requirements the track's table means, each with its reason (a package it `excludes`
     and that is not installed; one it `overrides`, installed at another version than asked), and the rest."""

@@ -30,6 +30,8 @@ def alias_metadata(rebuild: str, rebuild_version: str) -> tuple[str, str, dict[s
         f"Summary: metadata only: {rebuild} {rebuild_version} provides `import {name}`; named so for code that asks "
         f"importlib.metadata for {name} (grpolab.environment.vllm_alias)\n",
         "INSTALLER": "grpolab\n",
+        # uv pip check reads every dist-info's WHEEL (and calls one without it broken); pip check its tags
+        "WHEEL": "Wheel-Version: 1.0\nGenerator: grpolab\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     return name, alias_version, files
 
