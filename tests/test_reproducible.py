@@ -204,6 +204,9 @@ def built(**fields) -> SimpleNamespace:
         epochs={"deps": 1_700_000_000, "lab": 1_700_000_500},
         builder="buildah 1.28.2",
         image_id="sha256:" + "e" * 64,
+        compiled_image_id="",
+        compiled_layers=[],
+        record_name="c",
     )
     return SimpleNamespace(**(made | fields))
 
@@ -234,6 +237,26 @@ def test_a_build_is_held_to_the_record_of_its_inputs(tmp_path):
         and "lockfiles/c.txt changed" in lines[0]
         and "build.reproducible --track c --record" in lines[0]
     )
+
+
+def test_the_llamacpp_image_has_a_record_of_its_own_holding_its_compile_too(tmp_path):
+    track = get_track("c")
+    repo = fake_repo(tmp_path, track)
+    compiled = dict(record_name="c-llamacpp", compiled_image_id="sha256:" + "c" * 64,
+                    compiled_layers=["sha256:" + "1" * 64, "sha256:" + "7" * 64])
+    verdict, lines = compare_with_record(track, built(**compiled), repo)
+    assert verdict == "none" and "--track c --rollout llamacpp --record" in lines[0]
+    write_record(track, built(**compiled), {"builds": 2, "same": True}, repo)
+    record = json.loads((repo / "lockfiles" / "c-llamacpp.image.json").read_text())
+    assert record["compiled_image_id"] == "sha256:" + "c" * 64 and not (repo / "lockfiles" / "c.image.json").exists()
+    assert compare_with_record(track, built(**compiled), repo)[0] == "same"
+    verdict, lines = compare_with_record(
+        track, built(**{**compiled, "compiled_image_id": "sha256:" + "9" * 64,
+                        "compiled_layers": ["sha256:" + "1" * 64, "sha256:" + "8" * 64]}), repo
+    )
+    assert verdict == "differs" and lines[0].startswith("compile stage's image sha256:999999999999")
+    assert "first differing layer: #1" in lines[1] and "--rollout llamacpp" in lines[-1]
+    assert compare_with_record(track, built(), repo)[0] == "none"  # the plain image: its own record, none here
 
 
 def test_the_committed_records_match_their_inputs():

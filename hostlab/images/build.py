@@ -105,6 +105,11 @@ class BuildResult:
     deps_image_id: str = ""  # the dependency stage's image (buildah only): what lockfiles/<track>.image.json records
     deps_layers: list[str] = field(default_factory=list)  # its layers' diff ids, bottom first
     handover_s: float = 0.0  # of `seconds`, sending the built image to the Docker engine (buildah's builds)
+    # The image with the lock's source-only packages compiled in (grpolab:c-llamacpp): its compile stage's image and
+    # layers, which its record (lockfiles/c-llamacpp.image.json) holds beside the dependency image's.
+    compiled_image_id: str = ""
+    compiled_layers: list[str] = field(default_factory=list)
+    record_name: str = ""  # lockfiles/<record_name>.image.json: the track's name, or its image's (c-llamacpp)
 
     def summary(self) -> str:
         return (
@@ -377,6 +382,8 @@ class TwoStageBuild:
     deps_layers: list[str]
     tail: list[str]
     handover_s: float = 0.0  # buildah only: sending the image to the Docker engine
+    compiled_image_id: str = ""  # the source-builds stage's image, where the image has it
+    compiled_layers: list[str] = field(default_factory=list)
 
 
 def run_two_stage_build(
@@ -399,10 +406,12 @@ def run_two_stage_build(
         lab_tag = image_name(track) if with_source_builds else image
         lab_id, lab_ref, lab_tail = build_target(builder, track, dockerfile, context, "lab", epochs["lab"],
                                                  {**stage_args, "DEPS": deps_ref}, ca, lab_tag)
+        compiled_id, compiled_layers = "", []
         if with_source_builds:
-            lab_id, more_tail = add_source_builds(
+            lab_id, compiled_id, compiled_ref, more_tail = add_source_builds(
                 builder, track, dockerfile, context, stage_args, lab_ref, image, epochs, ca
             )
+            compiled_layers = builder.layers(compiled_id, compiled_ref)
             lab_tail += more_tail
     handover_s = 0.0
     if not builder.loads_into_engine:
@@ -410,7 +419,7 @@ def run_two_stage_build(
         builder.hand_to_engine(lab_id, image)
         handover_s = time.monotonic() - handing
     deps_layers = builder.layers(deps_id, deps_ref)
-    return TwoStageBuild(lab_id, deps_id, deps_layers, tail + lab_tail, handover_s)
+    return TwoStageBuild(lab_id, deps_id, deps_layers, tail + lab_tail, handover_s, compiled_id, compiled_layers)
 
 
 def builder_stage_args(builder: Builder, args: dict[str, str], base_id: str) -> dict[str, str]:
@@ -424,20 +433,22 @@ def builder_stage_args(builder: Builder, args: dict[str, str], base_id: str) -> 
 def add_source_builds(
     builder: Builder, track: Track, dockerfile: Path, context: Path, args: dict[str, str], lab_ref: str, image: str,
     epochs: dict[str, int], ca: Path | None,
-) -> tuple[str, list[str]]:
+) -> tuple[str, str, str, list[str]]:
     """The compile of the lock's source-only packages (the source-builds stage, with the dependency stages' time: its
-    cache outlives code changes), then the lab image `lab_ref` with them added (the code's time), as `image`: its id
-    and the log's last lines."""
+    cache outlives code changes), then the lab image `lab_ref` with them added (the code's time), as `image`: its id,
+    the compile stage's id and reference, and the log's last lines."""
     compiling = " ".join(args["SOURCE_PACKAGES"].split())
     say(
         f"compiling {compiling} from the lock's sdist, once: later builds of this lock take it from the builder's cache"
     )
-    _, compiled_ref, tail = build_target(builder, track, dockerfile, context, "source-builds", epochs["deps"], args, ca)
+    compiled_id, compiled_ref, tail = build_target(
+        builder, track, dockerfile, context, "source-builds", epochs["deps"], args, ca
+    )
     final_args = {**args, "LAB": lab_ref, "SOURCE_BUILDS": compiled_ref}
     final_id, _, final_tail = build_target(
         builder, track, dockerfile, context, "with-source-builds", epochs["lab"], final_args, ca, image
     )
-    return final_id, tail + final_tail
+    return final_id, compiled_id, compiled_ref, tail + final_tail
 
 
 def build_target(
@@ -472,12 +483,11 @@ def image_for_rollout(track: Track, rollout: str | None, lock: Lock) -> tuple[st
 def _run_builds(
     builder: Builder, track: Track, repo: Path, image: str, args: dict[str, str], base_id: str,
     epochs: dict[str, int], ca: Path | None, with_source_builds: bool, sources: PackageSources | None,
-) -> tuple[list[str], str, list[str], float]:
-    """The image built into the engine by `builder`: the log's last lines, the dependency image's id and layers (none
-    from a builder that does not set its times) and the seconds the hand-over to the engine took."""
+) -> TwoStageBuild:
+    """The image built into the engine by `builder`: the log's last lines, the dependency (and compile) stages' ids
+    and layers (none from a builder that does not set its times), the seconds the hand-over to the engine took."""
     if builder.sets_times:
-        made = run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds, sources)
-        return made.tail, made.deps_image_id, made.deps_layers, made.handover_s
+        return run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds, sources)
     warn(
         f"building with the Docker engine's own builder ({builder.describe()}): the image works the same, but its "
         "id "
@@ -493,7 +503,7 @@ def _run_builds(
         build_command(cli, track, repo, image, {**args, "SOURCE_DATE_EPOCH": str(epochs["lab"])}, ca, target),
         sources,
     )
-    return tail, "", [], 0.0
+    return TwoStageBuild("", "", [], tail)
 
 
 def build(
@@ -536,9 +546,7 @@ def build(
     log = build_log(track, repo)  # the whole log kept; a full disk ends in one line naming the store
     with served(vendored) if vendored else nullcontext() as url, full_disk_named(track, log, repo):
         sources = offline_sources(url) if url else None
-        tail, deps_id, deps_layers, handover_s = _run_builds(
-            builder, track, repo, image, args, base_id, epochs, ca, with_source_builds, sources
-        )
+        made = _run_builds(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds, sources)
     built = engine.image_or_none(image)
     result = BuildResult(
         image=image,
@@ -549,14 +557,17 @@ def build(
         base=base_image,
         base_digest=base_digest,
         labels=dict(built.labels),
-        log_tail=tail,
+        log_tail=made.tail,
         image_id=built.id,
         builder=builder.describe(),
         epochs=epochs,
         base_id=base_id,
-        deps_image_id=deps_id,
-        deps_layers=deps_layers,
-        handover_s=handover_s,
+        deps_image_id=made.deps_image_id,
+        deps_layers=made.deps_layers,
+        handover_s=made.handover_s,
+        compiled_image_id=made.compiled_image_id,
+        compiled_layers=made.compiled_layers,
+        record_name=default_image.partition(":")[2],  # c, or c-llamacpp
     )
     say(result.summary())
     if compare_record and builder.sets_times:

@@ -59,9 +59,9 @@ builder = choose_builder()
 with builder.from_nothing(Path(store)):
     result = build(track, base=base or None, tag=tag, write_env=False, builder=builder, compare_record=False,
                    vendored=Path(folder))
-print("RESULT " + json.dumps({"image_id": result.image_id, "deps_image_id": result.deps_image_id,
-                              "deps_layers": result.deps_layers, "base_id": result.base_id, "base": result.base,
-                              "build_s": round(result.seconds, 1)}))
+keys = ("image_id", "deps_image_id", "deps_layers", "base_id", "base", "compiled_image_id", "compiled_layers",
+        "record_name")
+print("RESULT " + json.dumps({**{key: getattr(result, key) for key in keys}, "build_s": round(result.seconds, 1)}))
 """
 
 
@@ -111,5 +111,8 @@ class _Built:
     deps_layers: list
     base_id: str
     base: str
+    compiled_image_id: str
+    compiled_layers: list
+    record_name: str
     build_s: float
     builder: str

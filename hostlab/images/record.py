@@ -6,7 +6,9 @@ a reproducible builder on the recorded base is compared with it: a different id 
 is not reproducible; different inputs without a new record mean someone changed the Dockerfile, a lock or the base
 and did not record what it gives (`invoke build.reproducible --track T --record`). CI fails on either.
 The lab stage (the code) is not recorded: it changes with every commit; `invoke build.reproducible` checks it by
-building twice.
+building twice. The image with the lock's source-only packages compiled in (grpolab:c-llamacpp) has a record of its
+own, lockfiles/c-llamacpp.image.json: the same dependency image, and the compile stage's image (source-builds), which
+depends on the same inputs.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from ..host.environ import in_ci
 from .builders import deps_inputs
 
 
-def record_path(track: Track, repo: Path = REPO) -> Path:
-    return repo / "lockfiles" / f"{track.name}.image.json"
+def record_path(track: Track, repo: Path = REPO, name: str = "") -> Path:
+    """lockfiles/<name>.image.json: `name` is a build's record_name (c, or c-llamacpp), the track's name by default."""
+    return repo / "lockfiles" / f"{name or track.name}.image.json"
 
 
 def input_hashes(track: Track, repo: Path = REPO) -> dict[str, str]:
@@ -32,8 +35,8 @@ def input_hashes(track: Track, repo: Path = REPO) -> dict[str, str]:
     return {p: sha256_of_file(repo / p) for p in deps_inputs(track) if (repo / p).is_file()}
 
 
-def read_record(track: Track, repo: Path = REPO) -> dict | None:
-    path = record_path(track, repo)
+def read_record(track: Track, repo: Path = REPO, name: str = "") -> dict | None:
+    path = record_path(track, repo, name)
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -48,10 +51,12 @@ def write_record(track: Track, result, checked: dict, repo: Path = REPO) -> Path
         "base": {"name": result.base, "id": result.base_id},
         "deps_image_id": result.deps_image_id,
         "deps_layers": result.deps_layers,
+        **({"compiled_image_id": result.compiled_image_id, "compiled_layers": result.compiled_layers}
+           if result.compiled_image_id else {}),
         "builder": result.builder,
         "checked": checked,
     }
-    path = record_path(track, repo)
+    path = record_path(track, repo, result.record_name)
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
 
@@ -63,10 +68,11 @@ def strict() -> bool:
 
 def compare_with_record(track: Track, result, repo: Path = REPO) -> tuple[str, list[str]]:
     """("same" | "differs" | "stale" | "other base" | "none", lines saying so). `result`: a BuildResult."""
-    record = read_record(track, repo)
-    name = record_path(track, repo).relative_to(repo)
+    record = read_record(track, repo, result.record_name)
+    name = record_path(track, repo, result.record_name).relative_to(repo)
+    redo = f"`invoke build.reproducible --track {track.name}{_rollout_option(result, track)} --record`"
     if record is None:
-        return "none", [f"no {name} yet: `invoke build.reproducible --track {track.name} --record` makes it"]
+        return "none", [f"no {name} yet: {redo} makes it"]
     if not result.deps_image_id:
         return "none", [
             f"this build's builder ({result.builder}) does not set its times from git: nothing to compare with {name}"
@@ -89,26 +95,45 @@ def compare_with_record(track: Track, result, repo: Path = REPO) -> tuple[str, l
     if changed:
         return "stale", [
             f"{name} was recorded for other inputs ({', '.join(changed)} changed since): record what they give now "
-            "with "
-            f"`invoke build.reproducible --track {track.name} --record`"
+            f"with {redo}"
         ]
-    if result.deps_image_id == record["deps_image_id"]:
-        return "same", [f"dependency image {result.deps_image_id[:19]}: the same as {name} records (byte for byte)"]
-    lines = [
-        f"dependency image {result.deps_image_id[:19]} differs from {name}'s {record['deps_image_id'][:19]} (same "
-        "inputs)"
-    ]
-    for index, (mine, theirs) in enumerate(zip(result.deps_layers, record["deps_layers"])):
-        if mine != theirs:
-            lines.append(f"  first differing layer: #{index} ({mine[:19]} here, {theirs[:19]} recorded)")
+    lines = _differences("dependency image", result.deps_image_id, result.deps_layers, record["deps_image_id"],
+                         record["deps_layers"], name)
+    if record.get("compiled_image_id"):
+        lines += _differences("compile stage's image", result.compiled_image_id, result.compiled_layers,
+                              record["compiled_image_id"], record["compiled_layers"], name)
+    if not lines:
+        compiled = f", compile stage {result.compiled_image_id[:19]}" if record.get("compiled_image_id") else ""
+        return "same", [
+            f"dependency image {result.deps_image_id[:19]}{compiled}: the same as {name} records (byte for byte)"
+        ]
+    lines.append(f"  which files differ, and how: `invoke build.reproducible --track {track.name}"
+                 f"{_rollout_option(result, track)}`")
+    return "differs", lines
+
+
+def _rollout_option(result, track: Track) -> str:
+    """` --rollout R` for an image with source builds (record c-llamacpp: R is llamacpp), else nothing."""
+    suffix = (result.record_name or track.name).removeprefix(track.name)
+    return f" --rollout {suffix.removeprefix('-')}" if suffix else ""
+
+
+def _differences(what: str, mine: str, my_layers: list[str], recorded: str, recorded_layers: list[str],
+                 name) -> list[str]:
+    """Where one stage's image differs from the record's: nothing when it is the same."""
+    if mine == recorded:
+        return []
+    lines = [f"{what} {mine[:19] or '(none)'} differs from {name}'s {recorded[:19]} (same inputs)"]
+    for index, (layer, theirs) in enumerate(zip(my_layers, recorded_layers)):
+        if layer != theirs:
+            lines.append(f"  first differing layer: #{index} ({layer[:19]} here, {theirs[:19]} recorded)")
             break
     else:
-        if len(result.deps_layers) != len(record["deps_layers"]):
-            lines.append(f"  {len(result.deps_layers)} layers here, {len(record['deps_layers'])} recorded")
+        if len(my_layers) != len(recorded_layers):
+            lines.append(f"  {len(my_layers)} layers here, {len(recorded_layers)} recorded")
         else:
             lines.append("  every layer is the same: the image's config differs (its times, environment or labels)")
-    lines.append(f"  which files differ, and how: `invoke build.reproducible --track {track.name}`")
-    return "differs", lines
+    return lines
 
 
 def enforce(track: Track, result, repo: Path = REPO) -> str:

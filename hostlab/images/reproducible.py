@@ -93,6 +93,7 @@ def check_reproducible(
         "same_layers": layers[0] == layers[1],
         "layers": len(layers[0]),
         "deps_image_ids": [b.deps_image_id for b in builds],
+        **({"compiled_image_ids": [b.compiled_image_id for b in builds]} if builds[1].compiled_image_id else {}),
         "base": {"name": builds[1].base, "ids": [b.base_id for b in builds], "rebuilt_between": on_standin},
         "epochs": builds[1].epochs,
         "builder": builder.describe(),
@@ -108,7 +109,10 @@ def check_reproducible(
         warn(f"DIFFERENT: track {track.name}'s two builds are {builds[0].image_id[:19]} and {builds[1].image_id[:19]}")
         for line in lines:
             say(line)
-    if same and builds[0].deps_image_id == builds[1].deps_image_id:
+    stages_same = (builds[0].deps_image_id, builds[0].compiled_image_id) == (
+        builds[1].deps_image_id, builds[1].compiled_image_id
+    )
+    if same and stages_same:
         if record:
             path = write_record(track, builds[1], {"builds": 2, "from_nothing": True, "same": True,
                                                    "image_id": builds[1].image_id, "seconds": seconds}, repo)
@@ -119,7 +123,8 @@ def check_reproducible(
         else:
             verdict["record"] = compare_with_record(track, builds[1], repo)[0]
     elif record:
-        warn(f"not recorded: the builds differ ({record_path(track, repo).name} is left as it was)")
+        warn(f"not recorded: the builds differ ({record_path(track, repo, builds[1].record_name).name} is left as it "
+             "was)")
     # The second build becomes the track's image, as a plain `invoke build` would have left it.
     subprocess.run(resolved(["docker", "tag", second, image]), check=True)
     if same:  # differing ones stay, under their grpolab-check tags, to be looked at
