@@ -178,10 +178,11 @@ def check_runlog(before: int, track: str, status: int, image_name: str | None = 
     return last
 
 
-def record_moved(track: str) -> bool:
-    """Did the last commit change the track's lockfiles/<track>.image.json? It changes with the Dockerfile, the lock or
-    the base (a change without it fails every build), so then the double build from nothing runs."""
-    path = f"lockfiles/{track}.image.json"
+def record_moved(name: str) -> bool:
+    """Did the last commit change lockfiles/<name>.image.json (name: a track, or c-llamacpp)? It changes with the
+    Dockerfile, the lock or the base (a change without it fails every build), so then the double build from nothing
+    runs."""
+    path = f"lockfiles/{name}.image.json"
     out = subprocess.run(
         resolved(["git", "-C", str(REPO), "diff", "--quiet", "HEAD~1", "HEAD", "--", path]), capture_output=True
     )
@@ -215,6 +216,8 @@ def check_report(track: str, runlogs: list[Path] | None = None) -> None:
 
 # The tracks whose images CI builds, each compared with its lockfiles/<track>.image.json by every build.
 REPRODUCIBLE_TRACKS = ("c", "cv")
+# Each image with a record, as (track, rollout): the tracks' images, and track c's llama.cpp image (c-llamacpp).
+RECORDED_IMAGES = (*((track, None) for track in REPRODUCIBLE_TRACKS), ("c", "llamacpp"))
 CV_TRACK = "cv"  # vLLM's CPU build with track n's trainer stack
 CV_SERVER_WAIT_S = 900.0  # the engine's start on 2 busy cores took minutes (facts.md: 96 s for the engine alone)
 
@@ -482,14 +485,15 @@ def run_image_builds(timings: dict) -> None:
         timings,
     ):
         build("c", base=base_for(track_c), rollout="llamacpp")
-    for track in REPRODUCIBLE_TRACKS:
-        if record_moved(track):
+    for track, rollout in RECORDED_IMAGES:
+        name = f"{track}-{rollout}" if rollout else track
+        if record_moved(name):
             with _step(
-                f"invoke build.reproducible --track {track} (lockfiles/{track}.image.json changed: two builds from "
-                "nothing)",
+                f"invoke build.reproducible --track {track}{f' --rollout {rollout}' if rollout else ''} "
+                f"(lockfiles/{name}.image.json changed: two builds from nothing)",
                 timings,
             ):
-                check_reproducible(track, base=base_for(get_track(track)))
+                check_reproducible(track, base=base_for(get_track(track)), rollout=rollout)
     with _step(f"invoke build --track {CV_TRACK} (the GPU tracks' trainer stack with vLLM's CPU build)", timings):
         build(CV_TRACK, base=base_for(get_track(CV_TRACK)))
 
