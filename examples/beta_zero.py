@@ -4,7 +4,7 @@ default, and at 0.0 the reference model is not loaded and no kl is logged.
 Two short runs of the quick start, one at beta 0.0 and one at 0.04, each saying whether TRL built a reference model,
 the memory its weights take, and whether kl was logged. Differences from the lesson: the tiny model and its data, and
 GRPOConfig(use_cpu=ON_CPU, **SHORT_RUN) with fewer steps (tiny_task.py says why).
-Run: `python examples/beta_zero.py` (about 20 s on 2 CPU cores).
+Run: `python examples/beta_zero.py` (about 10 s on 2 CPU cores).
 """
 
 from trl import GRPOConfig, GRPOTrainer

@@ -9,7 +9,7 @@ llamacpp`); elsewhere it stops in one line. Differences from the lesson:
 - the rollout function and the GGUF export are the lab's (grpolab/rollouts/llamacpp.py, grpolab/model/gguf.py): the
   lesson names the mechanism, not the code;
 - the tiny model, its data and GRPOConfig(use_cpu=ON_CPU, **SHORT_RUN), as in quickstart.py (tiny_task.py says why).
-Run: `python examples/llamacpp_rollout.py` (about 30 s on 2 CPU cores).
+Run: `python examples/llamacpp_rollout.py` (about 20 s on 2 CPU cores).
 """
 
 import sys

@@ -3,10 +3,10 @@
 As the lesson types it, with two differences:
 - the model is the image's tiny model and the dataset its arithmetic problems (tiny_task.py says why);
 - `args=GRPOConfig(use_cpu=ON_CPU, **SHORT_RUN)`: on a machine with no GPU, TRL's bfloat16 default stops in GRPOConfig
-  unless use_cpu is set, and no environment variable sets it (tiny_task.py); SHORT_RUN is 12 steps at a learning rate
+  unless use_cpu is set, and no environment variable sets it (tiny_task.py); SHORT_RUN is 24 steps at a learning rate
   the tiny model moves at, instead of TRL's hours-long defaults. On a GPU track use_cpu is False.
 Rollouts: in-process generation (TRL's default, the model's own generate()).
-Run: `python examples/quickstart.py` (about 20 s on 2 CPU cores).
+Run: `python examples/quickstart.py` (about 15 s on 2 CPU cores).
 """
 
 from trl import GRPOConfig, GRPOTrainer

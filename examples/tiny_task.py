@@ -28,10 +28,12 @@ MODEL = str(TINY_MODEL_DIR)  # /opt/grpolab/entrypoint/tiny-model in the image
 ON_CPU = not (torch.cuda.is_available() or torch.backends.mps.is_available())
 
 # A short run instead of TRL's defaults (learning rate 1e-6, three epochs of the dataset, 256-token completions):
-# 12 steps at a rate the tiny model moves at, so the rewards visibly move within half a minute on 2 CPU cores.
+# 24 steps at a rate the tiny model learns at, so the rewards visibly rise within half a minute on 2 CPU cores (on
+# this machine, over three seeds, the mean reward of the last 6 steps was 0.03 to 0.08 above the first 6's at 3e-4;
+# at 1e-3 it fell, at 1e-4 it moved less than the noise).
 SHORT_RUN = dict(
-    max_steps=12,
-    learning_rate=1e-4,
+    max_steps=24,
+    learning_rate=3e-4,
     per_device_train_batch_size=64,  # 8 prompts x TRL's 8 completions each
     max_completion_length=16,  # the tiny model answers in about 6 tokens
     logging_steps=1,
@@ -41,7 +43,7 @@ SHORT_RUN = dict(
 )
 
 
-def arithmetic_dataset(size: int = 64, seed: int = 0) -> Dataset:
+def arithmetic_dataset(size: int = 192, seed: int = 0) -> Dataset:
     """`size` problems: a `prompt` column of chat messages and an `answer` column (the sum, as text)."""
     rows = random.Random(seed).sample(arithmetic_splits()["train"], size)
     return Dataset.from_dict({"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows]})
@@ -55,9 +57,12 @@ if __name__ == "__main__":
 
 
 def reward_summary(trainer) -> str:
-    """One line on how the mean reward moved over the run's logged steps (TRL's `reward`, the weighted sum)."""
+    """One line on how the mean reward moved over the run's logged steps (TRL's `reward`, the weighted sum): each
+    step's, then the mean of the first and of the last quarter of the steps (one step's is mostly which prompts it
+    drew)."""
     rewards = [log["reward"] for log in trainer.state.log_history if "reward" in log]
+    quarter = max(1, len(rewards) // 4)
     return (
-        f"mean reward per step: {' '.join(f'{r:.2f}' for r in rewards)} "
-        f"(first {rewards[0]:.3f}, last {rewards[-1]:.3f}, {len(rewards)} steps)"
+        f"mean reward per step: {' '.join(f'{r:.2f}' for r in rewards)} ({len(rewards)} steps; first {quarter} steps "
+        f"{sum(rewards[:quarter]) / quarter:.3f}, last {quarter} steps {sum(rewards[-quarter:]) / quarter:.3f})"
     )
