@@ -102,3 +102,8 @@ if [ -n "$newer" ]; then
     exit 1
 fi
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+# What apt and dpkg leave behind that says when they ran goes, so that two installs of the same pins are the same bytes:
+# the package lists, the logs (update-alternatives' log holds the time of each switch: g++ and gcc set some), ldconfig's
+# auxiliary cache, the *-old copies, and the downloaded .deb files (the same bytes, but tens of MB the image needs not).
+rm -rf /var/lib/apt/lists/* /var/log/apt /var/log/dpkg.log /var/log/alternatives.log /var/cache/ldconfig/aux-cache \
+    /var/lib/dpkg/*-old /var/cache/debconf/*-old /var/cache/apt/archives/*.deb

@@ -45,15 +45,13 @@ SCRIPT = REPO / "images" / "apt-install-pinned.sh"
 LOCK = read_debian_lock(debian_lock_path(CV))
 PIN = next(pin for pin in LOCK.groups["runtime"] if pin.startswith("libnuma1="))  # one small .deb, needing libc6 only
 NAME, VERSION = PIN.split("=", 1)
-# The deps stage's step, as images/Dockerfile has it: the script, then what apt leaves behind that says when it ran.
+# The deps stage's step, as images/Dockerfile has it: the script (which removes what apt leaves that says when it ran).
 DOCKERFILE = """ARG BASE
 FROM ${BASE}
 ARG PINS
 RUN --mount=type=bind,source=apt-install-pinned.sh,target=/tmp/apt-install-pinned.sh \\
     --mount=type=bind,source=debian-sources,target=/tmp/debian-sources \\
-    set -eu; sh /tmp/apt-install-pinned.sh cv trixie ${PINS}; \\
-    rm -rf /var/lib/apt/lists/* /var/log/apt /var/log/dpkg.log /var/cache/ldconfig/aux-cache \\
-        /var/lib/dpkg/*-old /var/cache/debconf/*-old
+    set -eu; sh /tmp/apt-install-pinned.sh cv trixie ${PINS}
 """
 # In CI (.ci/run installs apt-utils and dpkg-dev, and `invoke test` builds the stand-in base first) these never skip:
 # a missing tool there fails the test rather than hiding it.
