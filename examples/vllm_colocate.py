@@ -12,7 +12,7 @@ one line. Differences from the lesson:
   inside vLLM's own reload (`sync_through_vllm_reload`: the CPU build repacks its weights, and a plain load fails);
   and TRL's importance-sampling correction off, since float32 on both sides samples what the trainer scores.
   On a GPU none of these lines runs: the lesson's two settings are all it takes.
-Run: `python examples/vllm_colocate.py` (not yet timed on 2 CPU cores).
+Run: `python examples/vllm_colocate.py` (45 s at 12 steps in track cv's image on 2 CPU cores; 24 not timed).
 """
 
 import contextlib
