@@ -180,6 +180,7 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
         "examples",
         "kernels.json",
         "lock.txt",
+        "pip.conf",
         "source-build-files",
         "tracks.toml",
         "uv.toml",
@@ -187,6 +188,7 @@ def test_build_context_holds_only_what_the_image_uses(tmp_path):
         "verify-locked.py",
     ]
     assert (tmp_path / "uv.toml").read_text() == ""  # uv's defaults: only a track whose indexes need settings has any
+    assert (tmp_path / "pip.conf").read_text() == ""  # pip's defaults: a vendored build's sends pip to its folder
     # the files the compile's options name (llama.cpp's libraries only; glibc's pre-C23 strtol), as images/ has them
     names = ["llama-cpp-libraries-only.cmake", "pre-c23-strtol.h"]
     assert sorted(p.name for p in (tmp_path / "source-build-files").iterdir()) == names
