@@ -24,7 +24,16 @@ if [ -n "${PYTHONPYCACHEPREFIX:-}" ] && [ -n "$image_key" ]; then
 fi
 
 case "${1:-}" in
-    shell) shift; exec bash "$@" ;;
+    shell) shift
+        # An interactive shell says once where packages live, since pip there acts on the lab's venv, the lock's.
+        if [ "$#" -eq 0 ]; then
+            if [ -w /opt/venv/bin ]; then
+                echo "grpolab: pip and uv pip act on the lab's venv (/opt/venv, the track's lock); what you install leaves the lock and goes with this container. For good: docs/locks-and-images.md, Packages at the image's shell" >&2
+            else
+                echo "grpolab: pip and uv pip act on the lab's venv (/opt/venv, the track's lock), which this user cannot change: for this session, pip install --target /tmp/extra PKG and PYTHONPATH=/tmp/extra; for good: docs/locks-and-images.md, Packages at the image's shell" >&2
+            fi
+        fi
+        exec bash "$@" ;;
     bench) shift; exec python -m grpolab.bench "$@" ;;  # the benchmarks and CI's proofs: never a learner's command
     *) exec python -m grpolab "$@" ;;
 esac

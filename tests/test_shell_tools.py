@@ -138,3 +138,22 @@ def test_vllm_serve_as_typed_at_the_shell(image):
     done = subprocess.run(["docker", "run", "--rm", "--shm-size=1g", image, "shell", "-c", SERVE],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and done.stdout.strip().endswith("True"), done.stdout[-3000:] + done.stderr[-2000:]
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("user", ["1000", "0"])
+def test_an_interactive_shell_says_once_where_packages_go(user):
+    """The lab user cannot change the venv (installs are refused: the lock is the image's); root can, and is told that
+    what it installs leaves the lock. A shell given a command says nothing."""
+    image = image_name(get_track("c"))
+    if not engine.running() or engine.image_or_none(image) is None:
+        pytest.skip(f"image {image} not built here (`invoke build`; CI builds it)")
+    shell = subprocess.run(["docker", "run", "--rm", "-i", "-u", user, image, "shell"], input="exit\n",
+                           capture_output=True, text=True, timeout=300)
+    lines = [line for line in shell.stderr.splitlines() if line.startswith("grpolab:")]
+    assert shell.returncode == 0 and len(lines) == 1 and "/opt/venv" in lines[0]
+    expected = "leaves the lock" if user == "0" else "pip install --target /tmp/extra"
+    assert expected in lines[0]
+    quiet = subprocess.run(["docker", "run", "--rm", "-u", user, image, "shell", "-c", "true"], capture_output=True,
+                           text=True, timeout=300)
+    assert quiet.returncode == 0 and "grpolab:" not in quiet.stderr
