@@ -45,11 +45,12 @@ def quiet_fs(tmp_path):
         pytest.skip("mounting a tmpfs needs root")
     mount = tmp_path / "quiet"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mount)], capture_output=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mount)], capture_output=True,
+                          timeout=120)
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
     yield mount
-    subprocess.run(["umount", "--lazy", str(mount)], capture_output=True)
+    subprocess.run(["umount", "--lazy", str(mount)], capture_output=True, timeout=120)
 
 
 @pytest.mark.docker
@@ -81,19 +82,20 @@ def test_buildahs_step_takes_the_tracks_images_and_build_stages_and_nothing_else
 @pytest.mark.docker
 def test_the_engines_step_untags_the_tracks_image_and_leaves_the_base_it_shares_layers_with():
     base = "grpolab-base:trixie-amd64"
-    if subprocess.run(["docker", "image", "inspect", base], capture_output=True).returncode:
+    if subprocess.run(["docker", "image", "inspect", base], capture_output=True, timeout=120).returncode:
         pytest.skip("no stand-in base here (invoke base makes it)")
     mine, other = "grpolab:n", "grpolab-test-other:n"  # n: a GPU track, never built on this CPU machine
-    if subprocess.run(["docker", "image", "inspect", mine], capture_output=True).returncode == 0:
+    if subprocess.run(["docker", "image", "inspect", mine], capture_output=True, timeout=120).returncode == 0:
         pytest.skip(f"{mine} is here already: not the test's to remove")
-    subprocess.run(["docker", "tag", base, mine], check=True)
-    subprocess.run(["docker", "tag", base, other], check=True)
+    subprocess.run(["docker", "tag", base, mine], check=True, timeout=120)
+    subprocess.run(["docker", "tag", base, other], check=True, timeout=120)
     try:
         step = next(s for s in cleaning.STEPS if s.label == "the Docker engine's images")
         assert step.find(get_track("n")) == [mine]
         cleaning.clean("n", steps=(step,))
-        assert subprocess.run(["docker", "image", "inspect", mine], capture_output=True).returncode != 0
+        assert subprocess.run(["docker", "image", "inspect", mine], capture_output=True, timeout=120).returncode != 0
         for kept in (base, other):
-            assert subprocess.run(["docker", "image", "inspect", kept], capture_output=True).returncode == 0
+            kept_here = subprocess.run(["docker", "image", "inspect", kept], capture_output=True, timeout=120)
+            assert kept_here.returncode == 0
     finally:
-        subprocess.run(["docker", "image", "rm", mine, other], capture_output=True)
+        subprocess.run(["docker", "image", "rm", mine, other], capture_output=True, timeout=120)

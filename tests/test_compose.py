@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # hostlab/ (host-s
 from grpolab.common.tracks import load_tracks  # noqa: E402
 
 from hostlab import REPO  # noqa: E402
+from hostlab.host.runs import image_runs_dir  # noqa: E402
 from hostlab.images.compose import compose_env, read_env_file, recorded_track, write_env_file  # noqa: E402
 
 CONTAINER_TRACKS = [t for t in load_tracks().values() if t.is_container]
@@ -62,7 +63,7 @@ def test_compose_config_renders_per_track(track, tmp_path, monkeypatch):
         assert svc["image"] == f"grpolab:{track.name}" and svc["command"] == command
         assert svc["user"] == "1234:2345"
         mounts = {m["target"]: m for m in svc["volumes"]}
-        assert mounts["/work/runs"]["type"] == "bind" and Path(mounts["/work/runs"]["source"]) == REPO / "runs"
+        assert mounts["/work/runs"]["type"] == "bind" and Path(mounts["/work/runs"]["source"]) == image_runs_dir()
         assert mounts["/cache"]["type"] == "volume"
         devices = svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
         if track.device_access == "nvidia":

@@ -70,7 +70,8 @@ def test_an_excluded_package_installed_at_a_wrong_version_is_broken(tmp_path):
 def test_the_doctor_and_uv_pip_check_agree_in_this_environment():
     """This environment is track c's lock (as the image is): uv's answer and the doctor's are the same requirements,
     and the doctor names the track's reason for each."""
-    out = subprocess.run(["uv", "pip", "check", "--python", sys.executable], capture_output=True, text=True)
+    out = subprocess.run(["uv", "pip", "check", "--python", sys.executable], capture_output=True, text=True,
+                         timeout=300)
     said_by_uv = set(re.findall(r"The package `([^`]+)` requires `([A-Za-z0-9_.-]+)", out.stdout + out.stderr))
     report = doctor_report("c")
     item = next(i for i in report["items"] if i["name"] == "dependencies")

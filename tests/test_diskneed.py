@@ -63,11 +63,12 @@ def small_fs(tmp_path):
         pytest.skip("mounting a tmpfs needs root")
     mount = tmp_path / "small"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True,
+                          timeout=120)
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
     yield mount
-    subprocess.run(["umount", "--lazy", str(mount)], capture_output=True)
+    subprocess.run(["umount", "--lazy", str(mount)], capture_output=True, timeout=120)
 
 
 @pytest.fixture
@@ -105,7 +106,8 @@ def test_invoke_build_refuses_before_it_builds_anything(buildah_on_small_fs):
     the repository's own measured need, once `invoke build.disk --track c` has written it."""
     if read_needs(TRACK) is None:
         pytest.skip(f"{need_path(TRACK)} is not measured yet (`invoke build.disk --track c`)")
-    if subprocess.run(["docker", "image", "inspect", "grpolab-base:trixie-amd64"], capture_output=True).returncode:
+    if subprocess.run(["docker", "image", "inspect", "grpolab-base:trixie-amd64"], capture_output=True,
+                      timeout=120).returncode:
         pytest.skip("no stand-in base here (invoke base makes it)")
     out = subprocess.run(
         [str(REPO / ".venvs" / "host" / "bin" / "invoke"), "build", "--track", "c", "--builder", "buildah",

@@ -22,6 +22,7 @@ from ..host import engine
 from ..host.console import say
 from ..host.environ import environ_set
 from ..host.runs import image_runlog, image_runs_dir, venv_runlog
+from .checkout import checkout_kept
 from ..host.tools import compose_command, resolved
 from ..images.build import build
 from ..images.compose import OWNED, compose_env, read_env_file, write_env_file
@@ -394,7 +395,7 @@ def run_ci(skip_image: bool = False) -> dict:
             f"disk room for the builds ({CI_DISK_NEED_GIB} GiB, made from earlier runs' images where short)", timings
         ):
             make_room(CI_DISK_NEED_GIB, paths)
-    with DiskWatch(paths) as disk:
+    with DiskWatch(paths) as disk, checkout_kept():
         try:
             _run_ci_steps(timings, skip_image, cpu)
         finally:

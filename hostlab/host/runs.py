@@ -3,6 +3,7 @@ its working folder, or GRPOLAB_RUNS_DIR); the host asks it and never spells the 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from grpolab.common.paths import runlog_path, runs_dir
@@ -22,8 +23,9 @@ def venv_runlog() -> Path:
 
 def image_runs_dir() -> Path:
     """Where a lab in an image writes, seen from the host: the repository's runs/, which compose/base.yaml mounts as
-    the image's runs folder whatever this shell's GRPOLAB_RUNS_DIR says."""
-    return REPO / "runs"
+    the image's runs folder whatever this shell's GRPOLAB_RUNS_DIR says, or the folder GRPOLAB_HOST_RUNS_DIR names
+    (the test command's own, so that a learner's runs/ stays as it was: hostlab/ci/checkout.py)."""
+    return Path(os.environ.get("GRPOLAB_HOST_RUNS_DIR") or REPO / "runs")
 
 
 def image_runlog() -> Path:
