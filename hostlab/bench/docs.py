@@ -73,6 +73,10 @@ HEADLINES = {
                      [("total (s)", "total_s"), ("exit status", "exit_status")]),
     "stock-host": ("`bash images/stock-host-check.sh`: the README's first command in a stock Debian root filesystem",
                    [("first run (s)", "first_run_s"), ("re-run (s)", "rerun_s"), ("Compose", "compose")]),
+    "vendor": ("`invoke bench.vendor`: `invoke vendor` cold (empty folder and download cache), then the image built "
+               "from the folder from nothing with the network cut (`invoke vendor.check`)",
+               [("folder (bytes)", "folder_bytes"), ("vendor (s)", "vendor_s"),
+                ("offline build (s)", "offline_build.offline_s"), ("against the record", "offline_build.record")]),
     "versus-trl": ("`invoke bench.versus-trl`: the lab against plain TRL on the same settings",
                    [("lab / plain TRL", "lab_over_plain_trl")]),
 }
