@@ -178,3 +178,26 @@ def pytest_runtest_makereport(item, call):
             f"{item.nodeid} skipped ({reason}) in the half of the tests that runs without the engine, so it "
             "would run in neither half: mark it @pytest.mark.docker"
         )
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """Mount a tmpfs of the test's own (root only): `tmpfs(size_mib)` is its folder, unmounted after the test. The disk
+    tests' small filesystems: nothing else writes there, so free space is exact and a full disk is a real one."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = []
+
+    def mount(size_mib: int) -> Path:
+        folder = tmp_path / f"tmpfs-{len(mounted)}"
+        folder.mkdir()
+        made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(folder)],
+                              capture_output=True, timeout=120)
+        if made.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", "--lazy", str(folder)], capture_output=True, timeout=120)

@@ -39,18 +39,9 @@ def image(tag: str | None, created_by: str, size_mb: int, folder) -> str:
 
 
 @pytest.fixture
-def quiet_fs(tmp_path):
-    """A 256 MiB tmpfs of the test's own (root only): nothing else writes there, so what a step freed is exact."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "quiet"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mount)], capture_output=True,
-                          timeout=120)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
-    yield mount
-    subprocess.run(["umount", "--lazy", str(mount)], capture_output=True, timeout=120)
+def quiet_fs(tmpfs):
+    """A 256 MiB tmpfs of the test's own: nothing else writes there, so what a step freed is exact."""
+    return tmpfs(256)
 
 
 @pytest.mark.docker

@@ -57,18 +57,9 @@ def test_a_track_not_measured_yet_is_said_and_not_refused(tmp_path, capsys):
 
 
 @pytest.fixture
-def small_fs(tmp_path):
-    """A 64 MiB tmpfs of the test's own (root only), unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True,
-                          timeout=120)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
-    yield mount
-    subprocess.run(["umount", "--lazy", str(mount)], capture_output=True, timeout=120)
+def small_fs(tmpfs):
+    """A 64 MiB tmpfs of the test's own, unmounted afterwards."""
+    return tmpfs(64)
 
 
 @pytest.fixture

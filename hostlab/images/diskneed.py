@@ -103,7 +103,8 @@ def build_log(track: Track, repo: Path = REPO) -> Path:
 def full_store(watch: DiskWatch, said: str, paths: dict[str, Path]) -> list[str]:
     """The stores the build filled: those whose folder the error names, else those on the filesystem that came
     closest to full while the watch looked, else every store."""
-    named = [key for key, path in paths.items() if str(path) in said]
+    # The folder as a whole path: /var/tmp is not named by /var/tmpfs/...
+    named = [key for key, path in paths.items() if re.search(re.escape(str(path)) + r"(?![\w.-])", said)]
     if named:
         return named
     if watch.lows_gib:
