@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "entrypoint"))
 
 from grpolab.common.tracks import get_track  # noqa: E402
 
-from hostlab import REPO  # noqa: E402
+from hostlab import REPO, HostError  # noqa: E402
 from hostlab.host import engine  # noqa: E402
 from hostlab.images.build import stage_context  # noqa: E402
 from hostlab.images.builders.buildah_store import base_into_buildah, run_buildah  # noqa: E402
@@ -185,6 +185,17 @@ def test_a_pin_the_main_archive_lost_comes_from_the_snapshot_archive_with_the_sa
     finally:
         for made in filter(None, ids):
             run_buildah("rmi", "--force", made.removeprefix("sha256:"), check=False)
+
+
+@pytest.mark.docker
+@needs_tools
+def test_invoke_vendor_keeps_a_pin_the_main_archive_lost_from_the_snapshot_archive(tmp_path, archives):
+    """`invoke vendor` asks apt as a build does: the moved-on main archive first, then the snapshot archive at the
+    lock's time, so the vendored folder holds the pinned version, not the newer one."""
+    got = download_debs(STANDIN, "linux/amd64", [PIN], tmp_path / "kept", archives["mirror"], archives["snapshot"])
+    assert [deb.name.split("_")[:2] for deb in got] == [[NAME, VERSION.replace(":", "%3a")]]
+    with pytest.raises(HostError, match=r"^\[vendor\] apt could not download .*snapshot archive at the lock's time"):
+        download_debs(STANDIN, "linux/amd64", [PIN], tmp_path / "lost", archives["mirror"])
 
 
 @pytest.mark.docker

@@ -40,7 +40,7 @@ from ..host import engine
 from ..host.console import say
 from ..host.tools import resolved
 from ..locks.buildtools import build_lock_path, fetch_sdist
-from ..locks.debian import SUITE, debian_lock_path, read_debian_lock, track_arch
+from ..locks.debian import SUITE, debian_lock_path, mirror_list, read_debian_lock, snapshot_list, track_arch
 from ..locks.lockfile import Lock, lock_path, lock_sha256, parse_body, read_lock
 from ..locks.sourcebuilds import source_builds
 from ..locks.provenance import CACHE
@@ -120,19 +120,40 @@ def make_repository(top: Path, debs: list[Path], suite: str = SUITE, arch: str =
     (top / "dists" / suite / "Release").write_text(release)
 
 
-def download_debs(base: str, platform: str, pins: list[str], into: Path) -> list[Path]:
-    """The pinned .deb files, fetched by apt itself (`apt-get download`) in a container of the base."""
+# Run in a container of the base, /out mounted, as a build asks apt: the main archive (the base's own sources, or
+# mirror.list's); where it lost a pin, again with the snapshot archive at the lock's time added (snapshot.list): apt
+# then takes each pinned version from whichever holds it. apt itself downloads.
+_DOWNLOAD = """set -eu
+if [ -s /out/mirror.list ]; then rm -f /etc/apt/sources.list.d/*; cp /out/mirror.list /etc/apt/sources.list; fi
+apt-get update -qq
+if ! apt-get download -qq "$@" 2>/tmp/first; then
+    [ -s /out/snapshot.list ] || { cat /tmp/first >&2; exit 1; }
+    echo "a pin the main archive lost: asking the snapshot archive at the lock's time too" >&2
+    cp /out/snapshot.list /etc/apt/sources.list.d/grpolab-snapshot.list
+    apt-get update -qq
+    apt-get download -qq "$@"
+fi
+"""
+
+
+def download_debs(base: str, platform: str, pins: list[str], into: Path, mirror: str = "",
+                  snapshot: str = "") -> list[Path]:
+    """The pinned .deb files, fetched by apt itself (`apt-get download`) in a container of the base, from the main
+    archive (or `mirror`'s apt sources) and, where given, `snapshot`'s (the snapshot archive at the lock's time)."""
     into.mkdir(parents=True, exist_ok=True)
+    (into / "mirror.list").write_text(mirror)
+    (into / "snapshot.list").write_text(snapshot)
     done = subprocess.run(
-        resolved(["docker", "run", "--rm", "--network", "host", "--platform", platform, "-v", f"{into}:/out", "-w",
-                  "/out", "--entrypoint", "sh", base, "-c",
-                  f"apt-get update -qq && apt-get download -qq {' '.join(pins)}"]),
+        resolved(["docker", "run", "--rm", "--user", "0", "--network", "host", "--platform", platform, "-v",
+                  f"{into}:/out", "-w", "/out", "--entrypoint", "sh", base, "-c", _DOWNLOAD, "sh", *pins]),
         capture_output=True, text=True, timeout=APT_DOWNLOAD_TIMEOUT_S,
     )
+    for listed in ("mirror.list", "snapshot.list"):
+        (into / listed).unlink()
     if done.returncode != 0:
         raise HostError(f"[vendor] apt could not download the track's Debian pins in {base}: "
-                        f"{done.stderr.strip()[-400:]} (a pin the main archive lost is only in Debian's snapshot "
-                        "archive: `invoke lock` moves the pins on)")
+                        f"{done.stderr.strip()[-400:]} (neither the main archive nor the snapshot archive at the "
+                        "lock's time holds them: `invoke lock` moves the pins on)")
     return sorted(into.glob("*.deb"))
 
 
@@ -142,7 +163,8 @@ def vendor_debian(track: Track, base: str, into: Path, repo: Path = REPO) -> lis
     if not pins:
         return []
     staging = into / ".debs"
-    debs = download_debs(base, track.platform, pins, staging)
+    debs = download_debs(base, track.platform, pins, staging, mirror_list(),
+                         snapshot_list(read_debian_lock(path).header))
     make_repository(into / "debian", debs, arch=track_arch(track))
     shutil.rmtree(staging)
     return [{"file": str(p.relative_to(into)), "sha256": sha256_of_file(p), "bytes": p.stat().st_size}
