@@ -232,10 +232,13 @@ def vendor_check(c, track=None, into=None):
 def source_wheels(c, into, track="c", base=None):
     """Compile the lock's source-only packages (llama-cpp-python) as the track's image does and copy them out: minutes.
     With buildah; a venv here then installs the image's own compile (CI's does). Cached with the image's build."""
-    from hostlab.images.sourcewheels import source_wheels as copy_source_wheels
+    from grpolab.common.tracks import get_track
 
-    with user_errors():
-        copy_source_wheels(track, Path(into).expanduser(), base=base)
+    from hostlab.images.sourcewheels import source_wheels as copy_source_wheels
+    from hostlab.run.up import base_for
+
+    with user_errors():  # where no registry answers, on the stand-in base (made here if missing), as `invoke up` does
+        copy_source_wheels(track, Path(into).expanduser(), base=base or base_for(get_track(track)))
 
 
 @task(help={"track": "only this track's images, build stages and venv (default: every track's, the stand-in bases too)",
