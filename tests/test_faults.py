@@ -276,15 +276,15 @@ def test_invoke_build_and_up_name_a_stopped_engine_before_anything_else(task, tm
 
 # ------------------------------------------------------------------------------------- a lock edited by hand
 def committed_copy(tmp_path: Path) -> Path:
-    """What a build reads (entrypoint/, images/, lockfiles/, pyproject.toml), committed to a git repo of its own, at
-    the time this repository's dependency inputs were last committed: an image's times come from git, so the copy's
-    dependency stages are this checkout's, cached, and the ones lockfiles/c.image.json records."""
+    """What a build reads (entrypoint/, examples/, images/, lockfiles/, pyproject.toml), committed to a git repo of its
+    own, at the time this repository's dependency inputs were last committed: an image's times come from git, so the
+    copy's dependency stages are this checkout's, cached, and the ones lockfiles/c.image.json records."""
     import shutil
 
     from grpolab.common.tracks import get_track
     from hostlab.images.builders import commit_time, deps_inputs
 
-    for name in ("entrypoint", "images", "lockfiles"):
+    for name in ("entrypoint", "examples", "images", "lockfiles"):
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     for path in deps_inputs(get_track("c")):  # the host's dependency inputs: the compile's options
         if path.startswith("hostlab/"):
