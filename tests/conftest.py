@@ -202,12 +202,3 @@ def tmpfs(tmp_path):
     for folder in mounted:
         subprocess.run(["umount", "--lazy", str(folder)], capture_output=True, timeout=120)
 
-
-# Run first among the engine's tests: the largest disk user (a build from nothing, about 25 GB while it runs), so it
-# starts before the image steps beside these tests (the lab runs, verl's venv) take their share; measured at 780bf0d,
-# run in file order it found 15.5 GB free and was refused before it began.
-RUN_FIRST = ("test_vendor.py::test_track_c_built_from_its_vendored_folder_with_the_network_cut_is_the_recorded_image",)
-
-
-def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: not item.nodeid.endswith(RUN_FIRST))
