@@ -21,6 +21,7 @@ from grpolab.common.tracks import Track
 from .. import REPO, HostError
 from ..host import engine
 from ..host.console import say, stream_log
+from ..host.runs import image_runs_dir
 from ..host.disk import (
     GB,
     GIB,
@@ -97,7 +98,8 @@ def check_room(track: Track, builds_in_engine: bool, repo: Path = REPO) -> None:
 
 
 def build_log(track: Track, repo: Path = REPO) -> Path:
-    return repo / "runs" / f"build-{track.name}.log"
+    """runs/build-<track>.log, in the runs folder the images' labs write to (the test command's own while it runs)."""
+    return (image_runs_dir() if repo == REPO else repo / "runs") / f"build-{track.name}.log"
 
 
 def full_store(watch: DiskWatch, said: str, paths: dict[str, Path]) -> list[str]:
