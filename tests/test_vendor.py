@@ -94,17 +94,11 @@ CAN_CUT_THE_NETWORK = os.geteuid() == 0 and shutil.which("unshare") and shutil.w
 # same lock by uv with the build's uv.toml, without the shell's PIP_* and UV_* settings, as the build's steps have
 # it. Prints what it saw, as JSON.
 IN_THE_NAMESPACE = r"""
-import json, os, socket, subprocess, sys
+import json, os, subprocess, sys
 from pathlib import Path
-from hostlab.images.vendor import offline_sources, served
+from hostlab.images.vendor import offline_sources, reachable, served
 folder, lock, work = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-reached = []
-for host, port in (("pypi.org", 443), ("files.pythonhosted.org", 443), ("1.1.1.1", 443)):
-    try:
-        socket.create_connection((host, port), timeout=3).close()
-        reached.append(host)
-    except OSError:
-        pass
+reached = reachable()
 with served(folder) as url:
     sources = offline_sources(url)
     (work / "pip.conf").write_text(sources.pip_conf)

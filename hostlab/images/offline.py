@@ -41,17 +41,12 @@ def vendor_track(track_name: str | None, into: Path | None, base: str | None, re
 
 # Run by check_offline inside the network namespace: one build from nothing, from the folder; its ids as JSON.
 _BUILD_HERE = """
-import json, socket, sys
+import json, sys
 from pathlib import Path
 from hostlab.images.build import build
 from hostlab.images.builders import choose_builder
-reached = []
-for host, port in (("pypi.org", 443), ("deb.debian.org", 80), ("1.1.1.1", 443)):
-    try:
-        socket.create_connection((host, port), timeout=3).close()
-        reached.append(host)
-    except OSError:
-        pass
+from hostlab.images.vendor import reachable
+reached = reachable()
 if reached:
     sys.exit(f"[vendor] the network namespace reaches {', '.join(reached)}: not a build without network")
 track, folder, base, store, tag = sys.argv[1:6]

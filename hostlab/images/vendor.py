@@ -23,6 +23,7 @@ import functools
 import json
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -227,6 +228,22 @@ def load_base(folder: Path, manifest: dict) -> str:
         if loaded.returncode != 0:
             raise HostError(f"[vendor] docker load of {folder / base['file']} failed: {loaded.stderr.strip()}")
     return base["name"]
+
+
+# What a build without network must not reach: the indexes, Debian's archive, and any address at all.
+OUTSIDE = (("pypi.org", 443), ("files.pythonhosted.org", 443), ("deb.debian.org", 80), ("1.1.1.1", 443))
+
+
+def reachable(hosts: tuple[tuple[str, int], ...] = OUTSIDE) -> list[str]:
+    """The hosts a TCP connection reaches from here (in a network namespace with loopback only: none)."""
+    reached = []
+    for host, port in hosts:
+        try:
+            socket.create_connection((host, port), timeout=3).close()
+            reached.append(host)
+        except OSError:
+            pass
+    return reached
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
