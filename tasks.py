@@ -561,7 +561,7 @@ def bench_docs(c):
 
 @task(help={"skip_image": "only lock.check and pytest (no `invoke up`)"})
 def test(c, skip_image=False):
-    """What CI runs: lock.check, kernels, `invoke up --track c`, pytest: 16 min on 2 cores, 65 GiB free (README).
+    """What CI runs: lock.check, kernels, `invoke up --track c`, pytest: 16 min on 2 cores, 55 GiB free (README).
     `invoke kernels` for s and n, and the run-log line of track c's lab checked; makes disk room where short."""
     from hostlab.ci.testcommand import run_ci
 

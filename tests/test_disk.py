@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,66 @@ def test_the_first_cleanup_keeps_buildahs_layer_cache_which_goes_only_with_its_s
     )
     remove_store()
     assert buildah("images", "--all", "--quiet", "--no-trunc") == ""
+
+
+def _tiny_wheel(folder: Path) -> Path:
+    """A wheel of one module, written by hand (zip, METADATA, WHEEL, RECORD): no index needed to install it."""
+    wheel = folder / "tinypkg-1.0-py3-none-any.whl"
+    files = {
+        "tinypkg.py": "VALUE = 1\n",
+        "tinypkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
+        "tinypkg-1.0.dist-info/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+        archive.writestr(
+            "tinypkg-1.0.dist-info/RECORD",
+            "".join(f"{name},,\n" for name in files) + "tinypkg-1.0.dist-info/RECORD,,\n",
+        )
+    return wheel
+
+
+@pytest.mark.skipif(shutil.which("uv") is None, reason="no uv here")
+def test_the_last_cleanup_empties_uvs_cache_which_its_prune_keeps(tmp_path, monkeypatch):
+    """uv's prune keeps every unpacked wheel an index entry names (19 GiB on a machine that made several tracks'
+    locks, none freed): the last cleanup is uv's own `cache clean`. On a cache of the test's own, holding a wheel a
+    venv installed; the venv keeps working after."""
+    (_, prune), (label, clean) = CLEANUPS[-2], CLEANUPS[-1]
+    assert "uv's whole cache" in label
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    for name in [n for n in os.environ if n.startswith(("UV_", "PIP_")) and n != "UV_CACHE_DIR"]:
+        monkeypatch.delenv(name)
+    _tiny_wheel(tmp_path)
+    venv = tmp_path / "venv"
+    subprocess.run(["uv", "venv", "--quiet", str(venv)], check=True)
+    subprocess.run(
+        [
+            "uv",
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--no-index",
+            "--find-links",
+            str(tmp_path),
+            "tinypkg",
+        ],
+        check=True,
+    )
+
+    def unpacked() -> list[Path]:
+        return list((tmp_path / "uv-cache").glob("archive-v*/*/tinypkg.py"))
+
+    assert unpacked()
+    prune()
+    assert unpacked(), "uv's prune took an unpacked wheel: then the last cleanup is not needed"
+    clean()
+    assert not unpacked()
+    imported = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import tinypkg; print(tinypkg.VALUE)"], capture_output=True, text=True
+    )
+    assert imported.stdout.strip() == "1"

@@ -73,6 +73,12 @@ def _prune_uv_cache() -> None:
     _run_all(["uv", "cache", "prune"])
 
 
+def _clean_uv_cache() -> None:
+    # `uv cache prune` keeps every unpacked wheel (uv cannot know which venvs link to them): on a machine that made the
+    # locks of several tracks it held 19 GiB and freed nothing. The venvs keep their files (hard links or copies).
+    _run_all(["uv", "cache", "clean"])
+
+
 # Cheapest to lose first. Every one is something a build or `uv pip sync` makes again (uv's unused entries are
 # needed by nothing). Only CI runs these, on a machine of its own: the first and the last reach past this project
 # (every exited container and the engine's every untagged image; every build's cache mounts).
@@ -91,6 +97,10 @@ CLEANUPS: tuple[tuple[str, Callable[[], None]], ...] = (
     (
         "buildah's cache mounts, the images' own uv cache (the builds then download their wheels again)",
         _remove_buildah_cache_mounts,
+    ),
+    (
+        "uv's whole cache on this machine (the venvs keep their files; the next install downloads again)",
+        _clean_uv_cache,
     ),
 )
 
