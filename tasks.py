@@ -152,6 +152,10 @@ BUILD_HELP = {
     "rollout": "the image for this rollout path: llamacpp adds llama.cpp, compiled from the lock's sdist "
     "(grpolab:c-llamacpp), which the track's image leaves out; any other path, the track's image",
 }
+KEEP_CACHE_HELP = (
+    "keep buildah's copy of the image and the wheels' cache beside the engine's (about 3x the image's size; rebuilds "
+    "after a code change then take seconds less): by default only the engine's copy stays"
+)
 VENDORED_HELP = (
     "a folder `invoke vendor` wrote: every input (base, wheels, sdists, Debian packages) comes from it, nothing from "
     "the network; the same image as online"
@@ -166,9 +170,10 @@ VENDORED_HELP = (
     "first that works here by default; docker: the engine's own builder, fast rebuilds, a new id each build",
     "make_lock": MAKE_LOCK_HELP,
     "vendored": VENDORED_HELP,
+    "keep_cache": KEEP_CACHE_HELP,
 })
 def build_image(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False, builder=None,
-                rollout=None, make_lock=False, vendored=None):
+                rollout=None, make_lock=False, vendored=None, keep_cache=False):
     """Build the track's image, record it in .env for `docker compose run lab`: c cold 165 s, GBs (bench/cold-up.json).
     Compared with lockfiles/<track>.image.json; makes x's lock first (asks); lost Debian pins: snapshot."""
     from hostlab.images.build import build
@@ -179,7 +184,8 @@ def build_image(c, track=None, base=None, ca_bundle=None, skip_host_check=False,
         builder = choose_builder(builder)
         name = lock_where_missing(track, make_lock=make_lock, skip_host_check=skip_host_check)
         build(name, base=base, ca_bundle=ca_bundle, skip_host_check=skip_host_check, write_env=not no_record,
-              builder=builder, rollout=rollout, vendored=Path(vendored).expanduser() if vendored else None)
+              builder=builder, rollout=rollout, vendored=Path(vendored).expanduser() if vendored else None,
+              one_copy=not keep_cache)
 
 
 @task(name="reproducible", help={
@@ -277,14 +283,14 @@ def venv(c, track="c"):
             "rollout": "the lab's rollout path when not the track's default (inprocess, vllm-colocate, vllm-server, "
                        "llamacpp); llamacpp builds the image with llama.cpp compiled in, which the track's image "
                        "leaves out",
-            "make_lock": MAKE_LOCK_HELP})
-def up(c, track=None, rollout=None, make_lock=False):
+            "make_lock": MAKE_LOCK_HELP, "keep_cache": KEEP_CACHE_HELP})
+def up(c, track=None, rollout=None, make_lock=False, keep_cache=False):
     """The main job: build the track's image, then the smoke test and the lab: c from nothing 230 s (bench/cold-up).
     The stand-in base where no registry answers; `--rollout llamacpp` after it 173 s more; x's lock asked for first."""
     from hostlab.run.up import up as run_up
 
     with user_errors():
-        status = run_up(track, rollout, make_lock=make_lock)
+        status = run_up(track, rollout, make_lock=make_lock, one_copy=not keep_cache)
     if status:
         raise Exit(code=status)
 

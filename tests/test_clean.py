@@ -16,7 +16,8 @@ from hostlab.images import clean as cleaning
     ("grpolab:c", "c", True), ("localhost/grpolab:c", "c", True), ("grpolab:c-llamacpp", "c", True),
     ("grpolab-check:c-1", "c", True), ("grpolab-measure:c-whole", "c", True), ("grpolab:cv", "c", False),
     ("grpolab:c", "cv", False), ("grpolab-base:trixie-amd64", "c", False), ("python:c", "c", False),
-    ("docker.io/someone/grpolab:c", "c", False), ("grpolab:cv", None, True),
+    ("docker.io/someone/grpolab:c", "c", False), ("grpolab:cv", None, True), ("grpolab-deps:c-0123abcd", "c", True),
+    ("grpolab-deps:cv-0123abcd", "c", False),
 ])
 def test_only_the_names_the_project_gives_its_images_are_its(name, track, ours):
     assert cleaning.project_image(name, get_track(track) if track else None) is ours

@@ -202,7 +202,7 @@ def test_the_last_cleanup_empties_uvs_cache_which_its_prune_keeps(tmp_path, monk
         monkeypatch.delenv(name)
     _tiny_wheel(tmp_path)
     venv = tmp_path / "venv"
-    subprocess.run(["uv", "venv", "--quiet", str(venv)], check=True)
+    subprocess.run(["uv", "venv", "--quiet", str(venv)], check=True, timeout=300)
     subprocess.run(
         [
             "uv",
@@ -217,6 +217,7 @@ def test_the_last_cleanup_empties_uvs_cache_which_its_prune_keeps(tmp_path, monk
             "tinypkg",
         ],
         check=True,
+        timeout=300,
     )
 
     def unpacked() -> list[Path]:
@@ -228,6 +229,9 @@ def test_the_last_cleanup_empties_uvs_cache_which_its_prune_keeps(tmp_path, monk
     clean()
     assert not unpacked()
     imported = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import tinypkg; print(tinypkg.VALUE)"], capture_output=True, text=True
+        [str(venv / "bin" / "python"), "-c", "import tinypkg; print(tinypkg.VALUE)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert imported.stdout.strip() == "1"

@@ -34,6 +34,7 @@ from ..locks.lockfile import Lock, lock_path, lock_sha256
 from ..locks.resolve import check_lock, uv_config
 from ..locks.sourcebuilds import SOURCE_BUILD_FILE_NAMES, rollouts_needing_source_builds, source_builds
 from .builders import BUILDAH_HINT, Builder, choose_builder, commit_time, deps_inputs, lab_inputs
+from .builders.onecopy import build_in_progress, deps_from_engine, deps_key, keep_one_copy
 from .compose import compose_env, write_env_file
 from .diskneed import build_log, check_room, full_disk_named
 from .record import enforce
@@ -388,19 +389,22 @@ class TwoStageBuild:
 
 def run_two_stage_build(
     builder: Builder, track: Track, repo: Path, image: str, args: dict[str, str], base_id: str, epochs: dict[str, int],
-    ca: Path | None, with_source_builds: bool = False, sources: PackageSources | None = None,
+    ca: Path | None, with_source_builds: bool = False, sources: PackageSources | None = None, one_copy: bool = False,
 ) -> TwoStageBuild:
     """Two builds from one staged context, by a builder that sets every time (buildah, or buildx where the engine can):
     the dependency stages with their own time, then the lab stage on that image with the code's time; the result in
     the Docker engine as `image`. `with_source_builds`: two more, the compile of the lock's source-only packages with
     the dependency stages' time (so a code change does not compile again) and the lab image with them added, with the
-    code's time: that is `image`, and the lab image stays in the builder only (tagged as the track's image)."""
+    code's time: that is `image`, and the lab image stays in the builder only (tagged as the track's image).
+    `one_copy` (a builder with a store of its own): builders/onecopy.py."""
     if ca:
         say(f"CA bundle {ca} goes to the build as a secret (in no layer)")
     dockerfile = repo / "images" / "Dockerfile"
-    with staged_context(track, repo, sources) as context:
+    one_copy = one_copy and builder.keeps_own_copy
+    with staged_context(track, repo, sources) as context, build_in_progress() as building:
         stage_args = builder_stage_args(builder, args, base_id)
-        deps_id, deps_ref, tail = build_target(
+        key = deps_key(track, repo, stage_args, epochs["deps"], base_id) if one_copy else ""
+        deps_id, deps_ref, tail = (one_copy and deps_from_engine(track, key, epochs["deps"])) or build_target(
             builder, track, dockerfile, context, "deps", epochs["deps"], stage_args, ca
         )
         lab_tag = image_name(track) if with_source_builds else image
@@ -413,12 +417,14 @@ def run_two_stage_build(
             )
             compiled_layers = builder.layers(compiled_id, compiled_ref)
             lab_tail += more_tail
-    handover_s = 0.0
-    if not builder.loads_into_engine:
-        handing = time.monotonic()
-        builder.hand_to_engine(lab_id, image)
-        handover_s = time.monotonic() - handing
-    deps_layers = builder.layers(deps_id, deps_ref)
+        deps_layers = builder.layers(deps_id, deps_ref)
+        handover_s = 0.0
+        if not builder.loads_into_engine:
+            handing = time.monotonic()
+            builder.hand_to_engine(lab_id, image)
+            handover_s = time.monotonic() - handing
+        if one_copy:
+            keep_one_copy(building, track, key, deps_ref, [deps_id], lab_id, base_id)
     return TwoStageBuild(lab_id, deps_id, deps_layers, tail + lab_tail, handover_s, compiled_id, compiled_layers)
 
 
@@ -483,11 +489,13 @@ def image_for_rollout(track: Track, rollout: str | None, lock: Lock) -> tuple[st
 def _run_builds(
     builder: Builder, track: Track, repo: Path, image: str, args: dict[str, str], base_id: str,
     epochs: dict[str, int], ca: Path | None, with_source_builds: bool, sources: PackageSources | None,
+    one_copy: bool = False,
 ) -> TwoStageBuild:
     """The image built into the engine by `builder`: the log's last lines, the dependency (and compile) stages' ids
     and layers (none from a builder that does not set its times), the seconds the hand-over to the engine took."""
     if builder.sets_times:
-        return run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds, sources)
+        return run_two_stage_build(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds, sources,
+                                   one_copy)
     warn(
         f"building with the Docker engine's own builder ({builder.describe()}): the image works the same, but its "
         "id "
@@ -519,11 +527,13 @@ def build(
     compare_record: bool = True,
     rollout: str | None = None,
     vendored: Path | None = None,
+    one_copy: bool = False,
 ) -> BuildResult:
     """Build the track's image into the Docker engine and, unless `write_env` is off, point .env at it. `rollout`: a
     run's rollout path; the one that loads the lock's source-only packages (llamacpp) gets the image with them
     compiled in, and any other the plain image, which leaves them out. `vendored`: a folder `invoke vendor` wrote,
-    every input taken from it (the network is not asked)."""
+    every input taken from it (the network is not asked). `one_copy`: the engine's copy only, once built
+    (builders/onecopy.py; `invoke build` and `invoke up` ask for it unless --keep-cache)."""
     started = time.monotonic()
     track = resolve_track(track_name)
     lock_dir = repo / "lockfiles"
@@ -546,7 +556,8 @@ def build(
     log = build_log(track, repo)  # the whole log kept; a full disk ends in one line naming the store
     with served(vendored) if vendored else nullcontext() as url, full_disk_named(track, log, repo):
         sources = offline_sources(url) if url else None
-        made = _run_builds(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds, sources)
+        made = _run_builds(builder, track, repo, image, args, base_id, epochs, ca, with_source_builds, sources,
+                           one_copy)
     built = engine.image_or_none(image)
     result = BuildResult(
         image=image,

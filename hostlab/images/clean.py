@@ -3,12 +3,13 @@ space of the store's filesystem before and after it: measured, so another progra
 too).
 
 Only what the project made, found by the names it gives: the images `invoke build` tags (grpolab:<track>,
-grpolab:<track>-<rollout>) and the checks' (grpolab-check:<track>-<n>, grpolab-measure:<track>...), in the Docker
-engine and in buildah's store; buildah's build stages of a track (its untagged images whose history holds the build
-arg TRACK=<track>); a track's native venv (.venvs/<track>). Without --track, the stand-in bases (grpolab-base:*) too,
-which every track builds on. With --caches, what every track shares and a rebuild then downloads again: the images' uv
-cache (buildah's cache mount for /root/.cache/uv) and the lab's Compose volume (grpolab_cache: Hugging Face downloads).
-What buildah cannot tell apart is left: a step before the Dockerfile's first use of TRACK, another program's images.
+grpolab:<track>-<rollout>), the dependency stages they keep (grpolab-deps:<track>-<key>, builders/onecopy.py) and the
+checks' (grpolab-check:<track>-<n>, grpolab-measure:<track>...), in the Docker engine and in buildah's store;
+buildah's build stages of a track (its untagged images whose history holds the build arg TRACK=<track>); a track's
+native venv (.venvs/<track>). Without --track, the stand-in bases (grpolab-base:*) too, which every track builds on.
+With --caches, what every track shares and a rebuild then downloads again: the images' uv cache (buildah's cache mount
+for /root/.cache/uv) and the lab's Compose volume (grpolab_cache: Hugging Face downloads). What buildah cannot tell
+apart is left: a step before the Dockerfile's first use of TRACK, another program's images.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def project_image(name: str, track: Track | None) -> bool:
     repository, _, tag = name.removeprefix("localhost/").partition(":")
     if repository == "grpolab-base":
         return False  # the stand-in base: a step of its own
-    if repository not in ("grpolab", "grpolab-check", "grpolab-measure"):
+    if repository not in ("grpolab", "grpolab-check", "grpolab-measure", "grpolab-deps"):
         return False
     return track is None or re.fullmatch(rf"{re.escape(track.name)}(-.+)?", tag) is not None
 

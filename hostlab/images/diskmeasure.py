@@ -4,10 +4,11 @@ lockfiles/<track>.disk.json (the need `invoke build` and `invoke up` check free 
 How: buildah's store and its temporary folder (cache mounts, staged context) each on a filesystem of their own, an
 ext4 in a sparse file, loop-mounted with discard and empty at first, so the peak and what stays are read from the
 filesystem's free space while the build runs (every 0.5 s; no `du` of a growing tree); uv's cache pointed at an empty
-folder; then the build as `invoke build` runs it with buildah, tagged grpolab-measure:<track>. The engine's share: its
-copy of the image (`du` of the image's layer folders in its data root) plus, at once, the archive `docker load`
-unpacks into the engine's temporary folder before it keeps the layers, watched while the image is sent whole once
-more, as to an engine that holds none of it. As root (mount), with buildah.
+folder; then the build as `invoke build --keep-cache` runs it with buildah, tagged grpolab-measure:<track> (what it
+keeps: kept_gb_with_keep_cache), and buildah's copies and the uv cache removed as `invoke build` removes them (what
+stays: kept_gb). The engine's share: its copy of the image (`du` of the image's layer folders in its data root) plus,
+at once, the archive `docker load` unpacks into the engine's temporary folder before it keeps the layers, watched
+while the image is sent whole once more, as to an engine that holds none of it. As root (mount), with buildah.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..host.tools import resolved
 from .build import build, git_revision, resolve_track
 from .builders import choose_builder
 from .builders.buildah_store import fresh_store, run_buildah
+from .builders.onecopy import drop_own_copies
 from .diskneed import need_path
 
 LOOP_SIZE_GB = 60  # sparse: only what the build writes takes the disk
@@ -116,8 +118,11 @@ def measure_need(track_name: str | None, base: str | None = None, repo: Path = R
             tmp_peak, tmp_kept = _growth_gb(watch, tmp)
             host_uv = disk_usage_gb(str(tmp / "host-uv-cache"))
             copy = engine_copy_gb(tag)
+            with_cache = {"buildah_store": round(store_kept, 2), "buildah_tmp": round(tmp_kept, 2)}
             shutil.rmtree(tmp / "buildah-cache", ignore_errors=True)  # measured: room for the load, on a full disk
             loading = load_peak_gb(result.image_id, whole)
+            drop_own_copies(result.image_id, result.base_id, [result.deps_image_id])  # as `invoke build` does
+            store_kept, tmp_kept = _growth_gb(watch, store)[1], _growth_gb(watch, tmp)[1]
     finally:
         for name in (tag, whole):
             subprocess.run(resolved(["docker", "image", "rm", name]), capture_output=True)
@@ -131,6 +136,7 @@ def measure_need(track_name: str | None, base: str | None = None, repo: Path = R
                     "engine": round(copy + loading, 2), "uv_cache": round(host_uv, 2)},
         "kept_gb": {"buildah_store": round(store_kept, 2), "buildah_tmp": round(tmp_kept, 2), "engine": round(copy, 2),
                     "uv_cache": round(host_uv, 2)},
+        "kept_gb_with_keep_cache": {**with_cache, "engine": round(copy, 2), "uv_cache": round(host_uv, 2)},
         "engine_load_archive_gb": round(loading, 2),
         "image_gb": round(result.size_bytes / GB, 2),
         "image_id": result.image_id,

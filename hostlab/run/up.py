@@ -19,10 +19,12 @@ from .lab import make_venv, run_lab
 from .learner_lock import ensure_lock
 
 
-def up(track_name: str | None = None, rollout: str | None = None, make_lock: bool = False) -> int:
+def up(track_name: str | None = None, rollout: str | None = None, make_lock: bool = False,
+       one_copy: bool = False) -> int:
     """`rollout`: the lab's rollout path, when not the track's default; llamacpp gets the image with llama.cpp
     compiled in (built once, minutes), every other path the track's image, which leaves it out. `make_lock`: where the
-    track's lock is made on this machine and none is here, make it without asking (learner_lock)."""
+    track's lock is made on this machine and none is here, make it without asking (learner_lock). `one_copy`: only the
+    engine's copy of the image stays (builders/onecopy.py)."""
     check_rollout(rollout)  # before a venv or an image is made for it
     track = resolve_track(track_name)
     if not track.is_container:
@@ -31,7 +33,7 @@ def up(track_name: str | None = None, rollout: str | None = None, make_lock: boo
     engine.client()  # first: an engine that is stopped, or not ours to use, is said before anything else
     ensure_lock(track, make_lock)  # x's lock, made here (after asking) where none is yet
     check_room(track, choose_builder().loads_into_engine)  # before the stand-in base, the first thing written
-    build(track.name, base=base_for(track), rollout=rollout)
+    build(track.name, base=base_for(track), rollout=rollout, one_copy=one_copy)
     # The lab service's own command (the smoke test first, always), with the rollout path when one was asked for.
     command = ["lab", "--smoke", "always", "--rollout", rollout] if rollout else []
     cmd = compose_command("run", "--rm", *([] if sys.stdin.isatty() else ["-T"]), "lab", *command)

@@ -6,7 +6,7 @@ commit give one id only when every time in them comes from the commit (inputs.py
 is made the same way. A builder says what it can do (`sets_times`: stamps git's times, not the clock;
 `loads_into_engine`: its image lands in the Docker engine without a hand-over) and the build asks it, never its name.
 
-- buildah.py: buildah (its store, buildah_store.py; the hand-over to the engine, handover.py);
+- buildah.py: buildah (its store, buildah_store.py; the hand-over to the engine, handover.py; one copy, onecopy.py);
 - buildx.py: the engine's own BuildKit where it can set every time (preferred: nothing to install, one copy);
 - engine.py: the engine's own builder otherwise: the image works the same, its id differs build to build.
 facts.py holds what every builder says of itself (name, version, what it can do) and how it is described.
@@ -36,6 +36,7 @@ class Builder(Protocol):
     version: str
     sets_times: bool  # every time in the image comes from git: same commit, same image id
     loads_into_engine: bool  # its image lands in the Docker engine by itself (else `hand_to_engine`)
+    keeps_own_copy: bool  # its own store keeps a second copy of what it hands over (onecopy.py removes it)
 
     def describe(self) -> str: ...
 

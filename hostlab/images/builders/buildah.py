@@ -29,6 +29,7 @@ class Buildah(BuilderFacts):
     name: str = NAME
     sets_times: bool = True
     loads_into_engine: bool = False
+    keeps_own_copy: bool = True
 
     def base_ref(self, engine_base_id: str, base_image: str) -> str:
         return base_into_buildah(engine_base_id)  # its own store needs a copy; FROM takes it by id
