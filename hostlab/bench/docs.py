@@ -190,8 +190,11 @@ def readme_figures(bench_dir: Path = BENCH_DIR) -> str:
     if cold_up := _newest(results, lambda record: record.get("kind") == "cold-up"):
         path, record = cold_up
         goal = f"; the goal {record['goal_s']:,} s" if isinstance(record.get("goal_s"), (int, float)) else ""
+        disk = record.get("disk") or {}
+        kept = (f"; afterwards {disk['added_gb']:.1f} GB more in use on the disk, {disk['times_the_image']:.2f} times "
+                f"the {disk['image_gb']:.2f} GB image" if "added_gb" in disk else "")
         items.append(f"First command: {_seconds(record['total_s'])} from nothing warm (a fresh clone, empty caches, "
-                     f"the Docker engine installed{goal}), {_measured_on(record)} ({_link(path)}).")
+                     f"the Docker engine installed{goal}{kept}), {_measured_on(record)} ({_link(path)}).")
     else:
         items.append("First command: not measured yet (`invoke bench.cold-up` measures it).")
     # A failed run's time is not the command's: only a passing one is the figure.
