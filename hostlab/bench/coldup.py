@@ -140,7 +140,16 @@ def cold_up_bench() -> Path:
                 )
                 llama_total_s = time.monotonic() - llama_started
                 llama_added_gb = free_before_gb - free_gb(REPO)
-    record = {
+    record = cold_up_record(total_s, setup_s, base_s, lab_s, built, added_gb, llama_total_s, llama, llama_lab_s,
+                            llama_added_gb)
+    return _write("cold-up", record)
+
+
+def cold_up_record(total_s: float, setup_s: float, base_s: float, lab_s: float, built, added_gb: float,
+                   llama_total_s: float, llama, llama_lab_s: float, llama_added_gb: float) -> dict:
+    """The bench's result: the first command's parts and disk, then the first llama.cpp run's (`built` and `llama`
+    are the two builds' BuildResults)."""
+    return {
         "what": "the README's first command in a fresh clone, cold: no grpolab image and no stand-in base in the "
                 "engine, buildah's "
         "store and caches empty, the host's uv and pip caches aside, the page cache dropped; the Docker engine already "
@@ -179,4 +188,3 @@ def cold_up_bench() -> Path:
             "disk_added_gb_since_the_start": round(llama_added_gb, 2),
         },
     }
-    return _write("cold-up", record)
