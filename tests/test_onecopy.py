@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,7 @@ def test_one_copy_stays_and_a_code_change_takes_the_dependency_stage_from_the_en
     lock change drops the older one."""
     from hostlab.images.build import build
     from hostlab.images.builders import choose_builder
+    from hostlab.host.disk import buildah_tmp
     from hostlab.images.builders.buildah_store import fresh_store, run_buildah
 
     import hostlab.images.build
@@ -144,12 +146,13 @@ def test_one_copy_stays_and_a_code_change_takes_the_dependency_stage_from_the_en
     # The track's measured need (GBs) is for its real Dockerfile; this one writes kilobytes.
     monkeypatch.setattr(hostlab.images.build, "check_room", lambda *args, **kw: None)
     repo, base = tiny_repo
+    store = Path(tempfile.mkdtemp(prefix="grpolab-test-onecopy-", dir=buildah_tmp()))  # not under /tmp: disk.py
     image = "grpolab-test:onecopy"
     builder = choose_builder("buildah")
     before = set(_images(f"{DEPS_REPOSITORY}:c-"))
     made = []
     try:
-        with fresh_store(tmp_path / "store"):
+        with fresh_store(store):
             first = build("c", base=base, repo=repo, tag=image, write_env=False, builder=builder,
                           compare_record=False, one_copy=True, skip_host_check=True)
             made = sorted(set(_images(f"{DEPS_REPOSITORY}:c-")) - before)
@@ -158,7 +161,7 @@ def test_one_copy_stays_and_a_code_change_takes_the_dependency_stage_from_the_en
             kept = run_buildah("images", "--all", "--quiet", "--no-trunc").stdout.split()
             base_id = _run(["docker", "image", "inspect", "--format", "{{.Id}}", base]).removeprefix("sha256:")
             assert [i.removeprefix("sha256:") for i in kept] == [base_id], "buildah kept more than the base"
-            assert not (tmp_path / "store" / "tmp" / "buildah-cache" / "root" / ".cache" / "uv").exists()
+            assert not (store / "tmp" / "buildah-cache" / "root" / ".cache" / "uv").exists()
             assert "one copy: removed buildah's" in out and "the images' uv cache" in out
             engine_deps = _run(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", made[0]])
             engine_image = _run(["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", image])

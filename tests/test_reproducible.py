@@ -6,10 +6,12 @@ lockfiles/c.image.json (strict under CI=true), and `invoke build.reproducible` r
 the same machinery runs on small images built for real by buildah and Docker."""
 
 import json
+import re
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,6 +27,7 @@ from grpolab.report.rows import environment  # noqa: E402
 from hostlab import REPO, HostError
 
 from hostlab.host import engine  # noqa: E402
+from hostlab.host.disk import buildah_tmp  # noqa: E402
 from hostlab.images.standin import host_arch, standin_name  # noqa: E402
 from hostlab.images.builders import choose_builder, commit_time, deps_inputs, engine_layers, lab_inputs  # noqa: E402
 from hostlab.images.builders.buildah import buildah_build  # noqa: E402
@@ -124,8 +127,8 @@ def small_context(tmp_path: Path, code: str) -> Path:
 @pytest.fixture
 def own_store(tmp_path):
     """The tests' buildah work in a store of their own: the everyday store's images and cache are not touched."""
-    with fresh_store(tmp_path / "buildah") as folder:
-        yield folder
+    with fresh_store(Path(tempfile.mkdtemp(prefix="grpolab-test-store-", dir=buildah_tmp()))) as folder:
+        yield folder  # not under /tmp, where buildah leaves mount targets in layers (hostlab/host/disk.py)
 
 
 def small_build(context: Path, epoch: int, cached: bool = False) -> str:
@@ -337,3 +340,82 @@ def test_the_engines_own_builder_where_it_can(tmp_path):
     finally:
         for attempt in (1, 2):
             subprocess.run(["docker", "rmi", f"grpolab-test:buildx-{attempt}"], capture_output=True, timeout=120)
+
+
+# ----------------------------------- buildah's store must not be under a folder the Dockerfile mounts into
+def test_every_mount_target_of_the_dockerfile_is_under_a_top_folder_a_store_is_kept_out_of():
+    from hostlab.host.disk import MOUNT_TARGET_TOPS
+
+    targets = re.findall(r"--mount=type=\w+,[^ \\]*?target=([^ ,\\]+)", (REPO / "images" / "Dockerfile").read_text())
+    assert len(targets) >= 10
+    tops = {Path("/", Path(target).parts[1]) for target in targets}
+    assert tops <= set(MOUNT_TARGET_TOPS), tops - set(MOUNT_TARGET_TOPS)
+
+
+def test_a_store_of_its_own_under_tmp_is_refused_in_one_line():
+    with pytest.raises(HostError) as refused:
+        with fresh_store(Path("/tmp/grpolab-test-refused")):
+            pass
+    assert "\n" not in str(refused.value) and "under /var/tmp" in str(refused.value)
+    assert not Path("/tmp/grpolab-test-refused").exists()
+
+
+MOUNTING = """\
+ARG BASE_IMAGE
+FROM ${BASE_IMAGE} AS deps
+ARG SOURCE_DATE_EPOCH
+RUN --mount=type=bind,source=input.txt,target=/tmp/input.txt set -eu; cat /tmp/input.txt > /opt/copied
+"""
+
+
+def _left_in_layer(image_id: str) -> bool:
+    def run(*args: str) -> str:
+        out = subprocess.run(["buildah", *args], capture_output=True, text=True, check=True, timeout=300)
+        return out.stdout.strip()
+
+    container = run("from", "--pull-never", image_id.removeprefix("sha256:")).splitlines()[-1]
+    try:
+        root = Path(run("mount", container))
+        assert (root / "opt" / "copied").read_text() == "x\n"
+        return (root / "tmp" / "input.txt").exists()
+    finally:
+        subprocess.run(["buildah", "rm", container], capture_output=True, timeout=300)
+
+
+@pytest.mark.docker
+@needs_buildah
+def test_a_store_under_tmp_leaves_the_mount_target_in_the_layer_and_the_build_refuses_it(tmp_path, own_store,
+                                                                                          monkeypatch):
+    """buildah 1.28 leaves /tmp/input.txt in the layer when its store is under /tmp (three builds of track c from
+    nothing, alike but for where their store was, gave three dependency images); under /var/tmp it does not. The
+    project's build refuses such a store in one line."""
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "input.txt").write_text("x\n")
+    (context / "Dockerfile").write_text(MOUNTING)
+    base = base_into_buildah(engine.image_or_none(STANDIN).id)
+    image_id, _, tail = buildah_build(context / "Dockerfile", context, "deps", 1_700_000_000, {"BASE_IMAGE": base},
+                                      "linux/" + host_arch(), None)
+    assert image_id and not _left_in_layer(image_id), "\n".join(tail[-20:])
+
+    under_tmp = tmp_path / "store"  # tmp_path is under /tmp: a store there, made by hand as fresh_store refuses it
+    conf = under_tmp / "storage.conf"
+    under_tmp.mkdir()
+    conf.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{under_tmp}/root"\nrunroot = "{under_tmp}/run"\n')
+    monkeypatch.setenv("CONTAINERS_STORAGE_CONF", str(conf))
+    try:
+        subprocess.run(["buildah", "pull", "--quiet", f"docker-daemon:{STANDIN}"], capture_output=True, check=True,
+                       timeout=300)
+        built = subprocess.run(
+            ["buildah", "build", "--quiet", "--timestamp", "1700000000", "--build-arg", f"BASE_IMAGE={STANDIN}",
+             "--file", str(context / "Dockerfile"), str(context)], capture_output=True, text=True, timeout=300)
+        assert built.returncode == 0, built.stderr[-2000:]
+        assert _left_in_layer(built.stdout.strip().splitlines()[-1]), "buildah no longer leaves it: the rule can go"
+        with pytest.raises(HostError) as refused:
+            buildah_build(context / "Dockerfile", context, "deps", 1_700_000_000, {"BASE_IMAGE": STANDIN},
+                          "linux/" + host_arch(), None)
+        assert "\n" not in str(refused.value) and str(under_tmp / "root") in str(refused.value)
+    finally:
+        subprocess.run(["buildah", "rmi", "--all", "--force"], capture_output=True, timeout=300)
+        subprocess.run(["umount", "--recursive", "--lazy", str(under_tmp / "root" / "overlay")], capture_output=True,
+                       timeout=300)

@@ -34,6 +34,19 @@ def command_output(cmd: list[str]) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
+# buildah 1.28 leaves a RUN step's mount target in the layer when its store is under the target's top folder: three
+# builds of track c from nothing, alike but for where their store of their own was, gave three dependency images.
+# Under /var/tmp, the recorded one; under /tmp/..., /tmp/pip.conf, /tmp/uv.txt, /tmp/lock.txt and two more left in its
+# layers; under /root/..., /root/.cache/uv. images/Dockerfile mounts under these folders only (tests check it), and a
+# build refuses a store under them (builders/buildah.py).
+MOUNT_TARGET_TOPS = (Path("/tmp"), Path("/root"))
+
+
+def under_mount_target_top(path: Path) -> bool:
+    resolved_path = path.resolve()
+    return any(resolved_path == top or top in resolved_path.parents for top in MOUNT_TARGET_TOPS)
+
+
 def buildah_tmp() -> Path:
     """buildah's temporary folder: TMPDIR, else /var/tmp (where it keeps `RUN --mount=type=cache` folders too)."""
     return Path(os.environ.get("TMPDIR") or "/var/tmp")

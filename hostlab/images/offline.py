@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .. import REPO, HostError
 from ..host.console import say
+from ..host.disk import buildah_tmp
 from ..host.tools import resolved
 from ..locks.provenance import CACHE
 from .build import choose_base, git_revision, resolve_track
@@ -74,7 +75,7 @@ def check_offline(track_name: str | None, folder: Path | None, repo: Path = REPO
         raise HostError("`invoke vendor.check` cuts the network with a namespace of its own (unshare -n): run it as "
                         "root, on Linux")
     tag = f"grpolab-vendored:{track.name}"
-    store = Path(os.environ.get("TMPDIR", "/var/tmp")) / f"grpolab-vendored-{track.name}"
+    store = buildah_tmp() / f"grpolab-vendored-{track.name}"
     say(f"[vendor] building track {track.name} from {folder} from nothing, in a network namespace with loopback only")
     started = time.monotonic()
     inner = ["sh", "-c", 'ip link set lo up && exec "$0" -c "$1" "$2" "$3" "$4" "$5" "$6"', sys.executable,

@@ -14,7 +14,6 @@ later build is compared with. The verdict, with what it cost, is printed and wri
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from grpolab.common.tracks import Track
 from .. import REPO, HostError
 from ..host import engine
 from ..host.console import say, warn
+from ..host.disk import buildah_tmp
 from ..host.tools import resolved
 from ..locks.lockfile import read_lock
 from .build import BuildResult, build, image_for_rollout, resolve_track
@@ -52,7 +52,7 @@ def _two_builds_from_nothing(track: Track, builder: Builder, base: str | None, c
             base_seconds = round(time.monotonic() - base_started, 1)
         tag = f"grpolab-check:{track.name}-{attempt}"
         # A store of the build's own (buildah), or the engine's build cache emptied (buildx): as a fresh machine has it.
-        with builder.from_nothing(Path(os.environ.get("TMPDIR", "/var/tmp")) / f"grpolab-check-{track.name}-{attempt}"):
+        with builder.from_nothing(buildah_tmp() / f"grpolab-check-{track.name}-{attempt}"):
             result = build(track.name, base=base, ca_bundle=ca_bundle, repo=repo, tag=tag, write_env=False,
                            builder=builder, compare_record=False, rollout=rollout, vendored=vendored)
         builds.append(result)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...host.console import stream
+from ... import HostError
+from ...host.disk import MOUNT_TARGET_TOPS, buildah_store, under_mount_target_top
 from .buildah_store import BUILDAH_HINT, base_into_buildah, buildah_layers, fresh_store, run_buildah
 from .facts import BuilderFacts
 from .handover import buildah_to_engine
@@ -86,6 +88,12 @@ def buildah_build(
     iidfile = context.parent / f"{target}.iid"
     cmd = ["buildah", "build", "--layers", "--force-rm", "--jobs", "2", "--network", "host", "--timestamp", str(epoch),
            "--target", target, "--platform", platform, "--file", str(dockerfile), "--iidfile", str(iidfile)]
+    store = buildah_store()
+    if under_mount_target_top(store):
+        raise HostError(f"[build] buildah's store is {store}, under a folder images/Dockerfile mounts into "
+                        f"({', '.join(map(str, MOUNT_TARGET_TOPS))}): buildah 1.28 then leaves mount targets in the "
+                        "layers and the image is not the recorded one. Set graphroot in /etc/containers/storage.conf "
+                        "elsewhere (its default: /var/lib/containers/storage)")
     status, tail = stream(cmd + build_arg_flags(epoch, args, ca) + [str(context)])
     if status != 0:
         return "", "", tail

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ... import HostError
 from ...host.console import say
+from ...host.disk import under_mount_target_top
 from ...host.environ import environ_set
 from ...host.tools import resolved
 
@@ -47,7 +48,12 @@ def buildah_layers(image_id: str) -> list[str]:
 @contextmanager
 def fresh_store(folder: Path):
     """buildah with a store, cache and cache mounts of its own under `folder`, empty at first: builds from nothing
-    that leave the everyday store (and its cache) as it was. Removed afterwards."""
+    that leave the everyday store (and its cache) as it was. Removed afterwards. `folder` must not be under /tmp or
+    /root: buildah would leave mount targets in the layers there (hostlab/host/disk.py, MOUNT_TARGET_TOPS)."""
+    if under_mount_target_top(folder):
+        raise HostError(f"a buildah store of its own in {folder}: that is under a folder images/Dockerfile mounts "
+                        "into, and buildah 1.28 then leaves mount targets in the layers: use a folder under /var/tmp "
+                        "(hostlab.host.disk.buildah_tmp())")
     conf = folder / "storage.conf"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "tmp").mkdir(exist_ok=True)  # buildah keeps RUN --mount=type=cache folders under TMPDIR
