@@ -203,22 +203,9 @@ def test_the_last_cleanup_empties_uvs_cache_which_its_prune_keeps(tmp_path, monk
     _tiny_wheel(tmp_path)
     venv = tmp_path / "venv"
     subprocess.run(["uv", "venv", "--quiet", str(venv)], check=True, timeout=300)
-    subprocess.run(
-        [
-            "uv",
-            "pip",
-            "install",
-            "--quiet",
-            "--python",
-            str(venv / "bin" / "python"),
-            "--no-index",
-            "--find-links",
-            str(tmp_path),
-            "tinypkg",
-        ],
-        check=True,
-        timeout=300,
-    )
+    python = str(venv / "bin" / "python")
+    install = ["uv", "pip", "install", "--quiet", "--python", python, "--no-index", "--find-links", str(tmp_path)]
+    subprocess.run([*install, "tinypkg"], check=True, timeout=300)
 
     def unpacked() -> list[Path]:
         return list((tmp_path / "uv-cache").glob("archive-v*/*/tinypkg.py"))
