@@ -82,6 +82,11 @@ def test_only_the_learners_commands_keep_one_copy_and_say_how_to_keep_more():
 TINY_DOCKERFILE = """\
 ARG BASE_IMAGE=scratch
 ARG DEPS=deps
+ARG LAB=lab
+ARG SOURCE_BUILDS=source-builds
+FROM ${BASE_IMAGE} AS source-builds
+ARG SOURCE_DATE_EPOCH
+RUN set -eu; mkdir -p /wheels; echo compiled > /wheels/compiled
 FROM ${BASE_IMAGE} AS deps
 ARG SOURCE_DATE_EPOCH
 ARG TRACK=c
@@ -93,6 +98,10 @@ ARG SOURCE_DATE_EPOCH
 ARG TRACK=c
 COPY entrypoint/grpolab/__init__.py /opt/grpolab/__init__.py
 RUN set -eu; ls /opt/grpolab > /opt/grpolab/listing
+FROM ${SOURCE_BUILDS} AS compiled
+FROM ${LAB} AS with-source-builds
+ARG SOURCE_DATE_EPOCH
+RUN --mount=type=bind,from=compiled,source=/wheels,target=/tmp/wheels set -eu; cp /tmp/wheels/compiled /opt/compiled
 """
 
 
@@ -139,7 +148,7 @@ def test_one_copy_stays_and_a_code_change_takes_the_dependency_stage_from_the_en
     from hostlab.images.build import build
     from hostlab.images.builders import choose_builder
     from hostlab.host.disk import buildah_tmp
-    from hostlab.images.builders.buildah_store import fresh_store, run_buildah
+    from hostlab.images.builders.buildah_store import buildah_layers, fresh_store, run_buildah
 
     import hostlab.images.build
 
@@ -147,7 +156,7 @@ def test_one_copy_stays_and_a_code_change_takes_the_dependency_stage_from_the_en
     monkeypatch.setattr(hostlab.images.build, "check_room", lambda *args, **kw: None)
     repo, base = tiny_repo
     store = Path(tempfile.mkdtemp(prefix="grpolab-test-onecopy-", dir=buildah_tmp()))  # not under /tmp: disk.py
-    image = "grpolab-test:onecopy"
+    image, llama = "grpolab-test:onecopy", "grpolab-test:onecopy-llamacpp"
     builder = choose_builder("buildah")
     before = set(_images(f"{DEPS_REPOSITORY}:c-"))
     made = []
@@ -189,7 +198,18 @@ def test_one_copy_stays_and_a_code_change_takes_the_dependency_stage_from_the_en
             assert len(now) == 1 and now != made, now
             assert f"dropped the engine's older dependency stages of track c: {made[0]}" in out
             made = now
+
+            # llama.cpp's image: the code's layers, the compile's, on the kept dependency stage. buildah keeps the
+            # base and the compile only (minutes to make again), the lab stage without history included.
+            fourth = build("c", base=base, repo=repo, tag=llama, write_env=False, builder=builder,
+                           compare_record=False, one_copy=True, skip_host_check=True, rollout="llamacpp")
+            out = capfd.readouterr().out
+            assert "not building it again" in out and fourth.compiled_layers
+            base_layers = buildah_layers(base_id)
+            for left in run_buildah("images", "--all", "--quiet", "--no-trunc").stdout.split():
+                layers = buildah_layers(left)
+                assert layers == base_layers or fourth.compiled_layers[: len(layers)] == layers, left
     finally:
-        subprocess.run(["docker", "image", "rm", "--force", image, *made], capture_output=True, timeout=300)
+        subprocess.run(["docker", "image", "rm", "--force", image, llama, *made], capture_output=True, timeout=300)
         if os.environ.get("CI"):
             subprocess.run(["docker", "image", "prune", "--force"], capture_output=True, timeout=300)

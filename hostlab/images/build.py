@@ -411,6 +411,7 @@ def run_two_stage_build(
         lab_id, lab_ref, lab_tail = build_target(builder, track, dockerfile, context, "lab", epochs["lab"],
                                                  {**stage_args, "DEPS": deps_ref}, ca, lab_tag)
         compiled_id, compiled_layers = "", []
+        stripped = [deps_id, lab_id]  # without history: not the bottom of the final image (one layer more on top)
         if with_source_builds:
             lab_id, compiled_id, compiled_ref, more_tail = add_source_builds(
                 builder, track, dockerfile, context, stage_args, lab_ref, image, epochs, ca
@@ -424,7 +425,7 @@ def run_two_stage_build(
             builder.hand_to_engine(lab_id, image)
             handover_s = time.monotonic() - handing
         if one_copy:
-            keep_one_copy(building, track, key, deps_ref, [deps_id], lab_id, base_id)
+            keep_one_copy(building, track, key, deps_ref, stripped, lab_id, base_id)
     return TwoStageBuild(lab_id, deps_id, deps_layers, tail + lab_tail, handover_s, compiled_id, compiled_layers)
 
 
