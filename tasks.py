@@ -153,8 +153,9 @@ BUILD_HELP = {
     "(grpolab:c-llamacpp), which the track's image leaves out; any other path, the track's image",
 }
 KEEP_CACHE_HELP = (
-    "keep buildah's copy of the image and the wheels' cache beside the engine's (about 3x the image's size; rebuilds "
-    "after a code change then take seconds less): by default only the engine's copy stays"
+    "keep buildah's copy of the image and the wheels' cache beside the engine's (about 3x the image's size; a rebuild "
+    "after a code change then skips copying the dependency layers back, about a minute): by default only the "
+    "engine's copy stays"
 )
 VENDORED_HELP = (
     "a folder `invoke vendor` wrote: every input (base, wheels, sdists, Debian packages) comes from it, nothing from "
