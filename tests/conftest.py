@@ -4,9 +4,11 @@ tiny model (entrypoint/tiny-model/), and a cache of the tests' own (.cache/tests
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -187,9 +189,12 @@ def tmpfs(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     mounted = []
+    # Under /var/tmp, not the test's folder under /tmp: a build refuses a buildah store under /tmp (buildah 1.28 leaves
+    # mount targets in the layers there: hostlab/host/disk.py, MOUNT_TARGET_TOPS).
+    parent = Path(tempfile.mkdtemp(prefix="grpolab-test-tmpfs-", dir="/var/tmp"))
 
     def mount(size_mib: int) -> Path:
-        folder = tmp_path / f"tmpfs-{len(mounted)}"
+        folder = parent / f"tmpfs-{len(mounted)}"
         folder.mkdir()
         made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(folder)],
                               capture_output=True, timeout=120)
@@ -201,4 +206,5 @@ def tmpfs(tmp_path):
     yield mount
     for folder in mounted:
         subprocess.run(["umount", "--lazy", str(folder)], capture_output=True, timeout=120)
+    shutil.rmtree(parent, ignore_errors=True)
 
