@@ -5,6 +5,7 @@ dependency stage goes with a lock change."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import subprocess
@@ -14,7 +15,16 @@ from pathlib import Path
 import pytest
 from grpolab.common.tracks import get_track
 
+import hostlab.images.build
+import tasks
+from hostlab.host import engine
+from hostlab.host.disk import buildah_tmp
+from hostlab.images.build import build
+from hostlab.images.builders import choose_builder
+from hostlab.images.builders.buildah_store import buildah_layers, fresh_store, run_buildah
 from hostlab.images.builders.onecopy import CODE_ARGS, DEPS_REPOSITORY, deps_key, deps_tag, is_bottom_of
+from hostlab.images.standin import host_arch, standin_name
+from hostlab.run.up import up
 
 REPO = Path(__file__).resolve().parents[1]
 TRACK = get_track("c")
@@ -65,11 +75,6 @@ def test_the_key_follows_what_the_dependency_stage_is_made_of_and_not_the_code(t
 def test_only_the_learners_commands_keep_one_copy_and_say_how_to_keep_more():
     """`invoke build` and `invoke up` keep one copy unless --keep-cache; the library's build (CI's builds, the
     benchmarks, the reproducibility check) keeps buildah's store, which its next steps use."""
-    import inspect
-
-    import tasks
-    from hostlab.images.build import build
-    from hostlab.run.up import up
 
     assert inspect.signature(build).parameters["one_copy"].default is False
     assert inspect.signature(up).parameters["one_copy"].default is False
@@ -117,8 +122,6 @@ def _commit(repo: Path, message: str) -> None:
 
 @pytest.fixture
 def tiny_repo(tmp_path):
-    from hostlab.host import engine
-    from hostlab.images.standin import host_arch, standin_name
 
     if shutil.which("buildah") is None or not engine.running():
         pytest.skip("needs buildah and a running Docker engine (CI has both)")
@@ -145,12 +148,7 @@ def test_one_copy_stays_and_a_code_change_takes_the_dependency_stage_from_the_en
     base; the engine holds the image and its dependency stage, tagged by its key, for no more disk than the image; the
     images' uv cache is gone. A code change then builds on the engine's dependency stage (not built again), and a
     lock change drops the older one."""
-    from hostlab.images.build import build
-    from hostlab.images.builders import choose_builder
-    from hostlab.host.disk import buildah_tmp
-    from hostlab.images.builders.buildah_store import buildah_layers, fresh_store, run_buildah
 
-    import hostlab.images.build
 
     # The track's measured need (GBs) is for its real Dockerfile; this one writes kilobytes.
     monkeypatch.setattr(hostlab.images.build, "check_room", lambda *args, **kw: None)
