@@ -11,9 +11,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from grpolab.common.filehash import sha256_of_file
 from grpolab.common.tracks import Track
 
-from ... import HostError
+from ... import REPO, HostError
 from ...host.tools import resolved
 from ...locks.sourcebuilds import SOURCE_BUILD_FILE_NAMES
 
@@ -32,6 +33,12 @@ def deps_inputs(track: Track) -> list[str]:
         f"lockfiles/{track.name}.build.txt",
         f"lockfiles/{track.name}.debian.txt",
     ]
+
+
+def input_hashes(track: Track, repo: Path = REPO) -> dict[str, str]:
+    """sha256 of each file the dependency stages are made of (the ones this track has): what a record keeps, and what
+    the key of a kept dependency stage is made from (onecopy.py)."""
+    return {p: sha256_of_file(repo / p) for p in deps_inputs(track) if (repo / p).is_file()}
 
 
 def lab_inputs(track: Track) -> list[str]:

@@ -34,7 +34,6 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from grpolab.common.filehash import sha256_of_file
 from grpolab.common.tracks import Track
 
 from ...host.console import say
@@ -44,7 +43,7 @@ from .buildah import without_history
 from .buildah_store import buildah_has_image, buildah_layers, run_buildah
 from .engine_images import engine_image_id
 from .handover import buildah_to_engine
-from .inputs import deps_inputs
+from .inputs import input_hashes
 
 DEPS_REPOSITORY = "grpolab-deps"
 CODE_ARGS = ("GIT_REVISION", "TRACK_ENV")  # build args only the lab stage reads: they change with the code
@@ -53,7 +52,7 @@ UV_CACHE_MOUNT = Path("root") / ".cache" / "uv"  # images/Dockerfile's `--mount=
 
 def deps_key(track: Track, repo: Path, args: dict[str, str], epoch: int, base_id: str) -> str:
     """A digest of what the dependency stage is made of: its input files, the base, its time and its build args."""
-    inputs = {p: sha256_of_file(repo / p) for p in deps_inputs(track) if (repo / p).is_file()}
+    inputs = input_hashes(track, repo)
     stage_args = {key: value for key, value in sorted(args.items()) if key not in CODE_ARGS}
     text = json.dumps({"inputs": inputs, "epoch": epoch, "base": base_id, "args": stage_args}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
