@@ -517,14 +517,16 @@ def bench_projection(c, case=None, rounds=None, cold=False):
         projection_bench((case,) if case else None, cold=cold, rounds=int(rounds or 1))
 
 
-@task(name="cold-up")
-def bench_cold_up(c):
-    """The README's first command in a fresh clone, nothing warm, part by part: 230 s + 173 s (bench/cold-up.json).
+@task(name="cold-up", help={"bare": "first purge the Docker engine (every image on the machine with it), buildah, "
+                             "mmdebstrap and apt's downloads, so setup-host.sh installs them, timed, as on a fresh "
+                             "machine; writes bench/cold-up-bare.json"})
+def bench_cold_up(c, bare=False):
+    """The README's first command in a fresh clone, nothing warm, part by part: minutes (bench/cold-up*.json).
     As root: removes track c's image and the stand-in base, empties buildah's caches, drops the page cache."""
     from hostlab.bench.coldup import cold_up_bench
 
     with user_errors():
-        cold_up_bench()
+        cold_up_bench(bare=bare)
 
 
 @task(name="test-command")

@@ -154,6 +154,19 @@ def test_the_readme_figures_name_the_machine_and_the_day_but_no_commit(tmp_path)
     assert "0123456" not in figures and all(len(line) <= 120 for line in figures.splitlines())
 
 
+def test_the_first_command_figure_is_a_bare_machines_while_one_is_measured(tmp_path):
+    bench = tmp_path / "bench"
+    result(bench, "cold-up-bare.json", kind="cold-up", case="bare", when="20270102T000000Z", total_s=230.2,
+           bare_machine=True)
+    result(bench, "cold-up.json", kind="cold-up", when="20270105T000000Z", total_s=160.0, bare_machine=False)
+    first = " ".join(readme_figures(bench).split("\n- ")[0].split())
+    assert "**230 s**" in first and "a bare machine: the Docker engine's install included" in first
+    assert "cold-up-bare.json" in first and "160" not in first
+    (bench / "cold-up-bare.json").unlink()  # none measured bare: the engine-installed one, said as such
+    first = " ".join(readme_figures(bench).split("\n- ")[0].split())
+    assert "**160 s**" in first and "the Docker engine installed" in first
+
+
 def test_the_readme_figures_take_the_newest_measured_run_of_the_test_command(tmp_path):
     bench = tmp_path / "bench"
     result(bench, "cold-up.json", machine="not recorded (stamped from git)", kind="cold-up", when="20270102T000000Z",

@@ -41,3 +41,10 @@ def test_a_leftover_from_an_unfinished_run_is_said_not_overwritten(tmp_path):
         with coldupbench.set_aside((uv,)):
             pass
     assert uv.is_dir() and (tmp_path / "uv.grpolab-cold-up").is_dir()
+
+
+def test_a_bare_machine_lacks_every_package_setup_host_installs_but_the_python():
+    """--bare purges what setup-host.sh's plan installs on a machine without any of it (this machine's release)."""
+    names = coldupbench.bare_packages()
+    assert {"docker.io", "buildah", "mmdebstrap", "debootstrap"} <= set(names)
+    assert not any(name.startswith("python3") for name in names)  # the bench itself runs in a venv of that Python

@@ -49,12 +49,15 @@ def test_the_cold_up_bench_refuses_without_root_before_touching_anything():
         from hostlab.bench import coldup
         def forget_images(names):
             raise SystemExit(f"removed {names} before refusing")
-        coldup.forget_images = forget_images
+        def make_bare():
+            raise SystemExit("purged the engine before refusing")
+        coldup.forget_images, coldup.make_bare = forget_images, make_bare
         ---
-        try:
-            coldup.cold_up_bench()
-        except HostError as err:
-            print("REFUSED", err)
+        for bare in (False, True):
+            try:
+                coldup.cold_up_bench(bare=bare)
+            except HostError as err:
+                print("REFUSED", err)
     """))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("REFUSED") and "run it as root" in done.stdout
+    assert done.stdout.count("REFUSED") == 2 and "run it as root" in done.stdout

@@ -7,9 +7,13 @@ images/setup-host.sh && . .venvs/host/bin/activate && invoke up` does on a machi
 set-up, the stand-in base, the image (and of it, the hand-over to the Docker engine), `docker compose run lab`
 (the smoke test, then the lab); then, the page cache dropped again, `invoke up --rollout llamacpp`, the first run on
 the path whose image has llama.cpp compiled in (the track's image leaves it out). Both build as `invoke up` does,
-keeping one copy of each image; the disk they take is the free space of the one filesystem before and after. What it
-does not time: installing the Docker engine itself, which this machine already has (a fresh machine pays it once,
-before everything here).
+keeping one copy of each image; the disk they take is the free space of the one filesystem before and after.
+
+With `--bare`, the machine is first made as bare as a fresh one for what setup-host.sh installs: the Docker engine
+stopped and every package setup-host.sh would install on a bare machine of this release purged (with what they
+pulled in, and the engine's, containerd's and buildah's data, so every image on the machine), Compose's fallback
+binary removed, apt's downloaded packages and lists removed. setup-host.sh then installs them again from the
+archive, inside the timed command. Without it, the engine's install is not timed (setup-host.sh finds it installed).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from grpolab.common.tracks import get_track
+
+from hostlab.host import packages
 
 from .. import REPO, HostError
 from ..host import engine
@@ -83,6 +89,51 @@ def forget_images(names: list[str]) -> None:
         client.images.remove(image.id, force=True)
 
 
+# What a bare machine lacks beyond the packages: the engine's, containerd's and buildah's data, and Compose's fallback
+# binary (setup-host.sh puts it there as root); and apt's downloaded packages and lists, whose files go (their folders
+# stay, as apt made them).
+BARE_PATHS = (Path("/var/lib/docker"), Path("/var/lib/containerd"), Path("/var/lib/containers"),
+              Path("/usr/local/lib/docker/cli-plugins/docker-compose"))
+APT_DOWNLOADS = (Path("/var/cache/apt/archives"), Path("/var/lib/apt/lists"))
+
+
+def bare_packages() -> list[str]:
+    """What setup-host.sh's plan installs with apt on a machine of this release that has none of it (the Python that
+    makes venvs excepted: the bench runs in one)."""
+    release, _ = packages.release_for(packages.parse_os_release(Path("/etc/os-release").read_text()))
+    nothing = packages.Found(engine=False, compose_v2=False, buildx=False, debootstrap=False, mmdebstrap=False,
+                             buildah=False, python_with_venv=True)
+    return packages.plan_for(release, nothing).apt
+
+
+def make_bare() -> list[str]:
+    """Stop the engine and take away what setup-host.sh installs (see the module's doc); returns the packages."""
+    names = bare_packages()
+    if Path("/run/systemd/system").is_dir():
+        subprocess.run(["systemctl", "stop", "docker.socket", "docker", "containerd"], check=False)
+    else:
+        for daemon in ("dockerd", "containerd"):  # setup-host.sh started them in the background
+            subprocess.run(["pkill", "-x", daemon], check=False)
+        for _ in range(60):
+            if subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True).returncode != 0:
+                break
+            time.sleep(1)
+    say(f"making this machine bare: apt-get purge --autoremove {' '.join(names)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "purge", "-y", "-qq", "--autoremove", *names], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    for path in BARE_PATHS:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    for folder in APT_DOWNLOADS:
+        for entry in folder.iterdir():
+            if entry.is_file():
+                entry.unlink()
+    return names
+
+
 def _timed(cmd: list[str], cwd: Path) -> float:
     say("$ " + " ".join(cmd))
     started = time.monotonic()
@@ -94,11 +145,11 @@ def _timed(cmd: list[str], cwd: Path) -> float:
     return time.monotonic() - started
 
 
-def cold_up_bench() -> Path:
+def cold_up_bench(bare: bool = False) -> Path:
     if not os.access(DROP_CACHES, os.W_OK):
         raise HostError(
-            "--cold-up drops the page cache and removes track c's image and the stand-in base from the engine: run it "
-            "as root"
+            "bench.cold-up drops the page cache and removes track c's image and the stand-in base from the engine "
+            "(with --bare, the engine itself): run it as root"
         )
     track = get_track(TRACK)
     with tempfile.TemporaryDirectory(prefix="grpolab-cold-up-", dir=Path.home()) as tmp:
@@ -109,8 +160,12 @@ def cold_up_bench() -> Path:
             image_for_rollout(track, "llamacpp", read_lock(track))[0],
             standin_name(host_arch()),
         ]
-        say(f"removing {', '.join(images)} from the engine, for a cold start")
-        forget_images(images)
+        installed = None
+        if bare:
+            installed = make_bare()
+        else:
+            say(f"removing {', '.join(images)} from the engine, for a cold start")
+            forget_images(images)
         one_disk = len({filesystem_of(path) for path in (REPO, Path(tmp), engine_root(), buildah_tmp())}) == 1
         if not one_disk:
             raise HostError("the bench reads the disk the first command takes from one filesystem's free space: the "
@@ -141,19 +196,23 @@ def cold_up_bench() -> Path:
                 llama_total_s = time.monotonic() - llama_started
                 llama_added_gb = free_before_gb - free_gb(REPO)
     record = cold_up_record(total_s, setup_s, base_s, lab_s, built, added_gb, llama_total_s, llama, llama_lab_s,
-                            llama_added_gb)
-    return _write("cold-up", record)
+                            llama_added_gb, installed)
+    return _write("cold-up", record, case="bare" if bare else None)
 
 
 def cold_up_record(total_s: float, setup_s: float, base_s: float, lab_s: float, built, added_gb: float,
-                   llama_total_s: float, llama, llama_lab_s: float, llama_added_gb: float) -> dict:
+                   llama_total_s: float, llama, llama_lab_s: float, llama_added_gb: float,
+                   installed: list[str] | None = None) -> dict:
     """The bench's result: the first command's parts and disk, then the first llama.cpp run's (`built` and `llama`
-    are the two builds' BuildResults)."""
+    are the two builds' BuildResults; `installed`, with --bare, the packages setup-host.sh installed)."""
+    engine = ("a bare machine: the Docker engine, buildah, mmdebstrap and debootstrap not installed, apt's downloads "
+              "and lists removed, so setup-host.sh installs them from the archive" if installed else
+              "the Docker engine already installed")
     return {
         "what": "the README's first command in a fresh clone, cold: no grpolab image and no stand-in base in the "
-                "engine, buildah's "
-        "store and caches empty, the host's uv and pip caches aside, the page cache dropped; the Docker engine already "
-        "installed",
+                "engine, buildah's store and caches empty, the host's uv and pip caches aside, the page cache dropped; "
+                + engine,
+        "bare_machine": bool(installed),
         "command": "bash images/setup-host.sh && . .venvs/host/bin/activate && invoke up",
         "total_s": round(total_s, 1),
         "goal_s": GOAL_S,
@@ -174,7 +233,10 @@ def cold_up_record(total_s: float, setup_s: float, base_s: float, lab_s: float, 
             "times_the_image": round(added_gb / (built.size_bytes / 1e9), 2),
             "goal_times_the_image": 1.5,
         },
-        "not_included": "installing the Docker engine, Compose and buildah (setup-host.sh found them installed)",
+        "setup_host_installed": installed or [],
+        "not_included": ("the Python that makes venvs (this machine's own; on a stock Debian 12, python3-venv)"
+                         if installed else
+                         "installing the Docker engine, Compose and buildah (setup-host.sh found them installed)"),
         "then_llamacpp": {
             "what": "right after, the page cache dropped again: the first run on llama.cpp's rollout path, which "
                     "compiles "
