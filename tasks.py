@@ -132,7 +132,7 @@ def kernels_readme(c):
 # ----------------------------------------------------------------------------------------- images
 @task(help={"arch": "amd64 or arm64 (default: this host's)", "force": "remake it even if it exists"})
 def base(c, arch=None, force=False):
-    """Make the stand-in base image (mmdebstrap trixie + python3, every package pinned): 19 s here (bench/cold-up.json).
+    """Make the stand-in base image (mmdebstrap trixie + python3, every package pinned): 21 s (bench/cold-up-bare.json).
     For builds without a registry; a pin the main archive lost comes from the snapshot archive (see --help)."""
     from hostlab.images.standin import build_standin
 
@@ -175,7 +175,7 @@ VENDORED_HELP = (
 })
 def build_image(c, track=None, base=None, ca_bundle=None, skip_host_check=False, no_record=False, builder=None,
                 rollout=None, make_lock=False, vendored=None, keep_cache=False):
-    """Build the track's image, record it in .env for `docker compose run lab`: c cold 165 s, GBs (bench/cold-up.json).
+    """Build the track's image, record it in .env for `docker compose run lab`: c cold 118 s (bench/cold-up-bare.json).
     Compared with lockfiles/<track>.image.json; makes x's lock first (asks); lost Debian pins: snapshot."""
     from hostlab.images.build import build
     from hostlab.images.builders import choose_builder
@@ -286,8 +286,8 @@ def venv(c, track="c"):
                        "leaves out",
             "make_lock": MAKE_LOCK_HELP, "keep_cache": KEEP_CACHE_HELP})
 def up(c, track=None, rollout=None, make_lock=False, keep_cache=False):
-    """The main job: build the track's image, then the smoke test and the lab: c from nothing 230 s (bench/cold-up).
-    The stand-in base where no registry answers; `--rollout llamacpp` after it 173 s more; x's lock asked for first."""
+    """The main job: build the track's image, then smoke test and lab: c 189 s from a bare machine (bench/cold-up-bare).
+    The stand-in base where no registry answers; `--rollout llamacpp` after it 183 s more; x's lock asked for first."""
     from hostlab.run.up import up as run_up
 
     with user_errors():

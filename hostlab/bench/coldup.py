@@ -123,8 +123,12 @@ def make_bare() -> list[str]:
     subprocess.run(["apt-get", "purge", "-y", "-qq", "--autoremove", *names], env=env, check=True,
                    stdout=subprocess.DEVNULL)
     for path in BARE_PATHS:
-        if path.is_dir():
-            shutil.rmtree(path)
+        if path.is_dir():  # emptied, not removed: the folder may be a mount point (the engine's is on ours)
+            for entry in path.iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
         elif path.exists():
             path.unlink()
     for folder in APT_DOWNLOADS:
