@@ -261,14 +261,15 @@ def clean(c, track=None, caches=False, dry_run=False):
         free_disk(track, caches=caches, dry_run=dry_run)
 
 
-@task(name="disk", help={"track": BUILD_HELP["track"], "base": BUILD_HELP["base"]})
-def build_disk(c, track=None, base=None):
+@task(name="disk", help={"track": BUILD_HELP["track"] + "; with --predict, tracks by commas", "base": BUILD_HELP[
+    "base"], "predict": "predict from the locks instead (no build; ~2 min a track): for tracks we cannot build"})
+def build_disk(c, track=None, base=None, predict=False):
     """Measure what a cold build of the track's image writes to each store; writes lockfiles/<track>.disk.json: minutes.
     As root: buildah's store and temporary folder on loop filesystems of their own (sparse; GBs while it runs)."""
-    from hostlab.images.diskmeasure import measure_need
+    from hostlab.images import diskmeasure, diskpredict
 
     with user_errors():
-        measure_need(track, base=base)
+        diskpredict.predict_need((track or "").split(",")) if predict else diskmeasure.measure_need(track, base=base)
 
 
 @task(help={"track": "m (macOS) or c (Linux, CPU)"})
@@ -517,9 +518,8 @@ def bench_projection(c, case=None, rounds=None, cold=False):
         projection_bench((case,) if case else None, cold=cold, rounds=int(rounds or 1))
 
 
-@task(name="cold-up", help={"bare": "first purge the Docker engine (every image on the machine with it), buildah, "
-                             "mmdebstrap and apt's downloads, so setup-host.sh installs them, timed, as on a fresh "
-                             "machine; writes bench/cold-up-bare.json"})
+@task(name="cold-up", help={"bare": "first purge the Docker engine (and every image), buildah, mmdebstrap and apt's "
+                             "downloads: setup-host.sh installs them, timed; writes bench/cold-up-bare.json"})
 def bench_cold_up(c, bare=False):
     """The README's first command in a fresh clone, nothing warm, part by part: minutes (bench/cold-up*.json).
     As root: removes track c's image and the stand-in base, empties buildah's caches, drops the page cache."""

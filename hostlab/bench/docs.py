@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 from .. import HostError
+from ..images.diskneed import DISK_END, DISK_START, disk_table
 from .record import BENCH_DIR, write_result
 
 DOCS_PAGE = BENCH_DIR.parent / "docs" / "benchmarks.md"
@@ -245,9 +246,17 @@ def with_figures(text: str, bench_dir: Path = BENCH_DIR) -> str:
     return text[:start] + readme_figures(bench_dir) + text[start + len(block):]
 
 
+def with_disk_table(text: str) -> str:
+    """The page with its disk block (diskneed's DISK_START, DISK_END) made again from lockfiles/*.disk.json."""
+    start, end = text.find(DISK_START), text.find(DISK_END)
+    if start < 0 or end < start:
+        return text
+    return text[:start + len(DISK_START) + 1] + disk_table() + text[end:]
+
+
 def write_page(bench_dir: Path = BENCH_DIR, page: Path = DOCS_PAGE, readme: Path = README) -> Path:
-    """Write docs/benchmarks.md and the README's figures block from `bench_dir`; returns the page's path."""
-    readme_text = with_figures(readme.read_text(), bench_dir)  # first: a README without the block changes nothing
+    """Write docs/benchmarks.md and the README's figures and disk blocks; returns the page's path."""
+    readme_text = with_disk_table(with_figures(readme.read_text(), bench_dir))  # first: without the block, no change
     page.write_text(render(bench_dir))
     readme.write_text(readme_text)
     return page

@@ -145,6 +145,9 @@ def measure_need(track_name: str | None, base: str | None = None, repo: Path = R
                      "how": __doc__.split("How: ", 1)[1].split(" As root")[0].replace("\n", " ")},
     }
     path = need_path(track, repo)
+    earlier = json.loads(path.read_text()) if path.exists() else {}
+    if "predicted" in earlier:  # `--predict`'s, kept beside the measurement it is checked against
+        record["predicted"] = earlier["predicted"]
     path.write_text(json.dumps(record, indent=1) + "\n")
     say(f"track {track.name}: buildah's store {store_peak:.2f} GB at the peak ({store_kept:.2f} kept), its cache "
         f"mounts and temporary files {tmp_peak:.2f} GB ({tmp_kept:.2f}), the engine {copy + loading:.2f} GB "
