@@ -53,7 +53,7 @@ def needs_repo(tmp_path):
 def test_a_track_not_measured_yet_is_said_and_not_refused(tmp_path, capsys):
     (tmp_path / "lockfiles").mkdir()
     check_room(TRACK, builds_in_engine=False, repo=tmp_path)
-    assert "track c's need is not measured yet" in capsys.readouterr().out
+    assert "track c's need is neither measured nor predicted yet" in capsys.readouterr().out
 
 
 @pytest.fixture
@@ -88,7 +88,11 @@ def test_a_build_whose_store_cannot_hold_the_track_is_refused_in_one_line_before
     assert "\n" not in message
     assert message.startswith(f"[build] buildah's store ({buildah_on_small_fs / 'root'}): 0.1 GB free on "
                               f"{buildah_on_small_fs}, and track c's build needs 1.5 GB there")
-    assert "`invoke clean`" in message
+    assert "(measured, c.disk.json)" in message and "`invoke clean`" in message
+    # A track nothing measured: its need predicted from the locks (`invoke build.disk --predict`), and said so.
+    need_path(TRACK, needs_repo).write_text(json.dumps({"track": "c", "predicted": {"need_gb": NEEDS_GB}}))
+    with pytest.raises(HostError, match=r"needs 1\.5 GB there \(predicted from the locks, c\.disk\.json\)"):
+        check_room(TRACK, builds_in_engine=False, repo=needs_repo)
 
 
 @pytest.mark.docker

@@ -73,8 +73,10 @@ def _disk_row(track: Track, repo: Path) -> str:
                .exists() else f"`invoke build.disk --track {track.name}` measures it")
         return f"| `{track.name}` | – | – | – | – | not known yet: {why} |"
     how = f"measured {kept['measured']['date']}" if found is kept else "predicted from the locks"
-    check = f"{sum(predicted['need_gb'].values()):.0f} GB" if predicted and found is kept else "–"
-    return (f"| `{track.name}` | {found['image_gb']:.1f} GB | {sum(found['need_gb'].values()):.0f} GB | {check} | "
+    check = f"{sum(predicted['need_gb'].values()):.1f} GB" if predicted and found is kept else "–"
+    if predicted and predicted.get("calibration", {}).get("track") == track.name:
+        check += " (the calibration)"
+    return (f"| `{track.name}` | {found['image_gb']:.1f} GB | {sum(found['need_gb'].values()):.1f} GB | {check} | "
             f"{sum(found['kept_gb'].values()):.1f} GB | {how} ([{path.name}](lockfiles/{path.name})) |")
 
 
