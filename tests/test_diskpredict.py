@@ -18,7 +18,8 @@ from hostlab.locks.wheels import LockedFile
 
 from conftest import REPO
 
-CALIBRATION = {"image_gb": 5.0, "need_gb": {"buildah_store": 10.0, "buildah_tmp": 15.0, "engine": 10.0, "uv_cache": 0.0},
+CALIBRATION = {"image_gb": 5.0,
+               "need_gb": {"buildah_store": 10.0, "buildah_tmp": 15.0, "engine": 10.0, "uv_cache": 0.0},
                "kept_gb": {"buildah_store": 0.25, "buildah_tmp": 0.0, "engine": 5.0, "uv_cache": 0.0},
                "measured": {"date": "2027-01-01"}}
 
