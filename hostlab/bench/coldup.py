@@ -110,17 +110,17 @@ def make_bare() -> list[str]:
     """Stop the engine and take away what setup-host.sh installs (see the module's doc); returns the packages."""
     names = bare_packages()
     if Path("/run/systemd/system").is_dir():
-        subprocess.run(["systemctl", "stop", "docker.socket", "docker", "containerd"], check=False)
+        subprocess.run(resolved(["systemctl", "stop", "docker.socket", "docker", "containerd"]), check=False)
     else:
         for daemon in ("dockerd", "containerd"):  # setup-host.sh started them in the background
-            subprocess.run(["pkill", "-x", daemon], check=False)
+            subprocess.run(resolved(["pkill", "-x", daemon]), check=False)
         for _ in range(60):
-            if subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True).returncode != 0:
+            if subprocess.run(resolved(["pgrep", "-x", "dockerd"]), capture_output=True).returncode != 0:
                 break
             time.sleep(1)
     say(f"making this machine bare: apt-get purge --autoremove {' '.join(names)}")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "purge", "-y", "-qq", "--autoremove", *names], env=env, check=True,
+    subprocess.run(resolved(["apt-get", "purge", "-y", "-qq", "--autoremove", *names]), env=env, check=True,
                    stdout=subprocess.DEVNULL)
     for path in BARE_PATHS:
         if path.is_dir():  # emptied, not removed: the folder may be a mount point (the engine's is on ours)
