@@ -33,7 +33,7 @@ from .build import build, git_revision, resolve_track
 from .builders import choose_builder
 from .builders.buildah_store import fresh_store, run_buildah
 from .builders.onecopy import drop_own_copies
-from .diskneed import need_path
+from .diskneed import need_file, need_path
 
 LOOP_SIZE_GB = 60  # sparse: only what the build writes takes the disk
 
@@ -145,7 +145,7 @@ def measure_need(track_name: str | None, base: str | None = None, repo: Path = R
                      "how": __doc__.split("How: ", 1)[1].split(" As root")[0].replace("\n", " ")},
     }
     path = need_path(track, repo)
-    earlier = json.loads(path.read_text()) if path.exists() else {}
+    earlier = need_file(track, repo)
     if "predicted" in earlier:  # `--predict`'s, kept beside the measurement it is checked against
         record["predicted"] = earlier["predicted"]
     path.write_text(json.dumps(record, indent=1) + "\n")

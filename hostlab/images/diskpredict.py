@@ -28,7 +28,7 @@ from ..host.console import say
 from ..locks.debian import MIRROR, SUITE, base_lock_path, debian_lock_path, read_debian_lock, track_arch
 from ..locks.index import TIMEOUT_S, _RangeFile
 from ..locks.wheels import LockedFile, locked_files
-from .diskneed import need_path
+from .diskneed import need_file, need_path
 
 CALIBRATION_TRACK = "c"  # measured here, and the lock every prediction is scaled from
 RUNTIME_GROUP = "runtime"  # the Debian lock's group the image keeps (the build group is the compile stage's)
@@ -142,7 +142,7 @@ def predict_need(names: list[str], repo: Path = REPO) -> list[Path]:
         track = get_track(name)
         contents = calibration_contents if name == CALIBRATION_TRACK else lock_contents(track, repo)
         path = need_path(track, repo)
-        kept = json.loads(path.read_text()) if path.exists() else {"track": name}
+        kept = need_file(track, repo) or {"track": name}
         kept["predicted"] = {"what": PREDICTED, **scaled(contents, calibration_contents, calibration)}
         path.write_text(json.dumps(kept, indent=1) + "\n")
         say(f"track {name}: image {kept['predicted']['image_gb']} GB, a cold build's peak "
