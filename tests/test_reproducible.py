@@ -27,7 +27,7 @@ from grpolab.report.rows import environment  # noqa: E402
 from hostlab import REPO, HostError
 
 from hostlab.host import engine  # noqa: E402
-from hostlab.host.disk import buildah_tmp  # noqa: E402
+from hostlab.host.disk import MOUNT_TARGET_TOPS, buildah_tmp  # noqa: E402
 from hostlab.images.standin import host_arch, standin_name  # noqa: E402
 from hostlab.images.builders import choose_builder, commit_time, deps_inputs, engine_layers, lab_inputs  # noqa: E402
 from hostlab.images.builders.buildah import buildah_build  # noqa: E402
@@ -344,8 +344,6 @@ def test_the_engines_own_builder_where_it_can(tmp_path):
 
 # ----------------------------------- buildah's store must not be under a folder the Dockerfile mounts into
 def test_every_mount_target_of_the_dockerfile_is_under_a_top_folder_a_store_is_kept_out_of():
-    from hostlab.host.disk import MOUNT_TARGET_TOPS
-
     targets = re.findall(r"--mount=type=\w+,[^ \\]*?target=([^ ,\\]+)", (REPO / "images" / "Dockerfile").read_text())
     assert len(targets) >= 10
     tops = {Path("/", Path(target).parts[1]) for target in targets}

@@ -28,10 +28,8 @@ from pathlib import Path
 
 from grpolab.common.tracks import get_track
 
-from hostlab.host import packages
-
 from .. import REPO, HostError
-from ..host import engine
+from ..host import engine, packages
 from ..host.console import say
 from ..host.disk import buildah_tmp, engine_root, filesystem_of, free_gb
 from ..host.tools import compose_command, resolved
