@@ -229,13 +229,9 @@ def vendor_check(c, track=None, into=None):
         check_offline(track, Path(into).expanduser() if into else None)
 
 
-@task(
-    help={
-        "track": "the track whose lock names the packages (default c)",
-        "into": "the folder that gets wheels/ and sdist/ (replaced)",
-        "base": "the base image (default: the track's, or the stand-in where no registry answers)",
-    }
-)
+@task(help={"track": "the track whose lock names the packages (default c)",
+            "into": "the folder that gets wheels/ and sdist/ (replaced)",
+            "base": "the base image (default: the track's, or the stand-in where no registry answers)"})
 def source_wheels(c, into, track="c", base=None):
     """Compile the lock's source-only packages (llama-cpp-python) as the track's image does and copy them out: minutes.
     With buildah; a venv here then installs the image's own compile (CI's does). Cached with the image's build."""
@@ -261,15 +257,24 @@ def clean(c, track=None, caches=False, dry_run=False):
         free_disk(track, caches=caches, dry_run=dry_run)
 
 
-@task(name="disk", help={"track": BUILD_HELP["track"] + "; with --predict, tracks by commas", "base": BUILD_HELP[
-    "base"], "predict": "predict from the locks instead (no build; ~2 min a track): for tracks we cannot build"})
-def build_disk(c, track=None, base=None, predict=False):
+@task(name="disk", help={"track": BUILD_HELP["track"], "base": BUILD_HELP["base"]})
+def build_disk(c, track=None, base=None):
     """Measure what a cold build of the track's image writes to each store; writes lockfiles/<track>.disk.json: minutes.
     As root: buildah's store and temporary folder on loop filesystems of their own (sparse; GBs while it runs)."""
-    from hostlab.images import diskmeasure, diskpredict
+    from hostlab.images.diskmeasure import measure_need
 
     with user_errors():
-        diskpredict.predict_need((track or "").split(",")) if predict else diskmeasure.measure_need(track, base=base)
+        measure_need(track, base=base)
+
+
+@task(name="disk-predict", help={"track": "the tracks, by commas (n,s,cluster), c among them or not"})
+def build_disk_predict(c, track=""):
+    """Predict from the locks what a track's build needs on disk (no build): 1.5-5 min a track, into its disk.json.
+    For tracks this machine cannot build; scaled from track c's measurement (lockfiles/c.disk.json)."""
+    from hostlab.images.diskpredict import predict_need
+
+    with user_errors():
+        predict_need(track.split(","))
 
 
 @task(help={"track": "m (macOS) or c (Linux, CPU)"})
@@ -297,16 +302,12 @@ def up(c, track=None, rollout=None, make_lock=False, keep_cache=False):
         raise Exit(code=status)
 
 
-@task(
-    help={
-        "gpu": "the GPU the server takes (default 1; the trainer uses the first GPU it sees)",
-        "port": "port published on this host (default 8000), on its loopback interface unless --expose",
-        "expose": "publish it on every interface: other machines reach it, with no authentication "
-        "(it says what that exposes)",
-        "detach": "start it in the background and wait until it answers /health",
-        "wait": "with --detach: seconds to wait for /health (default 900; loading a model takes minutes)",
-    }
-)
+@task(help={"gpu": "the GPU the server takes (default 1; the trainer uses the first GPU it sees)",
+            "port": "port published on this host (default 8000), on its loopback interface unless --expose",
+            "expose": "publish it on every interface: other machines reach it, with no authentication "
+                      "(it says what that exposes)",
+            "detach": "start it in the background and wait until it answers /health",
+            "wait": "with --detach: seconds to wait for /health (default 900; loading a model takes minutes)"})
 def serve(c, gpu="1", port=8000, detach=False, wait=None, expose=False):
     """Start `vllm serve` with TRL's server-mode flags (Compose service `vllm`) for the image last built: minutes.
     A GPU of its own; downloads the model once (GBs)."""
@@ -393,16 +394,12 @@ def verl_cpu(c, steps=2, out=None):
         export_and_run(int(steps), Path(out).resolve() if out else None)
 
 
-@task(
-    help={
-        "logs": "run logs or folders holding them, space-separated (default: runs/runlog.jsonl, and "
-        "$GRPOLAB_RUNS_DIR's)",
-        "all": "one row per run, failed ones included (default: latest passing per machine, track, rollout path, "
-        "model)",
-        "against_lesson": "beside each row, what the lesson predicts for that track",
-        "out": "output folder (default: runs/report)",
-    }
-)
+@task(help={"logs": "run logs or folders holding them, space-separated (default: runs/runlog.jsonl, and "
+                    "$GRPOLAB_RUNS_DIR's)",
+            "all": "one row per run, failed ones included (default: latest passing per machine, track, rollout "
+                   "path, model)",
+            "against_lesson": "beside each row, what the lesson predicts for that track",
+            "out": "output folder (default: runs/report)"})
 def report(c, logs="", all=False, against_lesson=False, out=None):
     """The lesson's validation table from run logs (several machines' merge): Markdown, CSV, plots, HTML: seconds."""
     import shlex
@@ -586,7 +583,7 @@ ns = Collection(
     Collection("lock", lock_check, lock_instructions, lock_prove, lock_provenance, lock_base, lock_side,
                lock_test_tools),
     Collection("kernels", kernels_readme),
-    Collection("build", build_reproducible),
+    Collection("build", build_reproducible, build_disk, build_disk_predict),
     Collection("vendor", vendor_check),
     Collection("bench", bench_lab, bench_build, bench_learning, bench_stale, bench_memory, bench_colocate,
                bench_versus_trl, bench_projection, bench_cold_up, bench_test_command, bench_reproducible, bench_vendor,
@@ -596,5 +593,4 @@ ns.collections["lock"].add_task(lock_make, name="make", default=True)
 ns.collections["kernels"].add_task(kernels_table, name="table", default=True)
 ns.collections["build"].add_task(build_image, name="image", default=True)
 ns.collections["vendor"].add_task(vendor, name="make", default=True)
-ns.collections["build"].add_task(build_disk, name="disk")
 ns.add_task(clean)

@@ -89,7 +89,7 @@ def test_a_build_whose_store_cannot_hold_the_track_is_refused_in_one_line_before
     assert message.startswith(f"[build] buildah's store ({buildah_on_small_fs / 'root'}): 0.1 GB free on "
                               f"{buildah_on_small_fs}, and track c's build needs 1.5 GB there")
     assert "(measured, c.disk.json)" in message and "`invoke clean`" in message
-    # A track nothing measured: its need predicted from the locks (`invoke build.disk --predict`), and said so.
+    # A track nothing measured: its need predicted from the locks (`invoke build.disk-predict`), and said so.
     need_path(TRACK, needs_repo).write_text(json.dumps({"track": "c", "predicted": {"need_gb": NEEDS_GB}}))
     with pytest.raises(HostError, match=r"needs 1\.5 GB there \(predicted from the locks, c\.disk\.json\)"):
         check_room(TRACK, builds_in_engine=False, repo=needs_repo)

@@ -1,4 +1,4 @@
-"""`invoke build.disk --predict`: a track's disk need predicted from its locks (hostlab/images/diskpredict.py), and the
+"""`invoke build.disk-predict`: a track's disk need predicted from its locks (hostlab/images/diskpredict.py), and the
 README's disk table (hostlab/images/diskneed.py). The wheel's unpacked size is read over real HTTP range requests from
 a server on loopback; the prediction is checked against the second measured track's figures kept in lockfiles/."""
 
@@ -10,7 +10,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from grpolab.common.tracks import get_track, load_tracks
+from grpolab.common.tracks import UnknownTrack, get_track, load_tracks
+from hostlab import HostError
 from hostlab.images import diskpredict
 from hostlab.images.diskneed import DISK_END, DISK_START, disk_table, need_basis, need_path, read_needs
 from hostlab.locks.debian import write_pins
@@ -95,6 +96,21 @@ def test_a_prediction_is_the_need_only_where_nothing_is_measured_and_the_refusal
     assert read_needs(n, tmp_path) == CALIBRATION["need_gb"] and need_basis(n, tmp_path).startswith("predicted")
     need_path(n, tmp_path).write_text(json.dumps({"track": "n", "need_gb": {"engine": 1.0}, "predicted": predicted}))
     assert read_needs(n, tmp_path) == {"engine": 1.0} and need_basis(n, tmp_path) == "measured, n.disk.json"
+
+
+def test_a_bad_track_list_is_refused_in_one_line_before_anything_is_read(tmp_path):
+    """No network here: each refusal comes before the calibration's lock is read from the indexes."""
+    with pytest.raises(HostError, match=r"^\[input\] `invoke build.disk-predict` needs the tracks"):
+        diskpredict.predict_need([""], tmp_path)
+    with pytest.raises(UnknownTrack):
+        diskpredict.predict_need(["n", "nosuchtrack"], tmp_path)
+    (tmp_path / "lockfiles").mkdir()
+    (tmp_path / "lockfiles" / "n.txt").write_text("")
+    with pytest.raises(HostError, match=r"^\[input\] track x has no lock here"):
+        diskpredict.predict_need(["n", "x"], tmp_path)
+    with pytest.raises(HostError, match=r"lockfiles/c.disk.json holds none"):  # c is the scale: measured first
+        diskpredict.predict_need(["n"], tmp_path)
+    assert sorted(p.name for p in (tmp_path / "lockfiles").iterdir()) == ["n.txt"]  # nothing written
 
 
 def test_the_committed_predictions_hold_against_the_measured_tracks():

@@ -50,6 +50,7 @@ TASKS = {
     "build.image",
     "build.reproducible",
     "build.disk",
+    "build.disk-predict",
     "bench.lab",
     "bench.build",
     "bench.learning",

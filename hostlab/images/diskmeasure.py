@@ -146,7 +146,7 @@ def measure_need(track_name: str | None, base: str | None = None, repo: Path = R
     }
     path = need_path(track, repo)
     earlier = need_file(track, repo)
-    if "predicted" in earlier:  # `--predict`'s, kept beside the measurement it is checked against
+    if "predicted" in earlier:  # `build.disk-predict`'s, kept beside the measurement it is checked against
         record["predicted"] = earlier["predicted"]
     path.write_text(json.dumps(record, indent=1) + "\n")
     say(f"track {track.name}: buildah's store {store_peak:.2f} GB at the peak ({store_kept:.2f} kept), its cache "

@@ -1,5 +1,5 @@
 """A track's disk need predicted from its locks, for the tracks whose image our machines cannot build and measure
-(`invoke build.disk --track T --predict`; kept under "predicted" in lockfiles/<track>.disk.json).
+(`invoke build.disk-predict --track T`; kept under "predicted" in lockfiles/<track>.disk.json).
 
 What an image holds is, nearly all of it, its locked wheels unpacked and its Debian pins installed. Both are read
 without downloading them: each wheel's unpacked size from its zip's central directory (HTTP range requests, a few KB
@@ -27,6 +27,7 @@ from .. import REPO, HostError
 from ..host.console import say
 from ..locks.debian import MIRROR, SUITE, base_lock_path, debian_lock_path, read_debian_lock, track_arch
 from ..locks.index import TIMEOUT_S, _RangeFile
+from ..locks.lockfile import lock_path
 from ..locks.wheels import LockedFile, locked_files
 from .diskneed import need_file, need_path
 
@@ -38,7 +39,7 @@ PREDICTED = ("predicted from the locks, not measured: the image is track c's mea
              "unpacked and Debian pins installed, plus this track's (each wheel's unpacked size read from its zip's "
              "central directory, each pin's Installed-Size from the archive's Packages index, less the base's pins); "
              "each store's need and the engine's kept share are track c's measured ones times this image over c's; "
-             "written by `invoke build.disk --track T --predict`")
+             "written by `invoke build.disk-predict --track T`")
 
 
 def unpacked_bytes(file: LockedFile) -> int:
@@ -128,24 +129,30 @@ def scaled(contents: dict, calibration_contents: dict, calibration: dict) -> dic
 
 
 def predict_need(names: list[str], repo: Path = REPO) -> list[Path]:
-    """Write the prediction into each track's lockfiles/<track>.disk.json (its measurement, if any, kept beside it)."""
+    """Write the prediction into each track's lockfiles/<track>.disk.json (its measurement, if any, kept beside it).
+    Every track and lock is checked before anything is read from the network."""
     if not any(names):
-        raise HostError("[build] --predict needs the tracks: --track n,s,cluster (by commas)")
-    calibration_file = need_path(get_track(CALIBRATION_TRACK), repo)
-    if not calibration_file.exists():
+        raise HostError("[input] `invoke build.disk-predict` needs the tracks: --track n,s,cluster (by commas)")
+    tracks = [get_track(name) for name in names]  # an unknown name: one line, before the minutes of reading
+    for track in tracks:
+        if not lock_path(track, repo / "lockfiles").exists():
+            raise HostError(f"[input] track {track.name} has no lock here (lockfiles/{track.name}.txt), so nothing to "
+                            f"predict from: `invoke lock --track {track.name}` first")
+    calibration_track = get_track(CALIBRATION_TRACK)
+    calibration = need_file(calibration_track, repo)
+    if "need_gb" not in calibration:
         raise HostError(f"[build] the prediction scales track {CALIBRATION_TRACK}'s measurement, and "
-                        f"{calibration_file.name} is missing: `invoke build.disk --track {CALIBRATION_TRACK}` first")
-    calibration = json.loads(calibration_file.read_text())
-    calibration_contents = lock_contents(get_track(CALIBRATION_TRACK), repo)
+                        f"lockfiles/{CALIBRATION_TRACK}.disk.json holds none: `invoke build.disk --track "
+                        f"{CALIBRATION_TRACK}` first")
+    calibration_contents = lock_contents(calibration_track, repo)
     written = []
-    for name in names:
-        track = get_track(name)
-        contents = calibration_contents if name == CALIBRATION_TRACK else lock_contents(track, repo)
+    for track in tracks:
+        contents = calibration_contents if track.name == CALIBRATION_TRACK else lock_contents(track, repo)
         path = need_path(track, repo)
-        kept = need_file(track, repo) or {"track": name}
+        kept = need_file(track, repo) or {"track": track.name}
         kept["predicted"] = {"what": PREDICTED, **scaled(contents, calibration_contents, calibration)}
         path.write_text(json.dumps(kept, indent=1) + "\n")
-        say(f"track {name}: image {kept['predicted']['image_gb']} GB, a cold build's peak "
+        say(f"track {track.name}: image {kept['predicted']['image_gb']} GB, a cold build's peak "
             f"{sum(kept['predicted']['need_gb'].values()):.1f} GB (predicted) -> {path.relative_to(repo)}")
         written.append(path)
     return written
