@@ -9,7 +9,6 @@ import inspect
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from grpolab.common.tracks import get_track
 import hostlab.images.build
 import tasks
 from hostlab.host import engine
-from hostlab.host.disk import buildah_tmp
 from hostlab.images.build import build
 from hostlab.images.builders import choose_builder
 from hostlab.images.builders.buildah_store import buildah_layers, fresh_store, run_buildah
@@ -153,13 +151,12 @@ def test_one_copy_stays_and_a_code_change_takes_the_dependency_stage_from_the_en
     # The track's measured need (GBs) is for its real Dockerfile; this one writes kilobytes.
     monkeypatch.setattr(hostlab.images.build, "check_room", lambda *args, **kw: None)
     repo, base = tiny_repo
-    store = Path(tempfile.mkdtemp(prefix="grpolab-test-onecopy-", dir=buildah_tmp()))  # not under /tmp: disk.py
     image, llama = "grpolab-test:onecopy", "grpolab-test:onecopy-llamacpp"
     builder = choose_builder("buildah")
     before = set(_images(f"{DEPS_REPOSITORY}:c-"))
     made = []
     try:
-        with fresh_store(store):
+        with fresh_store() as store:  # under /var/tmp, not the test's /tmp folder: disk.py
             first = build("c", base=base, repo=repo, tag=image, write_env=False, builder=builder,
                           compare_record=False, one_copy=True, skip_host_check=True)
             made = sorted(set(_images(f"{DEPS_REPOSITORY}:c-")) - before)

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,7 +26,7 @@ from grpolab.report.rows import environment  # noqa: E402
 from hostlab import REPO, HostError
 
 from hostlab.host import engine  # noqa: E402
-from hostlab.host.disk import MOUNT_TARGET_TOPS, buildah_tmp  # noqa: E402
+from hostlab.host.disk import MOUNT_TARGET_TOPS  # noqa: E402
 from hostlab.images.standin import host_arch, standin_name  # noqa: E402
 from hostlab.images.builders import choose_builder, commit_time, deps_inputs, engine_layers, lab_inputs  # noqa: E402
 from hostlab.images.builders.buildah import buildah_build  # noqa: E402
@@ -127,8 +126,8 @@ def small_context(tmp_path: Path, code: str) -> Path:
 @pytest.fixture
 def own_store(tmp_path):
     """The tests' buildah work in a store of their own: the everyday store's images and cache are not touched."""
-    with fresh_store(Path(tempfile.mkdtemp(prefix="grpolab-test-store-", dir=buildah_tmp()))) as folder:
-        yield folder  # not under /tmp, where buildah leaves mount targets in layers (hostlab/host/disk.py)
+    with fresh_store() as folder:  # under /var/tmp, not the test's /tmp folder: hostlab/host/disk.py
+        yield folder
 
 
 def small_build(context: Path, epoch: int, cached: bool = False) -> str:
@@ -356,6 +355,15 @@ def test_a_store_of_its_own_under_tmp_is_refused_in_one_line():
             pass
     assert "\n" not in str(refused.value) and "under /var/tmp" in str(refused.value)
     assert not Path("/tmp/grpolab-test-refused").exists()
+
+
+def test_a_store_of_its_own_is_made_in_buildahs_temporary_folder_unless_named(monkeypatch):
+    if shutil.which("buildah") is None:
+        pytest.skip("no buildah here (images/setup-host.sh installs it)")
+    monkeypatch.setenv("TMPDIR", "/var/tmp")
+    with fresh_store() as folder:
+        assert folder.parent == Path("/var/tmp") and folder.name.startswith("grpolab-store-")
+    assert not folder.exists()
 
 
 MOUNTING = """\

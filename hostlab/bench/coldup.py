@@ -180,7 +180,7 @@ def cold_up_bench(bare: bool = False) -> Path:
             base_started = time.monotonic()
             base = build_standin(host_arch())
             base_s = time.monotonic() - base_started
-            with fresh_store(Path(tempfile.mkdtemp(prefix="grpolab-cold-up-store-", dir=buildah_tmp()))):
+            with fresh_store():
                 built = build(TRACK, base=base, repo=clone, one_copy=True)  # as `invoke up` builds
                 lab_s = _timed(compose_command("run", "--rm", "-T", "lab"), clone)
                 total_s = time.monotonic() - started

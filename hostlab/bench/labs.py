@@ -19,7 +19,6 @@ from grpolab.common.tracks import get_track
 from .. import REPO
 from ..host import engine
 from ..host.console import say
-from ..host.disk import buildah_tmp
 from ..host.runs import runlog_in
 from ..host.tools import compose_command, resolved
 from ..images.build import build
@@ -422,7 +421,7 @@ def build_bench() -> Path:
     with tempfile.TemporaryDirectory(prefix="grpolab-bench-") as tmp:
         repo = Path(tmp) / "clone"
         subprocess.run(resolved(["git", "clone", "--quiet", str(REPO), str(repo)]), check=True)
-        with fresh_store(Path(tempfile.mkdtemp(prefix="grpolab-bench-store-", dir=buildah_tmp()))):
+        with fresh_store():
             cold = build("c", base=base, repo=repo, tag=tag, write_env=False, compare_record=False)
             init = repo / "entrypoint" / "grpolab" / "__init__.py"
             init.write_text(init.read_text() + f"\n# bench: entrypoint-only change {time.time()}\n")

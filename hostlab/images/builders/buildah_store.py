@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 from ... import HostError
 from ...host.console import say
-from ...host.disk import under_mount_target_top
+from ...host.disk import buildah_tmp, under_mount_target_top
 from ...host.environ import environ_set
 from ...host.tools import resolved
 
@@ -46,10 +47,12 @@ def buildah_layers(image_id: str) -> list[str]:
 
 
 @contextmanager
-def fresh_store(folder: Path):
-    """buildah with a store, cache and cache mounts of its own under `folder`, empty at first: builds from nothing
-    that leave the everyday store (and its cache) as it was. Removed afterwards. `folder` must not be under /tmp or
-    /root: buildah would leave mount targets in the layers there (hostlab/host/disk.py, MOUNT_TARGET_TOPS)."""
+def fresh_store(folder: Path | None = None):
+    """buildah with a store, cache and cache mounts of its own under `folder` (by default a new one in buildah's
+    temporary folder), empty at first: builds from nothing that leave the everyday store (and its cache) as it was.
+    Removed afterwards. `folder` must not be under /tmp or /root: buildah would leave mount targets in the layers
+    there (hostlab/host/disk.py, MOUNT_TARGET_TOPS)."""
+    folder = folder or Path(tempfile.mkdtemp(prefix="grpolab-store-", dir=buildah_tmp()))
     if under_mount_target_top(folder):
         raise HostError(f"a buildah store of its own in {folder}: that is under a folder images/Dockerfile mounts "
                         "into, and buildah 1.28 then leaves mount targets in the layers: use a folder under /var/tmp "
