@@ -104,6 +104,8 @@ def test_a_bad_track_list_is_refused_in_one_line_before_anything_is_read(tmp_pat
         diskpredict.predict_need([""], tmp_path)
     with pytest.raises(UnknownTrack):
         diskpredict.predict_need(["n", "nosuchtrack"], tmp_path)
+    with pytest.raises(HostError, match=r"^\[input\] track m is a native venv, not an image"):
+        diskpredict.predict_need(["m"], tmp_path)
     (tmp_path / "lockfiles").mkdir()
     (tmp_path / "lockfiles" / "n.txt").write_text("")
     with pytest.raises(HostError, match=r"^\[input\] track x has no lock here"):

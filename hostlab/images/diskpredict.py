@@ -135,6 +135,8 @@ def predict_need(names: list[str], repo: Path = REPO) -> list[Path]:
         raise HostError("[input] `invoke build.disk-predict` needs the tracks: --track n,s,cluster (by commas)")
     tracks = [get_track(name) for name in names]  # an unknown name: one line, before the minutes of reading
     for track in tracks:
+        if not track.is_container:
+            raise HostError(f"[input] track {track.name} is a native venv, not an image: there is no build to predict")
         if not lock_path(track, repo / "lockfiles").exists():
             raise HostError(f"[input] track {track.name} has no lock here (lockfiles/{track.name}.txt), so nothing to "
                             f"predict from: `invoke lock --track {track.name}` first")
