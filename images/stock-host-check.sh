@@ -45,7 +45,9 @@ set -euo pipefail
 cd "$REPO"
 t0=$(date +%s.%N); bash images/setup-host.sh; t1=$(date +%s.%N)
 bash images/setup-host.sh; t2=$(date +%s.%N)
-. .venvs/host/bin/activate && invoke --list >/dev/null && invoke --list | head -3
+# sed, not head: it reads the whole list, so invoke never writes into a closed pipe (with pipefail, a list past
+# Python's 8 KiB stdout buffer made head's early exit a BrokenPipeError and exit 120)
+. .venvs/host/bin/activate && invoke --list >/dev/null && invoke --list | sed -n 1,3p
 docker compose version
 for file in compose/*.yaml; do  # this Compose reads every compose file of ours
     # NAME-EXTRA.yaml adds to NAME.yaml services (vllm-server-nvidia.yaml: GPUs for vllm-server.yaml): read over it
