@@ -39,14 +39,14 @@ stock_image() {
 }
 
 # The commands a new user types, inside the stock container; prints the two timings for the caller.
+# `invoke --list | sed -n 1,3p`: sed, not head, reads the whole list, so invoke never writes into a closed pipe
+# (with pipefail, a list past Python's 8 KiB stdout buffer made head's early exit a BrokenPipeError, exit 120).
 # shellcheck disable=SC2016  # expanded in the container, not here
 in_container_script='
 set -euo pipefail
 cd "$REPO"
 t0=$(date +%s.%N); bash images/setup-host.sh; t1=$(date +%s.%N)
 bash images/setup-host.sh; t2=$(date +%s.%N)
-# sed, not head: it reads the whole list, so invoke never writes into a closed pipe (with pipefail, a list past
-# Python's 8 KiB stdout buffer made head's early exit a BrokenPipeError and exit 120)
 . .venvs/host/bin/activate && invoke --list >/dev/null && invoke --list | sed -n 1,3p
 docker compose version
 for file in compose/*.yaml; do  # this Compose reads every compose file of ours
