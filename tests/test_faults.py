@@ -519,12 +519,16 @@ def test_two_builds_of_the_same_track_at_once_both_finish_whole(tmp_path):
     from hostlab.host import engine
     from hostlab.images.compose import read_env_file
 
+    from hostlab.images.builders.storelock import store_held
+
     repo = build_copy(tmp_path)
-    builds = [build_in_a_process(repo, "grpolab-test:concurrent") for _ in range(2)]
-    outputs = [b.communicate(timeout=900)[0] for b in builds]
-    assert [b.returncode for b in builds] == [0, 0], "\n--- the other build:\n".join(
-        outputs
-    )  # a str: pytest shortens a list's repr
+    with store_held("this test, while both builds start"):  # both then wait: they take turns whatever their timing
+        builds = [build_in_a_process(repo, "grpolab-test:concurrent") for _ in range(2)]
+        said = [read_until(b, lambda line: "waiting for it" in line, timeout_s=300) for b in builds]
+    outputs = [before + b.communicate(timeout=900)[0] for before, b in zip(said, builds)]
+    failed = [out.splitlines()[-60:] for b, out in zip(builds, outputs) if b.returncode]  # the cause: at the end
+    assert not failed, "\n--- the other failed build:\n".join("\n".join(lines) for lines in failed)
+    assert all("is in use by this test" in before for before in said), said
     env = read_env_file(repo / ".env")
     assert env["LAB_IMAGE_NAME"] == "grpolab-test:concurrent" and env["HF_TOKEN"] == "hf_user_line_kept"
     assert env["LAB_IMAGE"] == engine.image_or_none("grpolab-test:concurrent").id  # Compose runs it by its id

@@ -34,7 +34,8 @@ from ..locks.lockfile import Lock, lock_path, lock_sha256
 from ..locks.resolve import check_lock, uv_config
 from ..locks.sourcebuilds import SOURCE_BUILD_FILE_NAMES, rollouts_needing_source_builds, source_builds
 from .builders import BUILDAH_HINT, Builder, choose_builder, commit_time, deps_inputs, lab_inputs
-from .builders.onecopy import build_in_progress, deps_from_engine, deps_key, keep_one_copy
+from .builders.onecopy import deps_from_engine, deps_key, keep_one_copy
+from .builders.storelock import store_held
 from .compose import compose_env, write_env_file
 from .diskneed import build_log, check_room, full_disk_named
 from .record import enforce
@@ -401,7 +402,8 @@ def run_two_stage_build(
         say(f"CA bundle {ca} goes to the build as a secret (in no layer)")
     dockerfile = repo / "images" / "Dockerfile"
     one_copy = one_copy and builder.keeps_own_copy
-    with staged_context(track, repo, sources) as context, build_in_progress() as building:
+    held = store_held(f"a build of track {track.name} as {image}") if builder.keeps_own_copy else nullcontext()
+    with staged_context(track, repo, sources) as context, held:
         stage_args = builder_stage_args(builder, args, base_id)
         key = deps_key(track, repo, stage_args, epochs["deps"], base_id) if one_copy else ""
         deps_id, deps_ref, tail = (one_copy and deps_from_engine(track, key, epochs["deps"])) or build_target(
@@ -425,7 +427,7 @@ def run_two_stage_build(
             builder.hand_to_engine(lab_id, image)
             handover_s = time.monotonic() - handing
         if one_copy:
-            keep_one_copy(building, track, key, deps_ref, stripped, lab_id, base_id)
+            keep_one_copy(track, key, deps_ref, stripped, lab_id, base_id)
     return TwoStageBuild(lab_id, deps_id, deps_layers, tail + lab_tail, handover_s, compiled_id, compiled_layers)
 
 

@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from .. import REPO
 from ..host.console import say
 from ..host.disk import buildah_cache_mounts, free_gb, store_paths
 from ..host.tools import resolved
+from .builders.storelock import store_held
 
 CACHE_MOUNT = Path("root") / ".cache" / "uv"  # images/Dockerfile's `--mount=type=cache,target=/root/.cache/uv`
 CACHE_VOLUME = "grpolab_cache"  # compose/base.yaml's volume `cache`, in Compose project grpolab
@@ -150,21 +152,22 @@ def clean(track_name: str | None = None, caches: bool = False, dry_run: bool = F
     whose = f"track {track.name}'s" if track else "every track's"
     paths = store_paths()
     freed_gb = 0.0
-    for step in steps:
-        if step.cache and not caches:
-            continue
-        found = step.find(track)
-        if not found:
-            say(f"clean: {step.label}: none of {whose}")
-            continue
-        if dry_run:
-            say(f"clean: {step.label}, {whose}: would remove {', '.join(found)}")
-            continue
-        before = free_gb(paths[step.store])
-        step.remove(found)
-        freed = free_gb(paths[step.store]) - before
-        freed_gb += freed
-        say(f"clean: {step.label}, {whose}: removed {len(found)} ({', '.join(found)[:300]}): {freed:.2f} GB freed")
+    with nullcontext() if dry_run else store_held("invoke clean"):  # not the images a build is making
+        for step in steps:
+            if step.cache and not caches:
+                continue
+            found = step.find(track)
+            if not found:
+                say(f"clean: {step.label}: none of {whose}")
+                continue
+            if dry_run:
+                say(f"clean: {step.label}, {whose}: would remove {', '.join(found)}")
+                continue
+            before = free_gb(paths[step.store])
+            step.remove(found)
+            freed = free_gb(paths[step.store]) - before
+            freed_gb += freed
+            say(f"clean: {step.label}, {whose}: removed {len(found)} ({', '.join(found)[:300]}): {freed:.2f} GB freed")
     if not caches:
         say("clean: the caches every track shares were kept (--caches removes them too)")
     say(f"clean: {freed_gb:.2f} GB freed in all" if not dry_run else "clean: dry run, nothing removed")

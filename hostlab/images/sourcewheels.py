@@ -35,6 +35,7 @@ from .build import (
 )
 from .builders import choose_builder, commit_time, deps_inputs
 from .builders.buildah_store import run_buildah
+from .builders.storelock import store_held
 
 
 def source_wheels(track_name: str, into: Path, base: str | None = None, repo: Path = REPO) -> list[Path]:
@@ -54,12 +55,12 @@ def source_wheels(track_name: str, into: Path, base: str | None = None, repo: Pa
     epoch = commit_time(repo, deps_inputs(track))
     say(f"compiling {', '.join(builds)} as track {track.name}'s image does (its source-builds stage; buildah's cache "
         "keeps it, so `invoke build --rollout llamacpp` and later runs take it from there)")
-    with staged_context(track, repo) as context:
+    with staged_context(track, repo) as context, store_held(f"invoke source-wheels --track {track.name}"):
         stage_args = builder_stage_args(builder, args, engine.image_or_none(base_image).id)
         _, compiled, _ = build_target(
             builder, track, repo / "images" / "Dockerfile", context, "source-builds", epoch, stage_args, ca
         )
-    written = copy_out(compiled, ("wheels", "sdist"), into)
+        written = copy_out(compiled, ("wheels", "sdist"), into)
     say(f"{len(written)} file(s) in {into} after {time.monotonic() - started:.0f} s: "
         + ", ".join(str(path.relative_to(into)) for path in written))
     return written

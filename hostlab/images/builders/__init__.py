@@ -6,7 +6,8 @@ commit give one id only when every time in them comes from the commit (inputs.py
 is made the same way. A builder says what it can do (`sets_times`: stamps git's times, not the clock;
 `loads_into_engine`: its image lands in the Docker engine without a hand-over) and the build asks it, never its name.
 
-- buildah.py: buildah (its store, buildah_store.py; the hand-over to the engine, handover.py; one copy, onecopy.py);
+- buildah.py: buildah (its store, buildah_store.py, which one command writes at a time, storelock.py; the hand-over to
+  the engine, handover.py; one copy, onecopy.py);
 - buildx.py: the engine's own BuildKit where it can set every time (preferred: nothing to install, one copy);
 - engine.py: the engine's own builder otherwise: the image works the same, its id differs build to build.
 facts.py holds what every builder says of itself (name, version, what it can do) and how it is described.

@@ -17,21 +17,16 @@ What a build that keeps one copy does, once the engine holds the image:
 - the images' uv cache (buildah's cache mount for /root/.cache/uv) goes: it only speeds up a lock change, by the
   wheels it still holds, and it is as large as the image's packages.
 
-Two builds at once into one buildah store: each holds that store's lock (`builds_lock`) shared while it builds; the
-copies are removed only by a build that can take it alone, else they stay and the build says so (`invoke clean --track
-T` removes them later).
+Two builds at once into one buildah store take turns (storelock.py): the build that removes its copies holds the store
+alone, so what it removes is no other build's.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 from grpolab.common.tracks import Track
@@ -77,37 +72,13 @@ def deps_from_engine(track: Track, key: str, epoch: int) -> tuple[str, str, list
     return without_history(pulled, epoch), pulled, [f"dependency stage taken from the engine's {tag}"]
 
 
-def builds_lock() -> Path:
-    """The lock of the buildah store builds write now (per user: a lock file another user made cannot be opened)."""
-    store = hashlib.sha256(str(buildah_store()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"grpolab-builds-{os.getuid()}-{store}.lock"
-
-
-@contextmanager
-def build_in_progress():
-    """Held (shared) for a whole build: `keep_one_copy` removes buildah's copies only when no other build holds it."""
-    with open(builds_lock(), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_SH)
-        try:
-            yield lock
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def keep_one_copy(lock, track: Track, key: str, deps_ref: str, drop_ids: list[str], image_id: str,
-                  base_id: str) -> None:
+def keep_one_copy(track: Track, key: str, deps_ref: str, drop_ids: list[str], image_id: str, base_id: str) -> None:
     """After the hand-over of `image_id`: the dependency stage kept in the engine by `key`, the track's older ones
     dropped, buildah's copies of this build (and `drop_ids`) and the images' uv cache removed, each step saying what
     it freed."""
     tag = deps_tag(track, key)
     buildah_to_engine(deps_ref, tag)
     drop_older_deps(track, tag)
-    try:  # the shared hold becomes sole only when no other build holds it
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        say(f"another build is running: buildah's copies of this one are kept (`invoke clean --track {track.name}` "
-            "removes them)")
-        return
     drop_own_copies(image_id, base_id, drop_ids)
 
 
