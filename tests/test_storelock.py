@@ -1,6 +1,6 @@
 """buildah's store written by one grpolab command at a time (hostlab/images/builders/storelock.py), for real between
 processes: a second holder waits, naming the first, and goes on once it is free; a store of its own does not wait;
-one process does not wait for itself; and `invoke clean` waits for a build."""
+one process does not wait for itself; and `invoke clean` waits for a build in the store buildah is set to use."""
 
 from __future__ import annotations
 
@@ -89,12 +89,15 @@ def test_one_process_does_not_wait_for_itself_and_lets_go_after_an_error(tmp_pat
     let_go(after)
 
 
-def test_invoke_clean_waits_for_a_build_in_buildahs_own_store():
+def test_invoke_clean_waits_for_a_build_in_the_store_buildah_uses(tmp_path, monkeypatch):
+    conf = tmp_path / "storage.conf"  # a store of the test's own, found as buildah finds it: not the builds' beside
+    conf.write_text(f'[storage]\ndriver = "vfs"\ngraphroot = "{tmp_path}/root"\nrunroot = "{tmp_path}/run"\n')
+    monkeypatch.setitem(ENV, "CONTAINERS_STORAGE_CONF", str(conf))
     build = holder(None, "a build of track c as grpolab:c")
     clean = waiter("from hostlab.images.clean import clean\nclean('c', steps=())\n")
     try:
         said = read_until(clean, lambda line: "waiting" in line, timeout_s=60)
-        assert "in use by a build of track c as grpolab:c" in said, said
+        assert f"buildah's store ({tmp_path / 'root'}) is in use by a build of track c as grpolab:c" in said, said
     finally:
         let_go(build)
     out = said + clean.communicate(timeout=60)[0].decode()
