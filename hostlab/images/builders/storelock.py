@@ -3,13 +3,13 @@ hold it alone (`store_held`), and a second one waits, saying which command it wa
 
 Why: two builds of track c into one store at once (tests/test_faults.py) failed in two of eight CI runs here
 (buildah 1.28.2, Debian 12), and in none of 86 tries on this machine outside CI (the two alone, with the cores kept
-busy, started up to 5 s apart, and beside a third build of track c). In one, a `buildah commit --iidfile` of the image
-both builds were making exited 0 and wrote no file; the other's cause was cut from the log. 110 such commits of one
-image, two and four at once, all gave their file here, so the cause is not pinned down. buildah's store takes its own
-locks step by step, not for a whole build, while a build's steps, its uv cache mount, its commits and the one-copy
-clean-up (builders/onecopy.py, which removes this build's steps from the store) each assume that nothing of ours
-changes the store meanwhile. Taking turns costs a learner little on one machine's cores and disk, and the second build
-of a track then finds the first's layers.
+busy, started up to 5 s apart, and beside a third build of track c). In one, a `buildah commit --iidfile` of the
+image both builds were making exited 0 and wrote no file; the other's cause was cut from the log. 340 such commits
+here, in 110 rounds of two or four of one new image at once, all gave their file, so the cause is not pinned down.
+buildah's store takes its own locks step by step, not for a whole build, while a build's steps, its uv cache mount,
+its commits and the one-copy clean-up (builders/onecopy.py, which removes this build's steps from the store) each
+assume that nothing of ours changes the store meanwhile. Taking turns costs a learner little on one machine's cores
+and disk, and the second build of a track then finds the first's layers.
 
 The lock is per user and per store (a store of a build's own, `fresh_store`, has its own), and re-entrant within a
 process: a build inside a held `invoke clean` or a held build does not wait for itself.
