@@ -12,7 +12,7 @@ assume that nothing of ours changes the store meanwhile. Taking turns costs a le
 and disk, and the second build of a track then finds the first's layers.
 
 The lock is per user and per store (a store of a build's own, `fresh_store`, has its own), and re-entrant within a
-process: a holder that calls another holder (a bench's build inside its own hold) does not wait for itself.
+process: code that holds it and calls code that takes it again does not wait for itself.
 """
 
 from __future__ import annotations
