@@ -16,6 +16,8 @@ from conftest import lab_in_training, read_until, sigint_as_at_a_terminal
 from grpolab.common.errors import EXIT_STATUS
 from grpolab.common.runlog import append_run, read_runs, runs_with_unfinished, unfinished_runs
 
+from hostlab.images.builders.storelock import store_held
+
 REPO = Path(__file__).resolve().parents[1]
 PYTHON_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "entrypoint"), str(REPO / "tests")])}
 
@@ -518,8 +520,6 @@ def test_a_build_failing_midway_keeps_env_naming_the_last_image(tmp_path):
 def test_two_builds_of_the_same_track_at_once_both_finish_whole(tmp_path):
     from hostlab.host import engine
     from hostlab.images.compose import read_env_file
-
-    from hostlab.images.builders.storelock import store_held
 
     repo = build_copy(tmp_path)
     with store_held("this test, while both builds start"):  # both then wait: they take turns whatever their timing

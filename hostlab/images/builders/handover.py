@@ -17,44 +17,26 @@ bytes; elsewhere, where the engine keeps its images in containerd, or when this 
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import io
 import json
-import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 from ... import HostError
 from ...host.console import say
 from ...host.tools import resolved
+from ...host.turns import lock_file, one_at_a_time
 from .buildah_store import run_buildah
 from .engine_images import engine_image_id
 
 # Two `buildah push ... docker-daemon:` of one 6 GB image at once both exited 0 here and left the engine without
 # the image (buildah 1.28.2, Docker 20.10.24; one push alone: 42 s, loaded whole). Hand-overs on this machine take
 # turns through this lock, and the second then finds the image there and only tags it.
-HANDOVER_LOCK = (
-    Path(tempfile.gettempdir()) / f"grpolab-handover-{os.getuid()}.lock"
-)  # per user: a lock file another user made cannot be opened
-
-
-@contextmanager
-def one_handover_at_a_time():
-    with open(HANDOVER_LOCK, "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say("another build is handing an image to the Docker engine: waiting for it to finish")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+HANDOVER_LOCK = lock_file("handover")
 
 
 def buildah_to_engine(image_id: str, name: str) -> str:
@@ -63,7 +45,8 @@ def buildah_to_engine(image_id: str, name: str) -> str:
     engine lacks are sent (`send_missing_layers`), or the whole image. One hand-over at a time on this machine
     (HANDOVER_LOCK)."""
     hex_id = image_id.removeprefix("sha256:")
-    with one_handover_at_a_time():
+    with one_at_a_time(HANDOVER_LOCK, "the hand-over to the Docker engine", f"the hand-over of {hex_id[:12]} as {name}",
+                       "two at once left the engine without the image"):
         replaced = engine_image_id(name)
         if engine_image_id(hex_id).removeprefix("sha256:") == hex_id:
             subprocess.run(resolved(["docker", "tag", hex_id, name]), check=True, capture_output=True)

@@ -11,69 +11,30 @@ its commits and the one-copy clean-up (builders/onecopy.py, which removes this b
 assume that nothing of ours changes the store meanwhile. Taking turns costs a learner little on one machine's cores
 and disk, and the second build of a track then finds the first's layers.
 
-The lock is per user and per store (a store of a build's own, `fresh_store`, has its own), and re-entrant within a
-process: code that holds it and calls code that takes it again does not wait for itself.
+The lock (host/turns.py) is per user and per store (a store of a build's own, `fresh_store`, has its own), and
+re-entrant within a process.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import os
-import tempfile
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from ...host.console import say
 from ...host.disk import buildah_store
+from ...host.turns import lock_file, one_at_a_time
 
-_HELD: dict[Path, int] = {}  # lock file -> how deep this process holds it
 
-
-def store_lock_path(store: Path | None = None) -> Path:
-    """The lock file of buildah's store now in use (its graph root), or of `store`."""
-    key = hashlib.sha256(str(store or buildah_store()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"grpolab-store-{os.getuid()}-{key}.lock"
+def store_lock_path(store: Path) -> Path:
+    """The lock file of the buildah store whose graph root is `store`."""
+    return lock_file(f"store-{hashlib.sha256(str(store).encode()).hexdigest()[:12]}")
 
 
 @contextmanager
 def store_held(doing: str, store: Path | None = None):
-    """buildah's store held by this process alone while the block runs; `doing` names the command to one that waits.
-    Blocks while another process holds it, after saying whom it waits for."""
-    path = store_lock_path(store)
-    if _HELD.get(path):
-        _HELD[path] += 1
-        try:
-            yield
-        finally:
-            _HELD[path] -= 1
-        return
-    with open(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+") as lock:
-        _take(lock, path, store)
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"{doing} (pid {os.getpid()}, since {time.strftime('%H:%M:%S')})\n")
-        lock.flush()
-        _HELD[path] = 1
-        try:
-            yield
-        finally:
-            del _HELD[path]
-            lock.seek(0)
-            lock.truncate()
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _take(lock, path: Path, store: Path | None) -> None:
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return
-    except BlockingIOError:
-        pass
-    holder = lock.read().strip() or "another grpolab command"
-    say(f"buildah's store ({store or buildah_store()}) is in use by {holder}: waiting for it to finish (grpolab's "
-        f"commands take turns in one store; its lock: {path})")
-    waiting = time.monotonic()
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    say(f"buildah's store is free after {time.monotonic() - waiting:.0f} s of waiting: going on")
+    """buildah's store now in use (or `store`) held by this process alone while the block runs; `doing` names the
+    command to one that waits. Blocks while another process holds it, after saying whom it waits for."""
+    store = store or buildah_store()
+    with one_at_a_time(store_lock_path(store), f"buildah's store ({store})", doing,
+                       "grpolab's commands take turns in one store"):
+        yield
